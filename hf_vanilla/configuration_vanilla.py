@@ -1,0 +1,115 @@
+"""Configuration of the Transformer of "Attention Is All You Need" (Vaswani et al., 2017)."""
+
+from huggingface_hub.dataclasses import strict
+from transformers import PreTrainedConfig
+
+# Section 6.2, table 3 ("base" and "big"), plus smaller shapes for small data and tests. Values not named
+# here come from the class defaults, which are the paper's base model.
+PRESETS: dict[str, dict] = {
+    "base": {},
+    "big": {"d_model": 1024, "d_ff": 4096, "num_attention_heads": 16, "dropout": 0.3},
+    # The shape the Multi30k peer in ../shared/docs/anchors.md uses (7.7M parameters with 8k vocabulary).
+    "small": {
+        "d_model": 256,
+        "d_ff": 1024,
+        "num_attention_heads": 4,
+        "encoder_layers": 3,
+        "decoder_layers": 3,
+    },
+    "tiny": {"d_model": 32, "d_ff": 64, "num_attention_heads": 4, "encoder_layers": 2, "decoder_layers": 2},
+}
+
+
+@strict
+class VanillaTransformerConfig(PreTrainedConfig):
+    r"""
+    The paper's encoder-decoder with one embedding matrix shared by the encoder input, the decoder input and the
+    pre-softmax projection. Defaults are the base model (N=6, d_model=512, d_ff=2048, h=8, P_drop=0.1,
+    label smoothing 0.1); `VanillaTransformerConfig.from_preset("big")` gives table 3's big model.
+
+    Departures from the paper are switches that are off by default:
+    - `pre_layernorm`: LayerNorm before each sublayer (x + Sublayer(LayerNorm(x))) and after each stack, which
+      trains more stably at depth (Xiong et al., 2020). The paper is post-LN: LayerNorm(x + Sublayer(x)).
+    - `attention_dropout` / `activation_dropout`: dropout on attention probabilities / after the ReLU, which the
+      paper does not describe (section 5.4 drops out sublayer outputs and embedding sums only) but small-data
+      recipes use.
+    """
+
+    model_type = "vanilla_transformer"
+    keys_to_ignore_at_inference = ["past_key_values"]
+    attribute_map = {"hidden_size": "d_model", "num_hidden_layers": "encoder_layers"}
+
+    vocab_size: int = 37000
+    d_model: int = 512
+    d_ff: int = 2048
+    num_attention_heads: int = 8
+    encoder_layers: int = 6
+    decoder_layers: int = 6
+    dropout: float | int = 0.1
+    attention_dropout: float | int = 0.0
+    activation_dropout: float | int = 0.0
+    label_smoothing: float | int = 0.1
+    max_position_embeddings: int = 1024
+    layer_norm_eps: float = 1e-6
+    pre_layernorm: bool = False
+    pad_token_id: int = 0
+    bos_token_id: int = 1
+    eos_token_id: int = 2
+    decoder_start_token_id: int = 1
+    tie_word_embeddings: bool = True
+    is_encoder_decoder: bool = True
+    use_cache: bool = True
+
+    def __post_init__(self, **kwargs):
+        super().__post_init__(**kwargs)
+        self._check_fields()
+
+    def _check_fields(self):
+        """Raise a ValueError naming the field when a size, rate or token id cannot work."""
+        for name in (
+            "vocab_size",
+            "d_model",
+            "d_ff",
+            "num_attention_heads",
+            "encoder_layers",
+            "decoder_layers",
+            "max_position_embeddings",
+        ):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
+        if self.d_model % self.num_attention_heads:
+            raise ValueError(
+                f"d_model ({self.d_model}) must be divisible by num_attention_heads ({self.num_attention_heads})"
+            )
+        if self.d_model % 2:
+            raise ValueError(
+                f"d_model must be even for the sinusoidal positional encoding, got {self.d_model}"
+            )
+        for name in ("dropout", "attention_dropout", "activation_dropout", "label_smoothing"):
+            if not 0 <= getattr(self, name) < 1:
+                raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
+        if self.layer_norm_eps <= 0:
+            raise ValueError(f"layer_norm_eps must be positive, got {self.layer_norm_eps}")
+        for name in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):
+            if not 0 <= getattr(self, name) < self.vocab_size:
+                raise ValueError(
+                    f"{name} must be in [0, vocab_size={self.vocab_size}), got {getattr(self, name)}"
+                )
+        if not self.tie_word_embeddings:
+            raise ValueError(
+                "tie_word_embeddings must be True: the model has one shared embedding matrix (3.4)"
+            )
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.num_attention_heads
+
+    @classmethod
+    def from_preset(cls, name: str, **overrides) -> "VanillaTransformerConfig":
+        """A named model size (`base`, `big`, `small`, `tiny`) with any field overridden."""
+        if name not in PRESETS:
+            raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
+        return cls(**{**PRESETS[name], **overrides})
+
+
+__all__ = ["PRESETS", "VanillaTransformerConfig"]

@@ -1,0 +1,549 @@
+"""The Transformer of "Attention Is All You Need" (Vaswani et al., 2017), section by section.
+
+Imports only torch, transformers and the config, so a saved model directory can carry this file and load with
+`trust_remote_code=True`. Shapes: B batch, S source length, T target length, D d_model, H heads, K head size.
+"""
+
+import math
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import initialization as init
+from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
+from transformers.generation import GenerationMixin
+from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import (
+    BaseModelOutput,
+    BaseModelOutputWithPastAndCrossAttentions,
+    Seq2SeqLMOutput,
+    Seq2SeqModelOutput,
+)
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
+from transformers.utils import can_return_tuple, is_torchdynamo_compiling
+from transformers.utils.output_capturing import OutputRecorder, capture_outputs
+
+from .configuration_vanilla import VanillaTransformerConfig
+
+
+def scaled_dot_product_attention(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float,
+    dropout: float = 0.0,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """3.2.1 softmax(QK^T / sqrt(d_k)) V: q (B,H,T,K), k/v (B,H,S,K), additive mask -> (B,T,H,K), (B,H,T,S)."""
+    scores = torch.matmul(query, key.transpose(2, 3)) * scaling
+    if attention_mask is not None:
+        scores = scores + attention_mask
+    weights = F.softmax(scores, dim=-1)
+    weights = F.dropout(weights, p=dropout, training=module.training)
+    return torch.matmul(weights, value).transpose(1, 2).contiguous(), weights
+
+
+class MultiHeadAttention(nn.Module):
+    """3.2.2 MultiHead(Q, K, V) = Concat(head_1..head_h) W^O: (B,T,D) [, memory (B,S,D)] -> (B,T,D), weights."""
+
+    def __init__(
+        self, config: VanillaTransformerConfig, layer_idx: int, is_causal: bool, is_cross_attention: bool
+    ):
+        super().__init__()
+        self.config = config
+        self.layer_idx = layer_idx
+        self.is_causal = is_causal  # read by sdpa when masking_utils skips an all-visible mask
+        self.is_cross_attention = is_cross_attention
+        self.head_dim = config.head_dim
+        self.scaling = self.head_dim**-0.5
+        self.dropout = config.attention_dropout
+        d_model = config.d_model
+        # The paper's projections W^Q, W^K, W^V, W^O have no bias. Fused into one matmul where inputs coincide.
+        if is_cross_attention:
+            self.q_proj = nn.Linear(d_model, d_model, bias=False)
+            self.kv_proj = nn.Linear(d_model, 2 * d_model, bias=False)
+        else:
+            self.qkv_proj = nn.Linear(d_model, 3 * d_model, bias=False)
+        self.out_proj = nn.Linear(d_model, d_model, bias=False)
+
+    def _split_heads(self, states: torch.Tensor, parts: int) -> tuple[torch.Tensor, ...]:
+        """(B, L, parts*D) -> `parts` tensors of (B, H, L, K)."""
+        batch, length, _ = states.shape
+        return states.view(batch, length, parts, -1, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        key_value_states: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        past_key_values: Cache | None = None,
+        **kwargs,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if self.is_cross_attention:
+            (query,) = self._split_heads(self.q_proj(hidden_states), 1)
+            cache = past_key_values.cross_attention_cache if past_key_values is not None else None
+            if cache is not None and past_key_values.is_updated.get(self.layer_idx):
+                # The encoder output does not change while decoding: its keys and values are computed once.
+                key, value = cache.layers[self.layer_idx].keys, cache.layers[self.layer_idx].values
+            else:
+                key, value = self._split_heads(self.kv_proj(key_value_states), 2)
+                if cache is not None:
+                    key, value = cache.update(key, value, self.layer_idx)
+                    past_key_values.is_updated[self.layer_idx] = True
+        else:
+            query, key, value = self._split_heads(self.qkv_proj(hidden_states), 3)
+            if past_key_values is not None:
+                cache = past_key_values.self_attention_cache
+                key, value = cache.update(key, value, self.layer_idx)
+
+        attention: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
+            self.config._attn_implementation, scaled_dot_product_attention
+        )
+        output, weights = attention(
+            self,
+            query,
+            key,
+            value,
+            attention_mask,
+            dropout=self.dropout if self.training else 0.0,
+            scaling=self.scaling,
+            **kwargs,
+        )
+        output = output.reshape(*hidden_states.shape[:-1], -1)
+        return self.out_proj(output), weights
+
+
+class PositionwiseFeedForward(nn.Module):
+    """3.3 FFN(x) = max(0, x W_1 + b_1) W_2 + b_2: (B, L, D) -> (B, L, D)."""
+
+    def __init__(self, config: VanillaTransformerConfig):
+        super().__init__()
+        self.fc1 = nn.Linear(config.d_model, config.d_ff)
+        self.fc2 = nn.Linear(config.d_ff, config.d_model)
+        self.activation_dropout = config.activation_dropout
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        hidden_states = F.relu(self.fc1(hidden_states))
+        hidden_states = F.dropout(hidden_states, p=self.activation_dropout, training=self.training)
+        return self.fc2(hidden_states)
+
+
+class ResidualConnection(nn.Module):
+    """3.1 + 5.4 LayerNorm(x + Dropout(Sublayer(x))), or x + Dropout(Sublayer(LayerNorm(x))) with pre_layernorm."""
+
+    def __init__(self, config: VanillaTransformerConfig):
+        super().__init__()
+        self.layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.dropout = config.dropout
+        self.pre_layernorm = config.pre_layernorm
+
+    def forward(
+        self, hidden_states: torch.Tensor, sublayer: Callable[[torch.Tensor], torch.Tensor]
+    ) -> torch.Tensor:
+        if self.pre_layernorm:
+            return hidden_states + F.dropout(
+                sublayer(self.layer_norm(hidden_states)), self.dropout, self.training
+            )
+        return self.layer_norm(
+            hidden_states + F.dropout(sublayer(hidden_states), self.dropout, self.training)
+        )
+
+
+def sinusoidal_positions(num_positions: int, d_model: int) -> torch.Tensor:
+    """3.5 PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(...): (num_positions, D)."""
+    position = torch.arange(num_positions, dtype=torch.float32).unsqueeze(1)
+    inverse_frequency = torch.exp(
+        torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model)
+    )
+    table = torch.zeros(num_positions, d_model)
+    table[:, 0::2] = torch.sin(position * inverse_frequency)
+    table[:, 1::2] = torch.cos(position * inverse_frequency)
+    return table
+
+
+class SinusoidalPositionalEncoding(nn.Module):
+    """3.5 Fixed (not learned, not saved) encodings for positions offset..offset+L-1: -> (L, D)."""
+
+    def __init__(self, config: VanillaTransformerConfig):
+        super().__init__()
+        self.register_buffer(
+            "table", sinusoidal_positions(config.max_position_embeddings, config.d_model), persistent=False
+        )
+
+    def forward(self, length: int, offset: int = 0) -> torch.Tensor:
+        return self.table[offset : offset + length]
+
+
+class EncoderLayer(GradientCheckpointingLayer):
+    """3.1 Encoder layer: self-attention then feed-forward, each in a residual connection: (B,S,D) -> (B,S,D)."""
+
+    def __init__(self, config: VanillaTransformerConfig, layer_idx: int):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(config, layer_idx, is_causal=False, is_cross_attention=False)
+        self.self_attn_residual = ResidualConnection(config)
+        self.feed_forward = PositionwiseFeedForward(config)
+        self.feed_forward_residual = ResidualConnection(config)
+
+    def forward(
+        self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None, **kwargs
+    ) -> torch.Tensor:
+        hidden_states = self.self_attn_residual(
+            hidden_states, lambda x: self.self_attn(x, attention_mask=attention_mask, **kwargs)[0]
+        )
+        return self.feed_forward_residual(hidden_states, self.feed_forward)
+
+
+class DecoderLayer(GradientCheckpointingLayer):
+    """3.1 Decoder layer: masked self-attention, attention over the encoder output, feed-forward: (B,T,D) -> (B,T,D)."""
+
+    def __init__(self, config: VanillaTransformerConfig, layer_idx: int):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(config, layer_idx, is_causal=True, is_cross_attention=False)
+        self.self_attn_residual = ResidualConnection(config)
+        self.encoder_attn = MultiHeadAttention(config, layer_idx, is_causal=False, is_cross_attention=True)
+        self.encoder_attn_residual = ResidualConnection(config)
+        self.feed_forward = PositionwiseFeedForward(config)
+        self.feed_forward_residual = ResidualConnection(config)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        encoder_hidden_states: torch.Tensor,
+        encoder_attention_mask: torch.Tensor | None = None,
+        past_key_values: Cache | None = None,
+        **kwargs,
+    ) -> torch.Tensor:
+        hidden_states = self.self_attn_residual(
+            hidden_states,
+            lambda x: self.self_attn(
+                x, attention_mask=attention_mask, past_key_values=past_key_values, **kwargs
+            )[0],
+        )
+        hidden_states = self.encoder_attn_residual(
+            hidden_states,
+            lambda x: self.encoder_attn(
+                x,
+                key_value_states=encoder_hidden_states,
+                attention_mask=encoder_attention_mask,
+                past_key_values=past_key_values,
+                **kwargs,
+            )[0],
+        )
+        return self.feed_forward_residual(hidden_states, self.feed_forward)
+
+
+class VanillaTransformerPreTrainedModel(PreTrainedModel):
+    config: VanillaTransformerConfig
+    config_class = VanillaTransformerConfig
+    base_model_prefix = "model"
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["EncoderLayer", "DecoderLayer"]
+    _supports_sdpa = True
+    _supports_flash_attn = True
+    _supports_flex_attn = True
+    _can_compile_fullgraph = True
+
+    @torch.no_grad()
+    def _init_weights(self, module: nn.Module):
+        """Xavier/Glorot uniform for every weight matrix and the shared embedding, as the reference code does."""
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            init.xavier_uniform_(module.weight)
+            if getattr(module, "bias", None) is not None:
+                init.zeros_(module.bias)
+        elif isinstance(module, nn.LayerNorm):
+            init.ones_(module.weight)
+            init.zeros_(module.bias)
+        elif isinstance(module, SinusoidalPositionalEncoding):
+            init.copy_(module.table, sinusoidal_positions(*module.table.shape))
+
+
+class TokenEmbedding(nn.Module):
+    """3.4 Embedding * sqrt(d_model) plus 3.5 positional encoding, then dropout: ids (B,L) -> (B,L,D)."""
+
+    def __init__(self, config: VanillaTransformerConfig):
+        super().__init__()
+        self.config = config
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
+        self.embed_scale = math.sqrt(config.d_model)
+        self.embed_positions = SinusoidalPositionalEncoding(config)
+        self.dropout = config.dropout
+
+    def forward(self, input_ids: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        if not is_torchdynamo_compiling():
+            self._check_inputs(input_ids, offset)
+        embeddings = self.embed_tokens(input_ids) * self.embed_scale
+        embeddings = embeddings + self.embed_positions(input_ids.shape[1], offset)
+        return F.dropout(embeddings, p=self.dropout, training=self.training)
+
+    def _check_inputs(self, input_ids: torch.Tensor, offset: int):
+        """Name the problem here rather than fail with an index error deep inside torch."""
+        if input_ids.numel() and (input_ids.min() < 0 or input_ids.max() >= self.config.vocab_size):
+            raise ValueError(
+                f"token ids must be in [0, vocab_size={self.config.vocab_size}), got ids from "
+                f"{input_ids.min().item()} to {input_ids.max().item()}: does the tokenizer match the model?"
+            )
+        if offset + input_ids.shape[1] > self.config.max_position_embeddings:
+            raise ValueError(
+                f"sequence of {offset + input_ids.shape[1]} tokens is longer than max_position_embeddings="
+                f"{self.config.max_position_embeddings}; truncate the input or raise max_position_embeddings"
+            )
+
+
+class VanillaTransformerEncoder(VanillaTransformerPreTrainedModel):
+    """3.1 Encoder: embeddings then N encoder layers: ids (B,S) -> (B,S,D)."""
+
+    _can_record_outputs = {"hidden_states": EncoderLayer, "attentions": MultiHeadAttention}
+
+    def __init__(self, config: VanillaTransformerConfig):
+        super().__init__(config)
+        self.embeddings = TokenEmbedding(config)
+        self.layers = nn.ModuleList([EncoderLayer(config, i) for i in range(config.encoder_layers)])
+        self.final_layer_norm = (
+            nn.LayerNorm(config.d_model, config.layer_norm_eps) if config.pre_layernorm else None
+        )
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.embeddings.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding):
+        self.embeddings.embed_tokens = value
+
+    @capture_outputs
+    def forward(
+        self, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None = None, **kwargs
+    ) -> BaseModelOutput:
+        hidden_states = self.embeddings(input_ids)
+        attention_mask = create_bidirectional_mask(
+            config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask
+        )
+        for layer in self.layers:
+            hidden_states = layer(hidden_states, attention_mask, **kwargs)
+        if self.final_layer_norm is not None:
+            hidden_states = self.final_layer_norm(hidden_states)
+        return BaseModelOutput(last_hidden_state=hidden_states)
+
+
+class VanillaTransformerDecoder(VanillaTransformerPreTrainedModel):
+    """3.1 Decoder: embeddings then N decoder layers over the encoder output: ids (B,T), (B,S,D) -> (B,T,D)."""
+
+    _can_record_outputs = {
+        "hidden_states": DecoderLayer,
+        "attentions": OutputRecorder(MultiHeadAttention, index=1, layer_name="self_attn"),
+        "cross_attentions": OutputRecorder(MultiHeadAttention, index=1, layer_name="encoder_attn"),
+    }
+
+    def __init__(self, config: VanillaTransformerConfig):
+        super().__init__(config)
+        self.embeddings = TokenEmbedding(config)
+        self.layers = nn.ModuleList([DecoderLayer(config, i) for i in range(config.decoder_layers)])
+        self.final_layer_norm = (
+            nn.LayerNorm(config.d_model, config.layer_norm_eps) if config.pre_layernorm else None
+        )
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.embeddings.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding):
+        self.embeddings.embed_tokens = value
+
+    @capture_outputs
+    def forward(
+        self,
+        input_ids: torch.LongTensor,
+        encoder_hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
+        past_key_values: EncoderDecoderCache | None = None,
+        use_cache: bool | None = None,
+        **kwargs,
+    ) -> BaseModelOutputWithPastAndCrossAttentions:
+        if use_cache and past_key_values is None:
+            past_key_values = EncoderDecoderCache(
+                DynamicCache(config=self.config), DynamicCache(config=self.config)
+            )
+        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
+        hidden_states = self.embeddings(input_ids, offset=past_length)
+        causal_mask = create_causal_mask(
+            config=self.config,
+            inputs_embeds=hidden_states,
+            attention_mask=attention_mask,
+            past_key_values=past_key_values.self_attention_cache if past_key_values is not None else None,
+        )
+        encoder_attention_mask = create_bidirectional_mask(
+            config=self.config,
+            inputs_embeds=hidden_states,
+            attention_mask=encoder_attention_mask,
+            encoder_hidden_states=encoder_hidden_states,
+        )
+        for layer in self.layers:
+            hidden_states = layer(
+                hidden_states,
+                causal_mask,
+                encoder_hidden_states,
+                encoder_attention_mask=encoder_attention_mask,
+                past_key_values=past_key_values,
+                **kwargs,
+            )
+        if self.final_layer_norm is not None:
+            hidden_states = self.final_layer_norm(hidden_states)
+        return BaseModelOutputWithPastAndCrossAttentions(
+            last_hidden_state=hidden_states, past_key_values=past_key_values
+        )
+
+
+class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
+    """3 The encoder-decoder with one token embedding shared by both stacks: -> decoder states (B,T,D)."""
+
+    _tied_weights_keys = {
+        "encoder.embeddings.embed_tokens.weight": "shared.weight",
+        "decoder.embeddings.embed_tokens.weight": "shared.weight",
+    }
+
+    def __init__(self, config: VanillaTransformerConfig):
+        super().__init__(config)
+        self.shared = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
+        self.encoder = VanillaTransformerEncoder(config)
+        self.decoder = VanillaTransformerDecoder(config)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.shared
+
+    def set_input_embeddings(self, value: nn.Embedding):
+        self.shared = value
+        self.encoder.set_input_embeddings(value)
+        self.decoder.set_input_embeddings(value)
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs: BaseModelOutput | tuple | None = None,
+        past_key_values: EncoderDecoderCache | None = None,
+        use_cache: bool | None = None,
+        **kwargs,
+    ) -> Seq2SeqModelOutput:
+        if encoder_outputs is None:
+            if input_ids is None:
+                raise ValueError("pass input_ids (the source tokens) or encoder_outputs")
+            encoder_outputs = self.encoder(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+        elif not isinstance(encoder_outputs, BaseModelOutput):
+            encoder_outputs = BaseModelOutput(*encoder_outputs)
+        if decoder_input_ids is None:
+            raise ValueError("pass decoder_input_ids or labels (decoder inputs are labels shifted right)")
+        decoder_outputs = self.decoder(
+            input_ids=decoder_input_ids,
+            encoder_hidden_states=encoder_outputs.last_hidden_state,
+            attention_mask=decoder_attention_mask,
+            encoder_attention_mask=attention_mask,
+            past_key_values=past_key_values,
+            use_cache=use_cache,
+            **kwargs,
+        )
+        return Seq2SeqModelOutput(
+            last_hidden_state=decoder_outputs.last_hidden_state,
+            past_key_values=decoder_outputs.past_key_values,
+            decoder_hidden_states=decoder_outputs.hidden_states,
+            decoder_attentions=decoder_outputs.attentions,
+            cross_attentions=decoder_outputs.cross_attentions,
+            encoder_last_hidden_state=encoder_outputs.last_hidden_state,
+            encoder_hidden_states=encoder_outputs.hidden_states,
+            encoder_attentions=encoder_outputs.attentions,
+        )
+
+
+def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
+    """Teacher forcing: decoder input t is label t-1, starting from decoder_start; -100 becomes pad: (B,T)."""
+    decoder_input_ids = labels.new_full(labels.shape, decoder_start_token_id)
+    decoder_input_ids[:, 1:] = labels[:, :-1]
+    return decoder_input_ids.masked_fill_(decoder_input_ids == -100, pad_token_id)
+
+
+class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedModel, GenerationMixin):
+    """3.4 The model plus the pre-softmax projection, which is the shared embedding matrix: -> logits (B,T,V)."""
+
+    _tied_weights_keys = {"lm_head.weight": "model.shared.weight"}
+    accepts_loss_kwargs = True
+
+    def __init__(self, config: VanillaTransformerConfig):
+        super().__init__(config)
+        self.model = VanillaTransformerModel(config)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs: BaseModelOutput | tuple | None = None,
+        past_key_values: EncoderDecoderCache | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        num_items_in_batch: int | torch.Tensor | None = None,
+        **kwargs,
+    ) -> Seq2SeqLMOutput:
+        r"""
+        labels (`torch.LongTensor` of shape `(batch_size, target_length)`): target ids, -100 where ignored. When
+            given, decoder inputs default to the labels shifted right and the loss is label-smoothed cross-entropy
+            (section 5.4) averaged over the labelled tokens, or summed and divided by `num_items_in_batch`.
+        """
+        if labels is not None:
+            use_cache = False
+            if decoder_input_ids is None:
+                decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
+        outputs = self.model(
+            input_ids,
+            attention_mask=attention_mask,
+            decoder_input_ids=decoder_input_ids,
+            decoder_attention_mask=decoder_attention_mask,
+            encoder_outputs=encoder_outputs,
+            past_key_values=past_key_values,
+            use_cache=use_cache,
+            **kwargs,
+        )
+        logits = self.lm_head(outputs.last_hidden_state)
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(
+                logits.flatten(0, 1).float(),
+                labels.flatten(),
+                ignore_index=-100,
+                label_smoothing=self.config.label_smoothing,
+                reduction="mean" if num_items_in_batch is None else "sum",
+            )
+            if num_items_in_batch is not None:
+                loss = loss / num_items_in_batch
+        return Seq2SeqLMOutput(
+            loss=loss,
+            logits=logits,
+            past_key_values=outputs.past_key_values,
+            decoder_hidden_states=outputs.decoder_hidden_states,
+            decoder_attentions=outputs.decoder_attentions,
+            cross_attentions=outputs.cross_attentions,
+            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
+            encoder_hidden_states=outputs.encoder_hidden_states,
+            encoder_attentions=outputs.encoder_attentions,
+        )
+
+    def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
+        return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
+
+
+__all__ = [
+    "VanillaTransformerForConditionalGeneration",
+    "VanillaTransformerModel",
+    "VanillaTransformerPreTrainedModel",
+]
