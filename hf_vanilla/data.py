@@ -25,6 +25,8 @@ def load_translation_split(
     Accepts both Hub layouts: a `translation` dict column ({"en": ..., "de": ...}) and one column
     per language.
     """
+    if source_lang == target_lang:
+        raise ValueError(f"Source and target language are both {source_lang!r}")
     try:
         splits = datasets.load_dataset(dataset, config_name)
     except (FileNotFoundError, ConnectionError) as err:

@@ -1,0 +1,259 @@
+import json
+import logging
+
+import datasets
+import numpy as np
+import pytest
+import torch
+
+from hf_vanilla.data import (
+    TokenBatchSampler,
+    clean_translation_pairs,
+    example_lengths,
+    load_translation_split,
+    make_collator,
+    padding_efficiency,
+    tokenize_pairs,
+)
+from hf_vanilla.tokenization import train_tokenizer
+
+
+@pytest.fixture(scope="module")
+def validation(multi30k_path):
+    return load_translation_split(multi30k_path, "de", "en", "validation")
+
+
+@pytest.fixture(scope="module")
+def tokenizer(validation):
+    return train_tokenizer(
+        list(validation["source"]) + list(validation["target"]), vocab_size=600, show_progress=False
+    )
+
+
+@pytest.fixture(scope="module")
+def tokenized_validation(validation, tokenizer):
+    return tokenize_pairs(validation, tokenizer)
+
+
+@pytest.fixture
+def random_lengths():
+    """Source and target lengths like short captions, with a few long outliers."""
+    rng = np.random.default_rng(0)
+    return np.concatenate([rng.integers(3, 40, size=(997, 2)), [[300, 20], [12, 250], [120, 130]]])
+
+
+def write_jsonl(path, rows):
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+
+
+# Loading
+
+
+def test_translation_layout_gives_source_and_target(validation, multi30k_path):
+    with open(f"{multi30k_path}/validation.jsonl") as raw:
+        first = json.loads(raw.readline())["translation"]
+    assert validation.column_names == ["source", "target"]
+    assert len(validation) == 1014
+    assert validation[0] == {"source": first["de"], "target": first["en"]}
+
+
+def test_flat_layout_gives_source_and_target(tmp_path):
+    write_jsonl(
+        tmp_path / "train.jsonl",
+        [{"id": 7, "en": "A cat.", "de": "Eine Katze."}, {"id": 8, "en": "Hi", "de": "Hallo"}],
+    )
+    pairs = load_translation_split(str(tmp_path), "en", "de", "train")
+    assert pairs.column_names == ["source", "target"]
+    assert pairs.to_list() == [
+        {"source": "A cat.", "target": "Eine Katze."},
+        {"source": "Hi", "target": "Hallo"},
+    ]
+
+
+def test_unknown_language_lists_available_languages(multi30k_path, tmp_path):
+    with pytest.raises(ValueError, match=r"'xx'.*available languages: \['cs', 'de', 'en', 'fr'\]"):
+        load_translation_split(multi30k_path, "xx", "en", "validation")
+    write_jsonl(tmp_path / "train.jsonl", [{"id": 7, "en": "A cat.", "de": "Eine Katze."}])
+    with pytest.raises(ValueError, match=r"'fr'.*available languages: \['de', 'en'\]"):
+        load_translation_split(str(tmp_path), "en", "fr", "train")
+
+
+def test_same_source_and_target_language_is_an_error(multi30k_path):
+    with pytest.raises(ValueError, match="both 'en'"):
+        load_translation_split(multi30k_path, "en", "en", "validation")
+
+
+def test_unknown_split_lists_available_splits(multi30k_path):
+    with pytest.raises(ValueError, match=r"'dev'.*available splits: \['test', 'train', 'validation'\]"):
+        load_translation_split(multi30k_path, "de", "en", "dev")
+
+
+def test_missing_dataset_path_is_named(tmp_path):
+    missing = str(tmp_path / "no_such_corpus")
+    with pytest.raises(FileNotFoundError, match="no_such_corpus"):
+        load_translation_split(missing, "de", "en", "train")
+
+
+# Cleaning
+
+
+def test_cleaning_drops_and_counts_each_reason(caplog):
+    pairs = datasets.Dataset.from_dict(
+        {
+            "source": ["  Ein   Hund. ", "", "   ", "w " * 81, "ein", "Zwei Katzen"],
+            "target": ["A dog.", "Text", "Text", "words", "a b c d e f g h i j", "\tTwo  cats\n"],
+        }
+    )
+    with caplog.at_level(logging.INFO, logger="hf_vanilla.data"):
+        kept, dropped = clean_translation_pairs(pairs, max_words=80, max_length_ratio=9)
+    assert dropped == {"empty": 2, "too_long": 1, "length_ratio": 1}
+    assert kept.to_list() == [
+        {"source": "Ein Hund.", "target": "A dog."},
+        {"source": "Zwei Katzen", "target": "Two cats"},
+    ]
+    assert "kept 2 of 6 pairs; dropped 2 empty, 1 over 80 words, 1 with length ratio over 9" in caplog.text
+
+
+def test_cleaning_limits_are_configurable():
+    pairs = datasets.Dataset.from_dict({"source": ["a b c", "a", "a b"], "target": ["x y z", "x y", "x y"]})
+    kept, dropped = clean_translation_pairs(pairs, max_words=2, max_length_ratio=1.5)
+    assert kept.to_list() == [{"source": "a b", "target": "x y"}]
+    assert dropped == {"too_long": 1, "length_ratio": 1}
+
+
+# Tokenizing and collating
+
+
+def test_tokenize_pairs_gives_ids_and_labels_ending_in_eos(tokenized_validation):
+    assert tokenized_validation.column_names == ["input_ids", "labels"]
+    row = tokenized_validation[0]
+    assert row["input_ids"][-1] == 2 and row["labels"][-1] == 2
+    assert all(isinstance(token, int) for token in row["input_ids"] + row["labels"])
+
+
+def test_tokenize_pairs_truncates_only_when_asked(validation, tokenizer, tokenized_validation):
+    truncated = tokenize_pairs(validation.select(range(50)), tokenizer, max_length=5)
+    assert {len(ids) for ids in truncated["input_ids"]} == {5}
+    assert max(len(ids) for ids in tokenized_validation["labels"]) > 5
+
+
+def test_example_lengths_follow_row_order(tokenized_validation):
+    picked = tokenized_validation.select([5, 0, 3])
+    expected = [[len(row["input_ids"]), len(row["labels"])] for row in picked]
+    assert example_lengths(picked).tolist() == expected
+
+
+def test_collator_pads_to_tensors_with_mask_and_ignored_labels(tokenizer, tokenized_validation):
+    features = [tokenized_validation[i] for i in range(4)]
+    batch = make_collator(tokenizer)(features)
+    longest_source = max(len(f["input_ids"]) for f in features)
+    longest_target = max(len(f["labels"]) for f in features)
+    assert batch["input_ids"].shape == batch["attention_mask"].shape == (4, longest_source)
+    assert batch["labels"].shape == (4, longest_target)
+    assert all(isinstance(batch[key], torch.Tensor) for key in ("input_ids", "attention_mask", "labels"))
+    for row, feature in enumerate(features):
+        source_length, target_length = len(feature["input_ids"]), len(feature["labels"])
+        assert batch["attention_mask"][row].tolist() == [1] * source_length + [0] * (
+            longest_source - source_length
+        )
+        assert (batch["input_ids"][row, source_length:] == 0).all()
+        assert batch["labels"][row].tolist() == feature["labels"] + [-100] * (longest_target - target_length)
+
+
+# Token batches
+
+
+def assert_within_cap(batches, lengths, max_tokens):
+    for batch in batches:
+        assert len(batch) == 1 or (len(batch) * lengths[batch].max(axis=0) <= max_tokens).all()
+
+
+def batches_of(sampler, epoch=0):
+    sampler.set_epoch(epoch)
+    return list(sampler)
+
+
+def test_batches_cap_padded_tokens_and_cover_every_example_once(random_lengths):
+    sampler = TokenBatchSampler(random_lengths, max_tokens=400)
+    batches = batches_of(sampler)
+    assert len(batches) == len(sampler)
+    assert sorted(index for batch in batches for index in batch) == list(range(len(random_lengths)))
+    assert_within_cap(batches, random_lengths, 400)
+
+
+def test_example_longer_than_cap_gets_its_own_batch(random_lengths):
+    batches = batches_of(TokenBatchSampler(random_lengths, max_tokens=200))
+    assert [997] in batches and [998] in batches
+    assert all(len(batch) > 1 for batch in batches if random_lengths[batch].max() <= 100)
+
+
+def test_batches_group_similar_lengths(tokenized_validation):
+    lengths = example_lengths(tokenized_validation)
+    sampler = TokenBatchSampler(lengths, max_tokens=512)
+    unsorted_batches = np.array_split(np.random.default_rng(0).permutation(len(lengths)), len(sampler))
+    assert padding_efficiency(sampler, lengths) > 0.9 > padding_efficiency(unsorted_batches, lengths)
+
+
+def test_same_epoch_same_batches_other_epoch_other_order(random_lengths):
+    sampler = TokenBatchSampler(random_lengths, max_tokens=400, seed=3)
+    twin = TokenBatchSampler(random_lengths, max_tokens=400, seed=3)
+    assert batches_of(sampler, epoch=1) == batches_of(twin, epoch=1)
+    assert batches_of(sampler, epoch=1) != batches_of(sampler, epoch=2)
+    assert batches_of(sampler, epoch=1) != batches_of(
+        TokenBatchSampler(random_lengths, max_tokens=400, seed=4), 1
+    )
+    assert len(batches_of(sampler, epoch=2)) == len(sampler)
+
+
+def test_without_shuffle_batches_come_shortest_first(random_lengths):
+    batches = batches_of(TokenBatchSampler(random_lengths, max_tokens=400, shuffle=False))
+    longest = [int(random_lengths[batch].max()) for batch in batches]
+    assert longest == sorted(longest)
+
+
+@pytest.mark.parametrize("num_replicas", [2, 3])
+@pytest.mark.parametrize("max_tokens", [300, 400, 1000])
+def test_shards_are_disjoint_complete_and_equal_length(random_lengths, num_replicas, max_tokens):
+    shards = [
+        batches_of(
+            TokenBatchSampler(random_lengths, max_tokens, seed=1, num_replicas=num_replicas, rank=rank), 5
+        )
+        for rank in range(num_replicas)
+    ]
+    expected_length = len(TokenBatchSampler(random_lengths, max_tokens, num_replicas=num_replicas))
+    assert [len(shard) for shard in shards] == [expected_length] * num_replicas
+    indices = [index for shard in shards for batch in shard for index in batch]
+    assert sorted(indices) == list(range(len(random_lengths)))
+
+
+def test_sharding_splits_batches_when_count_does_not_divide(random_lengths):
+    unsharded = TokenBatchSampler(random_lengths, max_tokens=300)
+    assert len(unsharded) % 2 == 1
+    sharded = TokenBatchSampler(random_lengths, max_tokens=300, num_replicas=2)
+    assert len(sharded) == (len(unsharded) + 1) // 2
+    assert_within_cap(batches_of(sharded), random_lengths, 300)
+
+
+def test_too_few_examples_for_replicas_is_an_error():
+    with pytest.raises(ValueError, match="cannot fill 4 replicas"):
+        TokenBatchSampler([[3, 3], [4, 4]], max_tokens=100, num_replicas=4, rank=0)
+    with pytest.raises(ValueError, match="rank 2"):
+        TokenBatchSampler([[3, 3], [4, 4]], max_tokens=100, num_replicas=2, rank=2)
+
+
+def test_padding_efficiency_counts_source_and_target():
+    lengths = [[2, 3], [4, 1], [5, 5]]
+    # batch [0, 1] pads to 2 * (4 + 3) = 14 for 10 real tokens; batch [2] has no padding.
+    assert padding_efficiency([[0, 1], [2]], lengths) == pytest.approx((10 + 10) / (14 + 10))
+
+
+def test_sampler_drives_a_dataloader(tokenizer, tokenized_validation):
+    lengths = example_lengths(tokenized_validation)
+    sampler = TokenBatchSampler(lengths, max_tokens=256)
+    loader = torch.utils.data.DataLoader(
+        tokenized_validation, batch_sampler=sampler, collate_fn=make_collator(tokenizer)
+    )
+    batches = list(loader)
+    assert len(batches) == len(sampler)
+    assert sum(batch["input_ids"].shape[0] for batch in batches) == len(tokenized_validation)
+    assert all(batch["input_ids"].numel() <= 256 and batch["labels"].numel() <= 256 for batch in batches)
