@@ -41,7 +41,8 @@ def translate_sentences(
     `generate_kwargs`, each batch may produce up to its longest source + `extra_output_tokens` new
     tokens (section 6.1), capped by the model's max_position_embeddings. `generate_kwargs` go to
     `model.generate` as they are (num_beams, length_penalty, do_sample...); greedy when none are given.
-    Blank or empty sources translate to "" without running the model.
+    Blank or empty sources translate to "" without running the model; a line break inside a
+    translation becomes a space, so one line in gives one line out.
     """
     translations = [""] * len(sources)
     nonblank = [index for index, source in enumerate(sources) if source.strip()]
@@ -49,27 +50,39 @@ def translate_sentences(
         return translations
     input_ids = tokenizer([sources[index] for index in nonblank])["input_ids"]
     sampler = TokenBatchSampler([len(ids) for ids in input_ids], max_tokens, shuffle=False)
-    longest_output = model.config.max_position_embeddings - 1  # the decoder start token takes a position
     model_was_training = model.training
     model.eval()
     try:
-        with torch.inference_mode(), tqdm(
-            total=len(nonblank), unit="sent", desc="Translating", disable=not show_progress
-        ) as progress:
+        with (
+            torch.inference_mode(),
+            tqdm(total=len(nonblank), unit="sent", desc="Translating", disable=not show_progress) as progress,
+        ):
             for batch in sampler:
                 batch_ids = [input_ids[position] for position in batch]
                 encoded = tokenizer.pad({"input_ids": batch_ids}, return_tensors="pt").to(model.device)
-                longest_source = max(map(len, batch_ids))
-                kwargs = {"max_new_tokens": min(longest_source + extra_output_tokens, longest_output)}
-                kwargs.update(generate_kwargs)
-                outputs = model.generate(**encoded, **kwargs)
-                texts = tokenizer.batch_decode(outputs, skip_special_tokens=True)
-                for position, text in zip(batch, texts, strict=True):
+                max_new_tokens = paper_max_new_tokens(model, max(map(len, batch_ids)), extra_output_tokens)
+                outputs = model.generate(**encoded, **{"max_new_tokens": max_new_tokens, **generate_kwargs})
+                for position, text in zip(batch, decode_translations(tokenizer, outputs), strict=True):
                     translations[nonblank[position]] = text
                 progress.update(len(batch))
     finally:
         model.train(model_was_training)
     return translations
+
+
+def paper_max_new_tokens(
+    model: PreTrainedModel, longest_source: int, extra_output_tokens: int = PAPER_EXTRA_OUTPUT_TOKENS
+) -> int:
+    """Section 6.1's output limit, input length + 50, capped so the decoder stays within its positions."""
+    # The decoder start token takes one position.
+    return min(longest_source + extra_output_tokens, model.config.max_position_embeddings - 1)
+
+
+def decode_translations(tokenizer: PreTrainedTokenizerBase, output_ids: torch.Tensor) -> list[str]:
+    """Detokenized text, one line each: a line break the model produced becomes a space."""
+    return [
+        " ".join(text.splitlines()) for text in tokenizer.batch_decode(output_ids, skip_special_tokens=True)
+    ]
 
 
 def score_translations(

@@ -4,6 +4,7 @@ from types import SimpleNamespace
 import pytest
 import sacrebleu
 import torch
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from hf_vanilla import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from hf_vanilla.data import load_translation_split
@@ -11,25 +12,27 @@ from hf_vanilla.evaluation import score_translations, translate_sentences
 from hf_vanilla.tokenization import config_kwargs_from_tokenizer, save_tokenizer, train_tokenizer
 
 
-@pytest.fixture(scope="session")
-def tiny_model_dir(multi30k_path, tmp_path_factory):
+def save_tiny_model(multi30k_path, directory):
     """An untrained tiny model and a 1,000-token BPE from 2,000 Multi30k pairs, saved together."""
     pairs = load_translation_split(multi30k_path, "de", "en", "train").select(range(2000))
     tokenizer = train_tokenizer(chain(pairs["source"], pairs["target"]), vocab_size=1000, show_progress=False)
     torch.manual_seed(0)
     config = VanillaTransformerConfig.from_preset("tiny", **config_kwargs_from_tokenizer(tokenizer))
-    model = VanillaTransformerForConditionalGeneration(config)
-    directory = tmp_path_factory.mktemp("tiny_model")
     save_tokenizer(tokenizer, directory)  # first: it replaces the whole directory
-    model.save_pretrained(directory)
+    VanillaTransformerForConditionalGeneration(config).save_pretrained(directory)
     return directory
 
 
 @pytest.fixture(scope="module")
-def tiny_model_and_tokenizer(tiny_model_dir):
-    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+def tiny_model_dir(multi30k_path, tmp_path_factory):
+    return save_tiny_model(multi30k_path, tmp_path_factory.mktemp("tiny_model"))
 
-    return AutoModelForSeq2SeqLM.from_pretrained(tiny_model_dir), AutoTokenizer.from_pretrained(tiny_model_dir)
+
+@pytest.fixture(scope="module")
+def tiny_model_and_tokenizer(tiny_model_dir):
+    return AutoModelForSeq2SeqLM.from_pretrained(tiny_model_dir), AutoTokenizer.from_pretrained(
+        tiny_model_dir
+    )
 
 
 class EchoModel:
@@ -48,7 +51,9 @@ class EchoModel:
         self.training = mode
 
     def generate(self, input_ids, attention_mask, **kwargs):
-        self.calls.append({"batch_size": len(input_ids), "longest": int(attention_mask.sum(1).max()), **kwargs})
+        self.calls.append(
+            {"batch_size": len(input_ids), "longest": int(attention_mask.sum(1).max()), **kwargs}
+        )
         return input_ids
 
 

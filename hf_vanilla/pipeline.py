@@ -1,0 +1,104 @@
+"""A translation pipeline under our own task name, since transformers v5 removed "translation".
+
+After `import hf_vanilla`:
+
+    translator = pipeline("vanilla-translation", model="path/to/model")
+    translator("Ein Hund rennt.")                     # [{"translation_text": "..."}]
+    translator(["Ein Hund.", "Zwei Katzen."], batch_size=8, num_beams=1)
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from transformers import AutoModelForSeq2SeqLM, GenerationConfig, Pipeline
+from transformers.pipelines import PIPELINE_REGISTRY
+
+from .evaluation import (
+    PAPER_EXTRA_OUTPUT_TOKENS,
+    PAPER_GENERATION_KWARGS,
+    decode_translations,
+    paper_max_new_tokens,
+)
+
+TASK = "vanilla-translation"
+GENERATION_KEYS = {key for key in vars(GenerationConfig()) if not key.startswith("_")} | {"generation_config"}
+
+
+class VanillaTranslationPipeline(Pipeline):
+    """Text in, `[{"translation_text": ...}]` out (one dict per returned sequence), with `model.generate`.
+
+    Decoding follows the paper (section 6.1) where the call, the pipeline's construction and the model's
+    generation config leave it open: beam 4 with length penalty 0.6 (transformers' length penalty, not
+    GNMT's; see `hf_vanilla.evaluation`) unless num_beams or do_sample is set, and at most the batch's
+    longest source + `extra_output_tokens` new tokens unless max_new_tokens or max_length is set. Any
+    `generate` keyword (num_beams, max_new_tokens, do_sample, num_return_sequences, generation_config...)
+    can be given at construction or per call. A blank input gives an empty translation.
+    """
+
+    _pipeline_calls_generate = True
+    _load_tokenizer = True
+    _load_processor = False
+    _load_image_processor = False
+    _load_video_processor = False
+    _load_feature_extractor = False
+
+    def __init__(self, *args, **kwargs):
+        # Generation settings given here are kept by us, not by the base class, whose handling of them
+        # differs between transformers 5.17 and 5.2x.
+        self._construction_generate_kwargs = {key: kwargs.pop(key) for key in GENERATION_KEYS & kwargs.keys()}
+        super().__init__(*args, **kwargs)
+
+    def __call__(self, inputs: str | list[str], **kwargs) -> list[dict[str, str]] | list[Any]:
+        """A list of strings gives one dict per string when each has one translation, as v4's pipeline did."""
+        if isinstance(inputs, list) and not inputs:
+            return []
+        result = super().__call__(inputs, **kwargs)
+        if isinstance(inputs, list) and all(len(translations) == 1 for translations in result):
+            return [translations[0] for translations in result]
+        return result
+
+    def _sanitize_parameters(self, extra_output_tokens: int | None = None, **generate_kwargs):
+        forward_params = dict(generate_kwargs)
+        if extra_output_tokens is not None:
+            forward_params["extra_output_tokens"] = extra_output_tokens
+        return {}, forward_params, {}
+
+    def preprocess(self, text: str) -> dict[str, Any]:
+        if not isinstance(text, str):
+            raise TypeError(f"{TASK} takes a string or a list of strings, got {type(text).__name__}")
+        return {**self.tokenizer(text, return_tensors="pt"), "blank": not text.strip()}
+
+    def _forward(
+        self,
+        model_inputs: dict[str, Any],
+        extra_output_tokens: int = PAPER_EXTRA_OUTPUT_TOKENS,
+        **call_kwargs,
+    ) -> dict[str, Any]:
+        blank = model_inputs.pop("blank")
+        generate_kwargs = {**self._construction_generate_kwargs, **call_kwargs}
+        generation_config = copy.deepcopy(
+            generate_kwargs.pop("generation_config", None) or self.model.generation_config
+        )
+        settings = {**generation_config.to_diff_dict(), **generate_kwargs}
+        if "num_beams" not in settings and not settings.get("do_sample"):
+            generation_config.update(**PAPER_GENERATION_KWARGS)
+        if "max_new_tokens" not in settings and "max_length" not in settings:
+            longest_source = int(model_inputs["attention_mask"].sum(-1).max())
+            generation_config.max_new_tokens = paper_max_new_tokens(
+                self.model, longest_source, extra_output_tokens
+            )
+        model_kwargs = generation_config.update(**generate_kwargs)
+        output_ids = self.model.generate(**model_inputs, generation_config=generation_config, **model_kwargs)
+        batch_size = model_inputs["input_ids"].shape[0]
+        return {"output_ids": output_ids.reshape(batch_size, -1, output_ids.shape[-1]), "blank": blank}
+
+    def postprocess(self, model_outputs: dict[str, Any]) -> list[dict[str, str]]:
+        texts = decode_translations(self.tokenizer, model_outputs["output_ids"][0])
+        return [{"translation_text": "" if model_outputs["blank"] else text} for text in texts]
+
+
+PIPELINE_REGISTRY.register_pipeline(
+    TASK, pipeline_class=VanillaTranslationPipeline, pt_model=AutoModelForSeq2SeqLM
+)
