@@ -1,0 +1,37 @@
+"""Export a trained model directory to a stock MarianMTModel directory, and optionally on to CTranslate2."""
+
+import argparse
+
+from transformers import MarianMTModel
+
+from hf_vanilla.export import convert_to_ctranslate2, export_to_marian, load_vanilla, max_logit_difference
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("model_dir", help="a saved hf_vanilla model directory")
+    parser.add_argument("output_dir", help="where the MarianMTModel directory goes")
+    parser.add_argument("--tokenizer", default=None, help="tokenizer directory (default: model_dir)")
+    parser.add_argument("--ctranslate2-dir", default=None, help="also convert to CTranslate2 here")
+    parser.add_argument(
+        "--quantization", default=None, help="CTranslate2 weight type: int8, int8_float32, float32..."
+    )
+    parser.add_argument("--overwrite", action="store_true", help="replace existing output directories")
+    args = parser.parse_args()
+
+    try:
+        model = load_vanilla(args.model_dir)
+        marian_dir = export_to_marian(
+            model, args.output_dir, args.tokenizer or args.model_dir, args.overwrite
+        )
+    except (FileExistsError, FileNotFoundError, ValueError) as error:
+        parser.error(str(error))
+    difference = max_logit_difference(model, MarianMTModel.from_pretrained(marian_dir))
+    print(f"saved {marian_dir}: max |logit difference| to the original on random inputs {difference:.2e}")
+    if args.ctranslate2_dir:
+        path = convert_to_ctranslate2(marian_dir, args.ctranslate2_dir, args.quantization, args.overwrite)
+        print(f"saved {path} (CTranslate2, {args.quantization or 'weights as saved'})")
+
+
+if __name__ == "__main__":
+    main()
