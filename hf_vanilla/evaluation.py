@@ -8,15 +8,30 @@ differently; we keep transformers' beam search rather than reimplement it.
 
 from __future__ import annotations
 
+import argparse
+import json
 import logging
-from collections.abc import Sequence
+import os
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
 
 import torch
 from sacrebleu.metrics import BLEU, CHRF, TER
 from tqdm.auto import tqdm
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers import (
+    AutoModelForSeq2SeqLM,
+    AutoTokenizer,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    set_seed,
+)
 
-from .data import TokenBatchSampler
+from .configuration_vanilla import VanillaTransformerConfig
+from .data import TokenBatchSampler, load_translation_split
+from .tokenization import check_tokenizer_matches_model
 
 logger = logging.getLogger(__name__)
 
@@ -78,6 +93,11 @@ def paper_max_new_tokens(
     return min(longest_source + extra_output_tokens, model.config.max_position_embeddings - 1)
 
 
+def paper_decoding_defaults(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """Beam 4 with length penalty 0.6 (section 6.1), unless `settings` choose num_beams or sampling."""
+    return {} if "num_beams" in settings or settings.get("do_sample") else dict(PAPER_GENERATION_KWARGS)
+
+
 def decode_translations(tokenizer: PreTrainedTokenizerBase, output_ids: torch.Tensor) -> list[str]:
     """Detokenized text, one line each: a line break the model produced becomes a space."""
     return [
@@ -113,3 +133,219 @@ def score_translations(
         scores[name] = metric.corpus_score(list(hypotheses), [list(references)]).score
         scores[f"{name}_signature"] = str(metric.get_signature())
     return scores
+
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
+    """The command-line options of the translating scripts; read them back with `decoding_kwargs`."""
+    parser.add_argument("model", help="saved model directory (with its tokenizer) or Hub id")
+    parser.add_argument("--num-beams", type=int, default=PAPER_GENERATION_KWARGS["num_beams"])
+    parser.add_argument("--length-penalty", type=float, default=PAPER_GENERATION_KWARGS["length_penalty"])
+    parser.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=None,
+        help=f"fixed output limit (default: the batch's longest source + {PAPER_EXTRA_OUTPUT_TOKENS})",
+    )
+    parser.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS, help="source tokens per batch")
+    parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:1... (default: the GPU if present)")
+    parser.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
+
+
+def decoding_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """`generate` kwargs from the options of `add_decoding_arguments`."""
+    kwargs: dict[str, Any] = {"num_beams": args.num_beams}
+    if args.num_beams > 1:  # greedy search has no length penalty; generate warns if given one
+        kwargs["length_penalty"] = args.length_penalty
+    if args.max_new_tokens is not None:
+        kwargs["max_new_tokens"] = args.max_new_tokens
+    return kwargs
+
+
+def resolve_device(device: str | None = None) -> torch.device:
+    """`device`, or else the GPU if there is one and the CPU if not; an absent GPU asked for is an error."""
+    if device in (None, "auto"):
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    resolved = torch.device(device)
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} requested but torch sees no CUDA GPU; use --device cpu")
+    return resolved
+
+
+def load_model_and_tokenizer(
+    model_name_or_path: str | os.PathLike, device: str | None = None, dtype: str = "float32", **model_kwargs
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """A saved model directory (or Hub id) and its tokenizer, in eval mode on `device` in `dtype`.
+
+    `model_kwargs` go to `from_pretrained` (e.g. attn_implementation="eager").
+    For our own model type the tokenizer's vocabulary size and special token ids must match the
+    model config (`check_tokenizer_matches_model`); other seq2seq models are taken as they are.
+    """
+    if dtype not in DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}; choose one of {sorted(DTYPES)}")
+    device = resolve_device(device)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model_name_or_path)
+        model = AutoModelForSeq2SeqLM.from_pretrained(model_name_or_path, dtype=DTYPES[dtype], **model_kwargs)
+    except OSError as err:
+        raise FileNotFoundError(
+            f"cannot load a model and tokenizer from {str(model_name_or_path)!r}: it is no saved model "
+            f"directory and could not be loaded from the Hub ({err})"
+        ) from err
+    if model.config.model_type == VanillaTransformerConfig.model_type:
+        check_tokenizer_matches_model(tokenizer, model.config)
+    return model.to(device).eval(), tokenizer
+
+
+def evaluate_translation(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    sources: Sequence[str],
+    references: Sequence[str | None],
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    ter: bool = False,
+    target_lang: str = "",
+    show_progress: bool = True,
+    **generate_kwargs,
+) -> tuple[list[str], dict[str, Any]]:
+    """Translate `sources` and score against `references`: (hypotheses, report).
+
+    The report holds "cased" and "lowercased" sacreBLEU / chrF (and TER with `ter`), each with its
+    signature, the number of sentences and of blank sources (translated to "", logged), the
+    generation settings and the speed. A missing or blank reference is an error: it would lower
+    the score silently.
+    """
+    if not sources:
+        raise ValueError("no sentences to evaluate")
+    if len(sources) != len(references):
+        raise ValueError(f"{len(sources)} sources but {len(references)} references; they must pair up")
+    missing = [
+        line for line, reference in enumerate(references, 1) if reference is None or not reference.strip()
+    ]
+    if missing:
+        raise ValueError(
+            f"{len(missing)} of {len(references)} references are missing or blank (first at line "
+            f"{missing[0]}); this split has no complete references to score against"
+        )
+    blank_sources = sum(not source.strip() for source in sources)
+    if blank_sources:
+        logger.warning(
+            "%d of %d source lines are blank; their translations are blank", blank_sources, len(sources)
+        )
+    started = time.perf_counter()
+    hypotheses = translate_sentences(
+        model, tokenizer, sources, max_tokens=max_tokens, show_progress=show_progress, **generate_kwargs
+    )
+    seconds = time.perf_counter() - started
+    report = {
+        "cased": score_translations(hypotheses, references, ter=ter, target_lang=target_lang),
+        "lowercased": score_translations(
+            hypotheses, references, lowercase=True, ter=ter, target_lang=target_lang
+        ),
+        "sentences": len(sources),
+        "blank_sources": blank_sources,
+        "generation": {
+            "max_new_tokens": f"longest source in the batch + {PAPER_EXTRA_OUTPUT_TOKENS}",
+            **generate_kwargs,
+            "max_tokens": max_tokens,
+        },
+        "device": str(model.device),
+        "dtype": str(model.dtype).removeprefix("torch."),
+        "seconds": round(seconds, 3),
+        "sentences_per_second": round(len(sources) / seconds, 2),
+    }
+    return hypotheses, report
+
+
+def evaluate_bleu(
+    model_name_or_path: str | os.PathLike,
+    dataset: str,
+    source_lang: str,
+    target_lang: str,
+    output_dir: str | os.PathLike,
+    split: str = "test",
+    config_name: str | None = None,
+    max_sentences: int | None = None,
+    device: str | None = None,
+    dtype: str = "float32",
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    ter: bool = False,
+    seed: int = 0,
+    show_progress: bool = True,
+    **generate_kwargs,
+) -> dict[str, Any]:
+    """Translate a dataset split with a saved model, score it, and write hypotheses and a JSON report.
+
+    Decodes with the paper's settings (beam 4, length penalty 0.6, input length + 50) unless
+    `generate_kwargs` say otherwise. Writes `{split}.{source_lang}-{target_lang}.hyp` (one
+    translation a line, in dataset order) and `.json` into `output_dir`, each atomically, and
+    returns the report.
+    """
+    pairs = load_translation_split(dataset, source_lang, target_lang, split, config_name)
+    if max_sentences is not None:
+        pairs = pairs.select(range(min(max_sentences, len(pairs))))
+    model, tokenizer = load_model_and_tokenizer(model_name_or_path, device, dtype)
+    set_seed(seed)
+    hypotheses, report = evaluate_translation(
+        model,
+        tokenizer,
+        pairs["source"],
+        pairs["target"],
+        max_tokens=max_tokens,
+        ter=ter,
+        target_lang=target_lang,
+        show_progress=show_progress,
+        **paper_decoding_defaults(generate_kwargs),
+        **generate_kwargs,
+    )
+    stem = f"{split}.{source_lang}-{target_lang}"
+    hypotheses_path = write_lines_atomic(Path(output_dir) / f"{stem}.hyp", hypotheses)
+    report = {
+        "model": str(model_name_or_path),
+        "dataset": dataset,
+        "config_name": config_name,
+        "split": split,
+        "source_lang": source_lang,
+        "target_lang": target_lang,
+        **report,
+        "seed": seed,
+        "hypotheses_file": str(hypotheses_path),
+    }
+    write_text_atomic(
+        Path(output_dir) / f"{stem}.json", json.dumps(report, indent=2, ensure_ascii=False) + "\n"
+    )
+    return report
+
+
+def read_lines(path: str | os.PathLike | None = None) -> list[str]:
+    """The lines of a UTF-8 text file (stdin for None or "-"), split at "\n" only, line ends removed."""
+    data = sys.stdin.buffer.read() if path in (None, "-") else Path(path).read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path or 'stdin'} is not UTF-8 text: {err}") from err
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()  # the final line end, not an empty last line
+    return [line.removesuffix("\r") for line in lines]
+
+
+def write_lines_atomic(path: str | os.PathLike, lines: Sequence[str]) -> Path:
+    """One line per item, each ended by "\n", written atomically."""
+    return write_text_atomic(path, "".join(f"{line}\n" for line in lines))
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
+    """Write to a temporary file beside `path`, then rename it over `path`: never a half-written file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # A name of our own rather than mkstemp's, whose files are private (0600) rather than following the umask.
+    staging = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        staging.write_text(text, encoding="utf-8", newline="")
+        os.replace(staging, path)
+    finally:
+        staging.unlink(missing_ok=True)
+    return path

@@ -17,8 +17,8 @@ from transformers.pipelines import PIPELINE_REGISTRY
 
 from .evaluation import (
     PAPER_EXTRA_OUTPUT_TOKENS,
-    PAPER_GENERATION_KWARGS,
     decode_translations,
+    paper_decoding_defaults,
     paper_max_new_tokens,
 )
 
@@ -82,8 +82,7 @@ class VanillaTranslationPipeline(Pipeline):
             generate_kwargs.pop("generation_config", None) or self.model.generation_config
         )
         settings = {**generation_config.to_diff_dict(), **generate_kwargs}
-        if "num_beams" not in settings and not settings.get("do_sample"):
-            generation_config.update(**PAPER_GENERATION_KWARGS)
+        generation_config.update(**paper_decoding_defaults(settings))
         if "max_new_tokens" not in settings and "max_length" not in settings:
             longest_source = int(model_inputs["attention_mask"].sum(-1).max())
             generation_config.max_new_tokens = paper_max_new_tokens(

@@ -1,4 +1,8 @@
+import json
+import subprocess
+import sys
 from itertools import chain
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -8,8 +12,18 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from hf_vanilla import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from hf_vanilla.data import load_translation_split
-from hf_vanilla.evaluation import score_translations, translate_sentences
+from hf_vanilla.evaluation import (
+    evaluate_bleu,
+    evaluate_translation,
+    load_model_and_tokenizer,
+    read_lines,
+    score_translations,
+    translate_sentences,
+    write_lines_atomic,
+)
 from hf_vanilla.tokenization import config_kwargs_from_tokenizer, save_tokenizer, train_tokenizer
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 
 
 def save_tiny_model(multi30k_path, directory):
@@ -108,14 +122,6 @@ def test_real_model_batched_greedy_equals_one_by_one(tiny_model_and_tokenizer):
     assert all(batched[index] for index in (0, 2, 3, 5))
 
 
-def test_real_model_beam_search_runs_with_paper_settings(tiny_model_and_tokenizer):
-    model, tokenizer = tiny_model_and_tokenizer
-    translations = translate_sentences(
-        model, tokenizer, SOURCES[:3], show_progress=False, num_beams=4, length_penalty=0.6
-    )
-    assert len(translations) == 3 and translations[1] == ""
-
-
 HYPOTHESES = ["The dog bit the man.", "It wasn't surprising.", "The man had just bitten him."]
 REFERENCES = ["The dog bit the man.", "It was not unexpected.", "The man bit him first."]
 
@@ -146,3 +152,133 @@ def test_lowercase_ignores_case():
 def test_scoring_rejects_bad_input(hypotheses, references, message):
     with pytest.raises(ValueError, match=message):
         score_translations(hypotheses, references)
+
+
+def test_evaluate_bleu_writes_hypotheses_and_report_with_paper_beam_search(
+    tiny_model_dir, multi30k_path, tmp_path
+):
+    report = evaluate_bleu(
+        tiny_model_dir,
+        multi30k_path,
+        "de",
+        "en",
+        tmp_path,
+        split="validation",
+        max_sentences=6,
+        show_progress=False,
+        max_new_tokens=6,
+    )
+    hypotheses = read_lines(tmp_path / "validation.de-en.hyp")
+    assert json.loads((tmp_path / "validation.de-en.json").read_text()) == report
+    pairs = load_translation_split(multi30k_path, "de", "en", "validation").select(range(6))
+    model, tokenizer = load_model_and_tokenizer(tiny_model_dir)
+    assert hypotheses == translate_sentences(
+        model,
+        tokenizer,
+        pairs["source"],
+        show_progress=False,
+        num_beams=4,
+        length_penalty=0.6,
+        max_new_tokens=6,
+    )
+    assert report["generation"]["num_beams"] == 4 and report["generation"]["length_penalty"] == 0.6
+    assert report["cased"]["bleu"] == pytest.approx(
+        sacrebleu.corpus_bleu(hypotheses, [pairs["target"]]).score
+    )
+    assert "case:lc" in report["lowercased"]["bleu_signature"]
+    assert (report["model"], report["dataset"], report["split"], report["sentences"]) == (
+        str(tiny_model_dir),
+        multi30k_path,
+        "validation",
+        6,
+    )
+    assert report["sentences_per_second"] > 0
+    assert sorted(path.name for path in tmp_path.iterdir()) == [
+        "validation.de-en.hyp",
+        "validation.de-en.json",
+    ]
+
+
+def test_blank_sources_become_blank_hypotheses_and_are_counted(tiny_model_and_tokenizer, caplog):
+    model, tokenizer = tiny_model_and_tokenizer
+    hypotheses, report = evaluate_translation(
+        model, tokenizer, ["Ein Hund.", " "], ["A dog.", "Nothing."], show_progress=False, max_new_tokens=3
+    )
+    assert hypotheses[1] == "" and report["blank_sources"] == 1
+    assert "1 of 2 source lines are blank" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("sources", "references", "message"),
+    [
+        (["Ein Hund.", "Zwei."], ["A dog.", None], "1 of 2 references are missing or blank .first at line 2"),
+        (["Ein Hund."], [""], "references are missing or blank"),
+        ([], [], "no sentences"),
+    ],
+)
+def test_evaluation_rejects_missing_references(tiny_model_and_tokenizer, sources, references, message):
+    model, tokenizer = tiny_model_and_tokenizer
+    with pytest.raises(ValueError, match=message):
+        evaluate_translation(model, tokenizer, sources, references, show_progress=False)
+
+
+def test_unknown_language_is_named(tiny_model_dir, multi30k_path, tmp_path):
+    with pytest.raises(ValueError, match="Language 'xx' not in dataset"):
+        evaluate_bleu(tiny_model_dir, multi30k_path, "de", "xx", tmp_path, show_progress=False)
+    assert not any(tmp_path.iterdir())
+
+
+def test_loading_rejects_a_tokenizer_that_does_not_match_the_model(tiny_model_dir, tmp_path):
+    model, tokenizer = (
+        AutoModelForSeq2SeqLM.from_pretrained(tiny_model_dir),
+        AutoTokenizer.from_pretrained(tiny_model_dir),
+    )
+    save_tokenizer(tokenizer, tmp_path)
+    model.config.eos_token_id = 3
+    model.save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="eos_token_id: tokenizer has 2, model config has 3"):
+        load_model_and_tokenizer(tmp_path)
+    with pytest.raises(FileNotFoundError, match="cannot load a model and tokenizer"):
+        load_model_and_tokenizer(tmp_path / "missing")
+    with pytest.raises(ValueError, match="unknown dtype 'int8'"):
+        load_model_and_tokenizer(tiny_model_dir, dtype="int8")
+
+
+def test_bfloat16_model_translates_on_cpu(tiny_model_dir):
+    model, tokenizer = load_model_and_tokenizer(tiny_model_dir, device="cpu", dtype="bfloat16")
+    assert model.dtype == torch.bfloat16
+    assert translate_sentences(model, tokenizer, ["Ein Hund."], show_progress=False, max_new_tokens=3)[0]
+
+
+def test_lines_round_trip_through_files(tmp_path):
+    path = tmp_path / "input.txt"
+    path.write_bytes(b"Ein Hund.\r\n\n  \nZwei Katzen.\n")
+    assert read_lines(path) == ["Ein Hund.", "", "  ", "Zwei Katzen."]
+    path.write_bytes(b"no final line end")
+    assert read_lines(path) == ["no final line end"]
+    output = tmp_path / "out" / "translations.txt"
+    write_lines_atomic(output, ["old"])
+    write_lines_atomic(output, ["a", "", "b"])
+    assert output.read_text() == "a\n\nb\n"
+    assert [item.name for item in output.parent.iterdir()] == ["translations.txt"]  # no temporary file left
+    path.write_bytes(b"\xff\xfe broken")
+    with pytest.raises(ValueError, match="is not UTF-8 text"):
+        read_lines(path)
+
+
+def test_translate_script_keeps_lines_in_order(tiny_model_dir, tiny_model_and_tokenizer):
+    lines = ["Ein Hund rennt.", "", "Zwei Katzen schlafen auf dem Sofa.", "Kinder."]
+    completed = subprocess.run(
+        [sys.executable, str(SCRIPTS / "translate.py"), str(tiny_model_dir), "--num-beams", "2"]
+        + ["--max-new-tokens", "4", "--device", "cpu", "--quiet"],
+        input="\n".join(lines) + "\n",
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    model, tokenizer = tiny_model_and_tokenizer
+    expected = translate_sentences(
+        model, tokenizer, lines, show_progress=False, num_beams=2, max_new_tokens=4
+    )
+    assert completed.stdout.split("\n") == [*expected, ""]
+    assert expected[1] == ""
