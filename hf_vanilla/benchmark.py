@@ -1,0 +1,489 @@
+"""Speed of our model against a MarianMTModel of identical shape and weights, measured in one process.
+
+The two models compute the same function (see `export.py`), so any difference in speed or memory is
+implementation. Runs are interleaved (ours, Marian, ours, Marian...) and summarised by their median, because the
+machine is shared and noisy; ratios are ours / Marian, above 1 meaning ours is faster (or uses more memory).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import platform
+import statistics
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import transformers
+from tokenizers import Tokenizer, models
+from tqdm.auto import tqdm
+from transformers import PreTrainedTokenizerFast
+
+from .configuration_vanilla import VanillaTransformerConfig
+from .export import convert_to_ctranslate2, export_to_marian, to_marian
+from .modeling_vanilla import VanillaTransformerForConditionalGeneration
+
+BENCHMARK_VOCAB_SIZE = 8000  # the joint BPE size used on Multi30k
+SPECIAL_TOKENS = ("<pad>", "<s>", "</s>", "<unk>")
+MODEL_NAMES = ("ours", "marian")
+# Multi30k sentences are about 15 tokens; a length-bucketed batch holds sentences of nearly equal length.
+SENTENCE_LENGTHS = (17, 21)
+SOURCE_LENGTH = 20
+
+
+def benchmark_config(size: str, **overrides) -> VanillaTransformerConfig:
+    """A preset (`tiny`, `small`, `base`, `big`) with the benchmark's vocabulary."""
+    return VanillaTransformerConfig.from_preset(size, **{"vocab_size": BENCHMARK_VOCAB_SIZE, **overrides})
+
+
+def _random_sentences(
+    config: VanillaTransformerConfig, count: int, lengths: tuple[int, int], generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`count` random sentences (ids past the special tokens, then </s>) of lengths in [low, high), right-padded."""
+    low, high = lengths
+    sentence_lengths = torch.randint(low, high, (count, 1), generator=generator)
+    positions = torch.arange(high - 1)
+    ids = torch.randint(len(SPECIAL_TOKENS), config.vocab_size, (count, high - 1), generator=generator)
+    ids = ids.masked_fill(positions == sentence_lengths - 1, config.eos_token_id)
+    mask = positions < sentence_lengths
+    return ids.masked_fill(~mask, config.pad_token_id), mask.long()
+
+
+def training_batch(
+    config: VanillaTransformerConfig, target_tokens: int, seed: int = 0
+) -> dict[str, torch.Tensor]:
+    """A batch of about `target_tokens` labelled target tokens, with source and target lengths like Multi30k's."""
+    generator = torch.Generator().manual_seed(seed)
+    count = max(1, round(target_tokens / (sum(SENTENCE_LENGTHS) / 2 - 0.5)))
+    input_ids, attention_mask = _random_sentences(config, count, SENTENCE_LENGTHS, generator)
+    labels, label_mask = _random_sentences(config, count, SENTENCE_LENGTHS, generator)
+    return {
+        "input_ids": input_ids,
+        "attention_mask": attention_mask,
+        "labels": labels.masked_fill(label_mask == 0, -100),
+    }
+
+
+def generation_inputs(
+    config: VanillaTransformerConfig, batch_size: int, seed: int = 0
+) -> dict[str, torch.Tensor]:
+    """`batch_size` source sentences of up to SOURCE_LENGTH tokens (all of it when the batch is one sentence)."""
+    generator = torch.Generator().manual_seed(seed)
+    shortest = SOURCE_LENGTH + 1 if batch_size == 1 else SOURCE_LENGTH - 3
+    input_ids, attention_mask = _random_sentences(
+        config, batch_size, (shortest, SOURCE_LENGTH + 2), generator
+    )
+    return {"input_ids": input_ids, "attention_mask": attention_mask}
+
+
+def training_flops(config: VanillaTransformerConfig, batch: dict[str, torch.Tensor]) -> int:
+    """Model FLOPs of one training step (forward + backward = 3 x forward) on the batch's real tokens.
+
+    Every weight matrix costs 2 FLOPs a token forward (the 6 * params * tokens rule, each stack's weights counted
+    on the tokens that pass through them: source tokens for the encoder and the cross-attention keys/values,
+    target tokens for the rest and the output projection); attention scores and weighted sums cost 2 * 2 *
+    d_model per (query, key) pair, the causal ones counted in full as the kernels compute them. Padding,
+    embedding lookups, norms and the loss are not counted.
+    """
+    d, vocab = config.d_model, config.vocab_size
+    source_lengths = batch["attention_mask"].sum(1).double()
+    target_lengths = (batch["labels"] != -100).sum(1).double()
+    source_tokens, target_tokens = source_lengths.sum().item(), target_lengths.sum().item()
+    feed_forward = 2 * d * config.d_ff
+    weights = config.encoder_layers * (4 * d * d + feed_forward) * source_tokens
+    weights += (
+        config.decoder_layers * (6 * d * d + feed_forward) * target_tokens
+    )  # self-attn, cross q/out, ffn
+    weights += config.decoder_layers * 2 * d * d * source_tokens  # cross-attention keys and values
+    weights += vocab * d * target_tokens
+    pairs = config.encoder_layers * (source_lengths**2).sum().item()
+    pairs += (
+        config.decoder_layers * ((target_lengths**2).sum() + (target_lengths * source_lengths).sum()).item()
+    )
+    return int(3 * (2 * weights + 4 * d * pairs))
+
+
+def matmul_peak_flops(dtype: torch.dtype, seconds: float = 0.5, repeats: int = 5, size: int = 2048) -> float:
+    """FLOP/s of a square matmul in `dtype`, best of `repeats` runs: the roofline MFU is measured against."""
+    a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
+    a @ b
+    flops_per_call = 2 * size**3
+    calls = max(1, round(seconds * 2e11 / flops_per_call))
+    best = 0.0
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(calls):
+            a @ b
+        best = max(best, calls * flops_per_call / (time.perf_counter() - start))
+    return best
+
+
+class PeakMemory:
+    """Peak resident memory above the level at entry, sampled from /proc every millisecond (Linux).
+
+    Large blocks are returned to the system when freed (a fixed glibc mmap threshold), so what is resident
+    tracks what is alive; the number is approximate and None where /proc or glibc is missing.
+    """
+
+    def __enter__(self) -> PeakMemory:
+        self.peak_bytes = None
+        self._statm = Path("/proc/self/statm")
+        if not self._statm.exists():
+            return self
+        _return_freed_memory()
+        self._baseline = self._resident()
+        self._peak = self._baseline
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def _resident(self) -> int:
+        return int(self._statm.read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.001):
+            self._peak = max(self._peak, self._resident())
+
+    def __exit__(self, *exc) -> None:
+        if self._statm.exists():
+            self._stop.set()
+            self._thread.join()
+            self.peak_bytes = max(self._peak, self._resident()) - self._baseline
+
+
+def _return_freed_memory() -> None:
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(-3, 1 << 20)  # M_MMAP_THRESHOLD: blocks from 1 MiB up are mmapped, unmapped when freed
+        libc.malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _autocast(dtype: torch.dtype):
+    return torch.autocast("cpu", dtype=dtype, enabled=dtype != torch.float32)
+
+
+def make_training_step(model, batch: dict[str, torch.Tensor], dtype: torch.dtype) -> Callable[[], None]:
+    """One update: forward with the model's own loss, backward, fused Adam (the paper's betas) step."""
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=True)
+
+    def step() -> None:
+        with _autocast(dtype):
+            loss = model(**batch).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step
+
+
+def make_generation(model, inputs: dict[str, torch.Tensor], num_beams: int, use_cache: bool, new_tokens: int):
+    def generate() -> None:
+        with torch.inference_mode():
+            model.generate(
+                **inputs,
+                num_beams=num_beams,
+                do_sample=False,
+                min_new_tokens=new_tokens,
+                max_new_tokens=new_tokens,
+                use_cache=use_cache,
+            )
+
+    return generate
+
+
+def interleaved_seconds(
+    runs: dict[str, Callable[[], None]], repeats: int, warmup: int = 1
+) -> dict[str, list]:
+    """Wall-clock seconds of each run, called in turn (A B A B ...) `repeats` times after `warmup` rounds."""
+    for _ in range(warmup):
+        for run in runs.values():
+            run()
+    seconds = {name: [] for name in runs}
+    for _ in range(repeats):
+        for name, run in runs.items():
+            start = time.perf_counter()
+            run()
+            seconds[name].append(time.perf_counter() - start)
+    return seconds
+
+
+def _rates(work: float, seconds: list[float]) -> dict:
+    """Median rate over the repeats, plus every sample."""
+    return {"per_second": work / statistics.median(seconds), "seconds": seconds}
+
+
+def synthetic_tokenizer(vocab_size: int) -> PreTrainedTokenizerFast:
+    """A word-level tokenizer whose tokens are the ids themselves: what CTranslate2 needs for random ids."""
+    vocab = {token: index for index, token in enumerate(SPECIAL_TOKENS)}
+    vocab.update({f"t{index}": index for index in range(len(SPECIAL_TOKENS), vocab_size)})
+    pad, bos, eos, unk = SPECIAL_TOKENS
+    return PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token=unk)),
+        pad_token=pad,
+        bos_token=bos,
+        eos_token=eos,
+        unk_token=unk,
+    )
+
+
+def _ctranslate2_runs(model, shapes, new_tokens: int, workdir: Path, quantizations) -> dict:
+    """CTranslate2 translators of the exported model, one generation run per (shape, quantization)."""
+    import ctranslate2
+
+    tokenizer = synthetic_tokenizer(model.config.vocab_size)
+    marian_dir = export_to_marian(model, workdir / "marian", tokenizer=tokenizer)
+    runs = {}
+    for quantization in quantizations:
+        path = convert_to_ctranslate2(marian_dir, workdir / f"ct2-{quantization}", quantization)
+        translator = ctranslate2.Translator(str(path), device="cpu", intra_threads=torch.get_num_threads())
+        for batch_size, num_beams, inputs in shapes:
+            sources = [
+                tokenizer.convert_ids_to_tokens(ids[mask.bool()])
+                for ids, mask in zip(inputs["input_ids"], inputs["attention_mask"], strict=True)
+            ]
+
+            def translate(translator=translator, sources=sources, num_beams=num_beams) -> None:
+                translator.translate_batch(
+                    sources,
+                    beam_size=num_beams,
+                    min_decoding_length=new_tokens,
+                    max_decoding_length=new_tokens,
+                    max_batch_size=len(sources),
+                )
+
+            runs[(batch_size, num_beams, quantization)] = translate
+    return runs
+
+
+def run_benchmark(
+    size: str = "small",
+    target_tokens: int = 4096,
+    repeats: int = 5,
+    new_tokens: int = 30,
+    generation_batch_sizes: tuple[int, ...] = (64, 1),
+    dtypes: tuple[str, ...] = ("float32", "bfloat16"),
+    attn_implementations: tuple[str, ...] = ("eager", "sdpa"),
+    ctranslate2_quantizations: tuple[str, ...] = ("int8", "float32"),
+    compile_model: bool = False,
+    peak_seconds: float = 0.5,
+    seed: int = 0,
+) -> dict:
+    """Training and generation speed, MFU and peak memory of ours and Marian; see the module docstring.
+
+    `compile_model` compiles our model (torch.compile) and leaves Marian eager. CTranslate2 runs when it is
+    installed and `ctranslate2_quantizations` is not empty.
+    """
+    torch.manual_seed(seed)
+    config = benchmark_config(size)
+    ours = VanillaTransformerForConditionalGeneration(config)
+    marian = to_marian(ours)
+    models = {"ours": ours, "marian": marian}
+    batch = training_batch(config, target_tokens, seed)
+    flops = training_flops(config, batch)
+    labelled = int((batch["labels"] != -100).sum())
+    results = {
+        "size": size,
+        "config": {
+            name: getattr(config, name)
+            for name in (
+                "vocab_size",
+                "d_model",
+                "d_ff",
+                "num_attention_heads",
+                "encoder_layers",
+                "decoder_layers",
+            )
+        },
+        "parameters": {name: sum(p.numel() for p in model.parameters()) for name, model in models.items()},
+        "environment": _environment(),
+        "settings": {
+            "target_tokens": labelled,
+            "batch_size": batch["input_ids"].shape[0],
+            "repeats": repeats,
+            "new_tokens": new_tokens,
+            "compile": compile_model,
+            "training_flops": flops,
+        },
+        "peak_flops": {dtype: matmul_peak_flops(getattr(torch, dtype), peak_seconds) for dtype in dtypes},
+        "training": [],
+        "generation": [],
+        "ctranslate2": [],
+    }
+    training_cases = [(dtype, attn) for dtype in dtypes for attn in attn_implementations]
+    generation_cases = [
+        (batch_size, num_beams, use_cache)
+        for batch_size in generation_batch_sizes
+        for num_beams in (1, 4)
+        for use_cache in (True, False)
+    ]
+    progress = tqdm(total=len(training_cases) + len(generation_cases), desc=f"benchmark {size}", unit="case")
+
+    def prepare(model, attn: str, training: bool):
+        model.set_attn_implementation(attn)
+        model.train(training)
+        if compile_model and model is ours:
+            return torch.compile(model)
+        return model
+
+    for dtype, attn in training_cases:
+        steps = {
+            name: make_training_step(prepare(model, attn, True), batch, getattr(torch, dtype))
+            for name, model in models.items()
+        }
+        seconds = interleaved_seconds(steps, repeats)
+        case = {"dtype": dtype, "attn_implementation": attn}
+        for name in MODEL_NAMES:
+            rates = _rates(labelled, seconds[name])
+            rates["mfu"] = flops / statistics.median(seconds[name]) / results["peak_flops"][dtype]
+            with PeakMemory() as memory:
+                steps[name]()
+            rates["peak_memory_bytes"] = memory.peak_bytes
+            case[name] = rates
+        case["ratio"] = case["ours"]["per_second"] / case["marian"]["per_second"]
+        results["training"].append(case)
+        progress.update()
+
+    inputs = {
+        batch_size: generation_inputs(config, batch_size, seed) for batch_size in generation_batch_sizes
+    }
+    for batch_size, num_beams, use_cache in generation_cases:
+        runs = {
+            name: make_generation(
+                prepare(model, "sdpa", False), inputs[batch_size], num_beams, use_cache, new_tokens
+            )
+            for name, model in models.items()
+        }
+        seconds = interleaved_seconds(runs, repeats)
+        case = {"batch_size": batch_size, "num_beams": num_beams, "use_cache": use_cache}
+        for name in MODEL_NAMES:
+            case[name] = _rates(batch_size * new_tokens, seconds[name])
+            with PeakMemory() as memory:
+                runs[name]()
+            case[name]["peak_memory_bytes"] = memory.peak_bytes
+        case["ratio"] = case["ours"]["per_second"] / case["marian"]["per_second"]
+        results["generation"].append(case)
+        progress.update()
+    progress.close()
+
+    if ctranslate2_quantizations and _has_ctranslate2():
+        results["ctranslate2"] = _benchmark_ctranslate2(
+            ours, inputs, new_tokens, repeats, ctranslate2_quantizations, prepare
+        )
+    return results
+
+
+def _benchmark_ctranslate2(ours, inputs, new_tokens, repeats, quantizations, prepare) -> list[dict]:
+    """Cached generation of CTranslate2 (each quantization) interleaved with ours, same inputs and lengths."""
+    cases = []
+    with tempfile.TemporaryDirectory() as workdir:
+        shapes = [
+            (batch_size, num_beams, inputs[batch_size]) for batch_size in inputs for num_beams in (1, 4)
+        ]
+        translators = _ctranslate2_runs(ours, shapes, new_tokens, Path(workdir), quantizations)
+        model = prepare(ours, "sdpa", False)
+        for batch_size, num_beams, source in shapes:
+            runs = {"ours": make_generation(model, source, num_beams, True, new_tokens)}
+            runs.update({q: translators[(batch_size, num_beams, q)] for q in quantizations})
+            seconds = interleaved_seconds(runs, repeats)
+            case = {"batch_size": batch_size, "num_beams": num_beams}
+            for name, samples in seconds.items():
+                case[name] = _rates(batch_size * new_tokens, samples)
+            cases.append(case)
+    return cases
+
+
+def _has_ctranslate2() -> bool:
+    try:
+        import ctranslate2  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _environment() -> dict:
+    return {
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "threads": torch.get_num_threads(),
+        "cpu": platform.processor() or platform.machine(),
+        "cpus": os.cpu_count(),
+    }
+
+
+def format_table(results: dict) -> str:
+    """The results as aligned text: rates of ours and Marian (or CTranslate2) and their ratio."""
+    lines = [
+        f"size {results['size']}: parameters ours {results['parameters']['ours']:,}, "
+        f"Marian {results['parameters']['marian']:,}; "
+        + ", ".join(f"matmul peak {k} {v / 1e9:.0f} GFLOP/s" for k, v in results["peak_flops"].items())
+    ]
+    lines.append(
+        f"{'training (target tok/s)':34} {'ours':>9} {'Marian':>9} {'ratio':>6} {'MFU ours':>9} "
+        f"{'MFU Mar.':>9} {'mem ours':>9} {'mem Mar.':>9}"
+    )
+    for case in results["training"]:
+        ours, marian = case["ours"], case["marian"]
+        lines.append(
+            f"{case['dtype'] + ' ' + case['attn_implementation']:34} {ours['per_second']:9.0f} "
+            f"{marian['per_second']:9.0f} {case['ratio']:6.2f} {ours['mfu']:9.1%} {marian['mfu']:9.1%} "
+            f"{_mib(ours['peak_memory_bytes']):>9} {_mib(marian['peak_memory_bytes']):>9}"
+        )
+    lines.append(
+        f"{'generation (new tok/s)':34} {'ours':>9} {'Marian':>9} {'ratio':>6} {'mem ours':>9} {'mem Mar.':>9}"
+    )
+    for case in results["generation"]:
+        name = f"batch {case['batch_size']} {'greedy' if case['num_beams'] == 1 else 'beam ' + str(case['num_beams'])}"
+        name += " cached" if case["use_cache"] else " uncached"
+        ours, marian = case["ours"], case["marian"]
+        lines.append(
+            f"{name:34} {ours['per_second']:9.1f} {marian['per_second']:9.1f} {case['ratio']:6.2f} "
+            f"{_mib(ours['peak_memory_bytes']):>9} {_mib(marian['peak_memory_bytes']):>9}"
+        )
+    for case in results["ctranslate2"]:
+        name = f"CTranslate2 batch {case['batch_size']} {'greedy' if case['num_beams'] == 1 else 'beam 4'}"
+        others = [key for key in case if key not in ("batch_size", "num_beams", "ours")]
+        lines.append(
+            f"{name:34} ours {case['ours']['per_second']:.1f} tok/s; "
+            + "; ".join(
+                f"{q} {case[q]['per_second']:.1f} ({case['ours']['per_second'] / case[q]['per_second']:.2f}x)"
+                for q in others
+            )
+        )
+    return "\n".join(lines)
+
+
+def _mib(value: int | None) -> str:
+    return "n/a" if value is None else f"{value / 2**20:.0f}M"
+
+
+def save_results(results: dict, path: str | os.PathLike) -> Path:
+    """Write the JSON through a temporary file, so a crash never leaves half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.write_text(json.dumps(results, indent=2))
+    temporary.replace(path)
+    return path
+
+
+__all__ = [
+    "PeakMemory",
+    "benchmark_config",
+    "format_table",
+    "generation_inputs",
+    "interleaved_seconds",
+    "matmul_peak_flops",
+    "run_benchmark",
+    "save_results",
+    "synthetic_tokenizer",
+    "training_batch",
+    "training_flops",
+]

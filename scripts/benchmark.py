@@ -1,0 +1,54 @@
+"""Benchmark our model against a MarianMTModel of identical shape: training, generation, CTranslate2, memory."""
+
+import argparse
+
+from hf_vanilla.benchmark import format_table, run_benchmark, save_results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument(
+        "--size", default="small", choices=["tiny", "small", "base", "big"], help="model preset"
+    )
+    parser.add_argument(
+        "--repeats", type=int, default=5, help="interleaved timed runs of each model (median)"
+    )
+    parser.add_argument(
+        "--target-tokens", type=int, default=4096, help="labelled target tokens a training batch"
+    )
+    parser.add_argument("--new-tokens", type=int, default=30, help="tokens generated a sentence")
+    parser.add_argument(
+        "--dtypes", nargs="+", default=["float32", "bfloat16"], choices=["float32", "bfloat16"]
+    )
+    parser.add_argument("--attn", nargs="+", default=["eager", "sdpa"], choices=["eager", "sdpa"])
+    parser.add_argument("--generation-batch-sizes", nargs="+", type=int, default=[64, 1])
+    parser.add_argument(
+        "--ctranslate2", nargs="*", default=["int8", "float32"], help="quantizations; none: skip"
+    )
+    parser.add_argument("--compile", action="store_true", help="torch.compile our model (Marian stays eager)")
+    parser.add_argument("--quick", action="store_true", help="few tiny runs, to check that everything works")
+    parser.add_argument("--output", default=None, help="JSON path (default outputs/benchmark-SIZE.json)")
+    args = parser.parse_args()
+
+    settings = {
+        "size": args.size,
+        "repeats": args.repeats,
+        "target_tokens": args.target_tokens,
+        "new_tokens": args.new_tokens,
+        "dtypes": tuple(args.dtypes),
+        "attn_implementations": tuple(args.attn),
+        "generation_batch_sizes": tuple(args.generation_batch_sizes),
+        "ctranslate2_quantizations": tuple(args.ctranslate2),
+        "compile_model": args.compile,
+    }
+    if args.quick:
+        settings.update(
+            repeats=1, target_tokens=128, new_tokens=3, generation_batch_sizes=(4, 1), peak_seconds=0.05
+        )
+    results = run_benchmark(**settings)
+    print(format_table(results))
+    print(f"saved {save_results(results, args.output or f'outputs/benchmark-{args.size}.json')}")
+
+
+if __name__ == "__main__":
+    main()

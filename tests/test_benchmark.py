@@ -1,0 +1,99 @@
+"""The benchmark runs on a tiny model and reports what it promises; its FLOP count and memory probe are right."""
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from hf_vanilla import VanillaTransformerForConditionalGeneration
+from hf_vanilla.benchmark import (
+    PeakMemory,
+    benchmark_config,
+    format_table,
+    run_benchmark,
+    save_results,
+    training_batch,
+    training_flops,
+)
+
+
+@pytest.fixture(scope="module")
+def results():
+    return run_benchmark(
+        "tiny",
+        target_tokens=64,
+        repeats=1,
+        new_tokens=2,
+        generation_batch_sizes=(2, 1),
+        ctranslate2_quantizations=("int8",),
+        peak_seconds=0.02,
+    )
+
+
+def test_results_have_every_case_with_rates_ratios_mfu_and_memory(results):
+    assert set(results["peak_flops"]) == {"float32", "bfloat16"}
+    assert results["parameters"]["marian"] > results["parameters"]["ours"]  # Marian adds zero biases
+    training = {(case["dtype"], case["attn_implementation"]) for case in results["training"]}
+    assert training == {(d, a) for d in ("float32", "bfloat16") for a in ("eager", "sdpa")}
+    for case in results["training"]:
+        for name in ("ours", "marian"):
+            assert case[name]["per_second"] > 0 and 0 < case[name]["mfu"] < 1
+            assert len(case[name]["seconds"]) == 1 and case[name]["peak_memory_bytes"] is not None
+        assert case["ratio"] == pytest.approx(case["ours"]["per_second"] / case["marian"]["per_second"])
+    generation = {(c["batch_size"], c["num_beams"], c["use_cache"]) for c in results["generation"]}
+    assert generation == {(b, n, c) for b in (2, 1) for n in (1, 4) for c in (True, False)}
+    assert all(case["ours"]["per_second"] > 0 and case["ratio"] > 0 for case in results["generation"])
+
+
+def test_ctranslate2_cases_when_installed(results):
+    pytest.importorskip("ctranslate2")
+    assert {(c["batch_size"], c["num_beams"]) for c in results["ctranslate2"]} == {(2, 1), (2, 4), (1, 1), (1, 4)}
+    assert all(case["int8"]["per_second"] > 0 for case in results["ctranslate2"])
+
+
+def test_table_and_json(results, tmp_path):
+    table = format_table(results)
+    assert "float32 sdpa" in table and "batch 1 beam 4 uncached" in table
+    path = save_results(results, tmp_path / "out" / "benchmark.json")
+    assert json.loads(path.read_text())["training"][0]["ours"]["mfu"] == results["training"][0]["ours"]["mfu"]
+    assert [p.name for p in path.parent.iterdir()] == ["benchmark.json"]
+
+
+def test_training_flops_equal_torchs_flop_counter_on_an_unpadded_batch():
+    config = benchmark_config("tiny", vocab_size=100)
+    model = VanillaTransformerForConditionalGeneration(config)
+    model.set_attn_implementation("eager")
+    batch = training_batch(config, 200)
+    batch["attention_mask"].fill_(1)
+    batch["labels"] = batch["labels"].masked_fill(batch["labels"] == -100, 5)
+    with FlopCounterMode(display=False) as counter:
+        model(**batch).loss.backward()
+    assert training_flops(config, batch) == counter.get_total_flops()
+
+
+def test_training_batch_holds_about_the_requested_target_tokens():
+    batch = training_batch(benchmark_config("tiny"), 4096)
+    assert 3900 < (batch["labels"] != -100).sum() < 4300
+    assert (batch["attention_mask"] == 0).any()  # padded like a real length-bucketed batch
+
+
+def test_peak_memory_sees_a_temporary_tensor():
+    with PeakMemory() as memory:
+        block = torch.ones(16 * 2**20)  # 64 MiB
+        time.sleep(0.05)
+        del block
+    assert 60 * 2**20 < memory.peak_bytes < 100 * 2**20
+
+
+def test_script_quick_mode_writes_json(tmp_path):
+    output = tmp_path / "bench.json"
+    command = [sys.executable, "scripts/benchmark.py", "--size", "tiny", "--quick", "--dtypes", "float32"]
+    command += ["--attn", "sdpa", "--generation-batch-sizes", "1", "--ctranslate2", "--output", str(output)]
+    subprocess.run(command, check=True, capture_output=True, text=True)
+    results = json.loads(output.read_text())
+    assert [case["dtype"] for case in results["training"]] == ["float32"]
+    assert results["ctranslate2"] == []
