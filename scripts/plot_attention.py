@@ -1,0 +1,46 @@
+"""Plot a saved model's attention for one sentence: encoder self-, decoder self- and cross-attention.
+
+Writes one PNG per attention kind and layer (a grid of heads, tokens on the axes) into --output-dir.
+The target side is --target when given (teacher-forced), else the model's own greedy translation.
+
+    python scripts/plot_attention.py outputs/multi30k-small/final --source "Ein Hund rennt durch den Schnee." \\
+        --target "A dog runs through the snow." --output-dir outputs/attention
+"""
+
+import argparse
+import sys
+
+from hf_vanilla.attention_plots import ATTENTION_KINDS, save_attention_plots, sentence_attentions
+from hf_vanilla.evaluation import DTYPES, load_model_and_tokenizer
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("model", help="saved model directory (with its tokenizer) or Hub id")
+    parser.add_argument("--source", required=True, help="source sentence")
+    parser.add_argument(
+        "--target", default=None, help="reference translation (default: the model's greedy one)"
+    )
+    parser.add_argument("--kinds", nargs="+", default=list(ATTENTION_KINDS), choices=list(ATTENTION_KINDS))
+    parser.add_argument("--output-dir", default="outputs/attention")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda, auto...")
+    parser.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
+    parser.add_argument("--dpi", type=int, default=120)
+    args = parser.parse_args()
+
+    model, tokenizer = load_model_and_tokenizer(
+        args.model, args.device, args.dtype, attn_implementation="eager"
+    )
+    attentions = sentence_attentions(model, tokenizer, args.source, args.target)
+    print(f"source: {args.source}\ntarget ({'given' if args.target else 'greedy'}): {attentions.target_text}")
+    for path in save_attention_plots(attentions, args.output_dir, tuple(args.kinds), args.dpi):
+        print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except (ValueError, FileNotFoundError) as err:
+        sys.exit(f"{__file__}: error: {err}")
