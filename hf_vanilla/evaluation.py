@@ -54,8 +54,9 @@ def translate_sentences(
     Sentences are sorted by length and batched so that sentences * longest source stays within
     `max_tokens` (beam search multiplies the memory by num_beams). Unless `max_new_tokens` is among
     `generate_kwargs`, each batch may produce up to its longest source + `extra_output_tokens` new
-    tokens (section 6.1), capped by the model's max_position_embeddings. `generate_kwargs` go to
-    `model.generate` as they are (num_beams, length_penalty, do_sample...); greedy when none are given.
+    tokens (section 6.1), capped by the model's max_position_embeddings. `generate_kwargs` (num_beams,
+    length_penalty, do_sample...) go to `model.generate`, over the model's generation config: pass
+    num_beams=1 for greedy search whatever the saved model says.
     Blank or empty sources translate to "" without running the model; a line break inside a
     translation becomes a space, so one line in gives one line out.
     """

@@ -32,29 +32,29 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO)
 
-    report = evaluate_bleu(
-        args.model,
-        args.dataset,
-        args.source_lang,
-        args.target_lang,
-        args.output_dir,
-        split=args.split,
-        config_name=args.dataset_config,
-        max_sentences=args.max_sentences,
-        device=args.device,
-        dtype=args.dtype,
-        max_tokens=args.max_tokens,
-        ter=args.ter,
-        seed=args.seed,
-        **decoding_kwargs(args),
-    )
+    try:
+        report = evaluate_bleu(
+            args.model,
+            args.dataset,
+            args.source_lang,
+            args.target_lang,
+            args.output_dir,
+            split=args.split,
+            config_name=args.dataset_config,
+            max_sentences=args.max_sentences,
+            device=args.device,
+            dtype=args.dtype,
+            max_tokens=args.max_tokens,
+            ter=args.ter,
+            seed=args.seed,
+            **decoding_kwargs(args),
+        )
+    except (ValueError, FileNotFoundError) as err:
+        sys.exit(f"error: {err}")
     print(json.dumps(report, indent=2, ensure_ascii=False))
     for case in ("cased", "lowercased"):
         print(f"{case} BLEU {report[case]['bleu']:.2f}  ({report[case]['bleu_signature']})")
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except (ValueError, FileNotFoundError) as err:
-        sys.exit(f"{__file__}: error: {err}")
+    main()

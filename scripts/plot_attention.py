@@ -30,17 +30,17 @@ def main() -> None:
     parser.add_argument("--dpi", type=int, default=120)
     args = parser.parse_args()
 
-    model, tokenizer = load_model_and_tokenizer(
-        args.model, args.device, args.dtype, attn_implementation="eager"
-    )
-    attentions = sentence_attentions(model, tokenizer, args.source, args.target)
+    try:
+        model, tokenizer = load_model_and_tokenizer(
+            args.model, args.device, args.dtype, attn_implementation="eager"
+        )
+        attentions = sentence_attentions(model, tokenizer, args.source, args.target)
+    except (ValueError, FileNotFoundError) as err:
+        sys.exit(f"error: {err}")
     print(f"source: {args.source}\ntarget ({'given' if args.target else 'greedy'}): {attentions.target_text}")
     for path in save_attention_plots(attentions, args.output_dir, tuple(args.kinds), args.dpi):
         print(f"wrote {path}")
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except (ValueError, FileNotFoundError) as err:
-        sys.exit(f"{__file__}: error: {err}")
+    main()

@@ -32,14 +32,13 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
 
-    model, tokenizer = load_model_and_tokenizer(args.model, args.device, args.dtype)
+    try:
+        lines = read_lines(args.input)
+        model, tokenizer = load_model_and_tokenizer(args.model, args.device, args.dtype)
+    except (ValueError, FileNotFoundError) as err:
+        sys.exit(f"error: {err}")
     translations = translate_sentences(
-        model,
-        tokenizer,
-        read_lines(args.input),
-        args.max_tokens,
-        show_progress=not args.quiet,
-        **decoding_kwargs(args),
+        model, tokenizer, lines, args.max_tokens, show_progress=not args.quiet, **decoding_kwargs(args)
     )
     if args.output == "-":
         sys.stdout.writelines(f"{line}\n" for line in translations)
@@ -48,7 +47,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except (ValueError, FileNotFoundError) as err:
-        sys.exit(f"{__file__}: error: {err}")
+    main()
