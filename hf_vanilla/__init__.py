@@ -19,10 +19,13 @@ VanillaTransformerConfig.register_for_auto_class()
 VanillaTransformerModel.register_for_auto_class("AutoModel")
 VanillaTransformerForConditionalGeneration.register_for_auto_class("AutoModelForSeq2SeqLM")
 
+from .pipeline import VanillaTranslationPipeline  # noqa: E402  registers the "vanilla-translation" task
+
 __all__ = [
     "PRESETS",
     "VanillaTransformerConfig",
     "VanillaTransformerForConditionalGeneration",
     "VanillaTransformerModel",
     "VanillaTransformerPreTrainedModel",
+    "VanillaTranslationPipeline",
 ]
