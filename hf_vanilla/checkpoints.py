@@ -1,0 +1,138 @@
+"""Checkpoint directories of a training run: atomic writes, fairseq-style names, averaging (section 6.1).
+
+A run directory holds `checkpoint_<step>` (numbered, one per save), `checkpoint_last` (also carrying the
+training state for `--resume`), `checkpoint_best` and, after averaging, `checkpoint_average`. Each is a
+full `save_pretrained` directory that `AutoModelForSeq2SeqLM.from_pretrained` loads.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+NUMBERED_CHECKPOINT = re.compile(r"checkpoint_(\d+)")
+STAGING_PREFIX = ".staging-"
+
+
+def staging_directory(final: str | os.PathLike) -> Path:
+    """The fixed temporary sibling where `final` is written before `publish_directory` moves it in place.
+
+    The name is fixed (not random) so that every process of a distributed run writes into the same one.
+    It starts with a dot, so nothing that looks for checkpoints ever takes it for one.
+    """
+    final = Path(final)
+    return final.parent / f"{STAGING_PREFIX}{final.name}"
+
+
+def publish_directory(staging: str | os.PathLike, final: str | os.PathLike) -> Path:
+    """Move the complete directory `staging` to `final`, replacing what was there.
+
+    A crash leaves either the old `final`, or (between the two renames) no `final` and the old one
+    under a dot-name: never a `final` that is half-written.
+    """
+    staging, final = Path(staging), Path(final)
+    if final.exists():
+        # A directory cannot be renamed over a non-empty one: move the old one aside first.
+        retired = final.parent / f"{STAGING_PREFIX}retired-{final.name}"
+        shutil.rmtree(retired, ignore_errors=True)
+        final.rename(retired)
+        staging.rename(final)
+        shutil.rmtree(retired)
+    else:
+        staging.rename(final)
+    return final
+
+
+def remove_stale_staging(run_dir: str | os.PathLike) -> None:
+    """Delete the staging directories a crashed run left behind."""
+    for path in Path(run_dir).glob(f"{STAGING_PREFIX}*"):
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def numbered_checkpoints(run_dir: str | os.PathLike) -> list[Path]:
+    """The `checkpoint_<step>` directories of a run, oldest (lowest step) first."""
+    found = []
+    for path in Path(run_dir).iterdir():
+        match = NUMBERED_CHECKPOINT.fullmatch(path.name)
+        if match and path.is_dir():
+            found.append((int(match.group(1)), path))
+    return [path for _, path in sorted(found)]
+
+
+def average_checkpoints(checkpoint_dirs: Sequence[str | os.PathLike], output_dir: str | os.PathLike) -> Path:
+    """Write a model directory whose weights are the element-wise mean of those in `checkpoint_dirs`.
+
+    The config, tokenizer and generation config are copied from the last directory. Weights are read
+    with safetensors only (never a pickle) and summed in float64, then cast back to their dtype;
+    tensors that are not floating point (none in this model) are taken from the last checkpoint.
+    """
+    checkpoint_dirs = [Path(path) for path in checkpoint_dirs]
+    if not checkpoint_dirs:
+        raise ValueError("no checkpoints to average")
+    weight_files = _weight_files(checkpoint_dirs[-1])
+    for directory in checkpoint_dirs[:-1]:
+        if _weight_files(directory) != weight_files:
+            raise ValueError(
+                f"{directory} has weight files {_weight_files(directory)}, but {checkpoint_dirs[-1]} has "
+                f"{weight_files}: checkpoints of different models cannot be averaged"
+            )
+    output_dir = Path(output_dir)
+    output_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=output_dir.parent))
+    try:
+        shutil.copytree(
+            checkpoint_dirs[-1], staging, dirs_exist_ok=True, ignore=shutil.ignore_patterns("*.safetensors")
+        )
+        for name in weight_files:
+            save_file(
+                _mean_tensors([directory / name for directory in checkpoint_dirs]),
+                staging / name,
+                {"format": "pt"},
+            )
+        publish_directory(staging, output_dir)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return output_dir
+
+
+def _weight_files(directory: Path) -> list[str]:
+    names = sorted(path.name for path in directory.glob("*.safetensors"))
+    if not names:
+        raise ValueError(f"{directory} holds no *.safetensors weights")
+    return names
+
+
+def _mean_tensors(paths: Sequence[Path]) -> dict[str, torch.Tensor]:
+    """Element-wise mean of the tensors of the safetensors files `paths` (the same keys and shapes)."""
+    sums: dict[str, torch.Tensor] = {}
+    with safe_open(paths[-1], framework="pt") as last:
+        keys = set(last.keys())
+        for key in keys:
+            sums[key] = last.get_tensor(key)
+    dtypes = {key: tensor.dtype for key, tensor in sums.items()}
+    averaged = [key for key, tensor in sums.items() if tensor.is_floating_point()]
+    for key in averaged:
+        sums[key] = sums[key].double()
+    for path in paths[:-1]:
+        with safe_open(path, framework="pt") as weights:
+            if set(weights.keys()) != keys:
+                raise ValueError(f"{path} holds other tensors than {paths[-1]}")
+            for key in averaged:
+                tensor = weights.get_tensor(key)
+                if tensor.shape != sums[key].shape:
+                    raise ValueError(
+                        f"{key} has shape {tuple(tensor.shape)} in {path} but {tuple(sums[key].shape)} in {paths[-1]}"
+                    )
+                sums[key] += tensor.double()
+    return {
+        key: (tensor / len(paths)).to(dtypes[key]) if key in averaged else tensor
+        for key, tensor in sums.items()
+    }

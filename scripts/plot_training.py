@@ -1,0 +1,29 @@
+"""Plot loss, validation BLEU and learning rate of a training run as a PNG."""
+
+import argparse
+import sys
+from pathlib import Path
+
+from hf_vanilla.plotting import plot_training_log
+from hf_vanilla.training import LOG_FILE
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("run", help=f"a training output directory or its {LOG_FILE}")
+    parser.add_argument("--output", help="PNG to write (default: training_curves.png beside the log)")
+    args = parser.parse_args()
+    log = Path(args.run)
+    if log.is_dir():
+        log = log / LOG_FILE
+    if not log.is_file():
+        sys.exit(f"error: no training log at {log}")
+    try:
+        written = plot_training_log(log, args.output or log.with_name("training_curves.png"))
+    except ValueError as err:
+        sys.exit(f"error: {err}")
+    print(f"wrote {written}")
+
+
+if __name__ == "__main__":
+    main()

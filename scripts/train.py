@@ -1,0 +1,58 @@
+"""Train a hf_vanilla translation model with the paper's recipe; runs under `accelerate launch` or plain python.
+
+Every TrainingConfig key is a flag (`--max-tokens 4096`); flags override the keys of `--config FILE`.
+Examples:
+    python scripts/train.py --config configs/multi30k-small.yaml
+    accelerate launch scripts/train.py --config configs/multi30k-small.yaml --source-lang en --target-lang de
+"""
+
+import argparse
+import dataclasses
+import logging
+import sys
+import typing
+
+import transformers
+import yaml
+
+from hf_vanilla.training import TrainingConfig, TrainingError, load_training_config, train
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--config", help="YAML file of TrainingConfig keys")
+    parser.add_argument(
+        "--resume", action="store_true", help="continue the run in output_dir from checkpoint_last"
+    )
+    types_of = typing.get_type_hints(TrainingConfig)
+    for field in dataclasses.fields(TrainingConfig):
+        flag = "--" + field.name.replace("_", "-")
+        if types_of[field.name] is bool:
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS)
+        else:
+            # str fields stay strings ("no" is a language); the rest read as YAML ("null", "1e-3", "{d_model: 128}").
+            value_type = str if types_of[field.name] is str else yaml.safe_load
+            parser.add_argument(flag, type=value_type, default=argparse.SUPPRESS, metavar=field.name.upper())
+    return parser
+
+
+def main() -> None:
+    args = vars(build_parser().parse_args())
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # Each save would otherwise log accelerate's file list and a progress bar per weights file.
+    logging.getLogger("accelerate").setLevel(logging.WARNING)
+    logging.getLogger("accelerate.utils.other").setLevel(
+        logging.ERROR
+    )  # "Removed shared tensor": tied weights
+    transformers.utils.logging.disable_progress_bar()
+    config_path, resume = args.pop("config"), args.pop("resume")
+    try:
+        train(load_training_config(config_path, **args), resume=resume)
+    except TrainingError as err:
+        sys.exit(f"error: {err}")
+
+
+if __name__ == "__main__":
+    main()

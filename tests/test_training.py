@@ -1,0 +1,300 @@
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+from hf_vanilla import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+from hf_vanilla.checkpoints import average_checkpoints, numbered_checkpoints
+from hf_vanilla.data import load_translation_split
+from hf_vanilla.plotting import plot_training_log
+from hf_vanilla.training import (
+    LOG_FILE,
+    TrainingError,
+    _Session,
+    inverse_sqrt_factor,
+    load_training_config,
+    make_lr_scheduler,
+    peak_learning_rate,
+    train,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIGS = sorted((REPO / "configs").glob("*.yaml"))
+
+
+@pytest.fixture(scope="module")
+def tiny_dataset(multi30k_path, tmp_path_factory):
+    """400 training and 16 validation pairs of Multi30k de-en, in the Hub `translation` layout."""
+    directory = tmp_path_factory.mktemp("tiny_multi30k")
+    for split, size in (("train", 400), ("validation", 16)):
+        pairs = load_translation_split(multi30k_path, "de", "en", split).select(range(size))
+        rows = [{"translation": {"de": pair["source"], "en": pair["target"]}} for pair in pairs]
+        (directory / f"{split}.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return str(directory)
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(tiny_dataset, tmp_path_factory):
+    """A 500-token BPE, trained by the first run that asks for it (the "train one if missing" path)."""
+    return str(tmp_path_factory.mktemp("tokenizer") / "bpe")
+
+
+def tiny_config(dataset, tokenizer, output_dir, **overrides):
+    values = {
+        "dataset": dataset,
+        "tokenizer": tokenizer,
+        "tokenizer_vocab_size": 500,
+        "output_dir": str(output_dir),
+        "model_preset": "tiny",
+        "max_tokens": 256,
+        "lr": 3e-3,
+        "warmup": 10,
+        "max_steps": 12,
+        "log_interval": 1,
+        "save_interval_updates": 6,
+        "tensorboard": False,
+        **overrides,
+    }
+    return load_training_config(**values)
+
+
+def training_losses(output_dir):
+    records = [json.loads(line) for line in (Path(output_dir) / LOG_FILE).read_text().splitlines()]
+    return [(record["step"], record["loss"]) for record in records if "loss" in record]
+
+
+def weights(model_dir):
+    return load_file(Path(model_dir) / "model.safetensors")
+
+
+@pytest.fixture(scope="module")
+def trained_run(tiny_dataset, tokenizer_dir, tmp_path_factory):
+    output_dir = tmp_path_factory.mktemp("run") / "out"
+    train(
+        tiny_config(
+            tiny_dataset, tokenizer_dir, output_dir, max_steps=30, save_interval_updates=10, average_last=2
+        )
+    )
+    return output_dir
+
+
+def test_loss_goes_down_and_checkpoints_load(trained_run):
+    losses = [loss for _, loss in training_losses(trained_run)]
+    assert len(losses) == 30
+    assert sum(losses[-5:]) / 5 < sum(losses[:5]) / 5 - 0.5
+    assert [path.name for path in numbered_checkpoints(trained_run)] == [
+        "checkpoint_10",
+        "checkpoint_20",
+        "checkpoint_30",
+    ]
+    for name in ("checkpoint_30", "checkpoint_last", "checkpoint_best", "checkpoint_average"):
+        model = AutoModelForSeq2SeqLM.from_pretrained(trained_run / name)
+        assert isinstance(model, VanillaTransformerForConditionalGeneration)
+        assert (model.generation_config.num_beams, model.generation_config.length_penalty) == (4, 0.6)
+        tokenizer = AutoTokenizer.from_pretrained(trained_run / name)
+        assert len(tokenizer) == model.config.vocab_size
+    torch.testing.assert_close(
+        dict(AutoModelForSeq2SeqLM.from_pretrained(trained_run / "checkpoint_last").state_dict()),
+        dict(AutoModelForSeq2SeqLM.from_pretrained(trained_run / "checkpoint_30").state_dict()),
+    )
+    validations = [json.loads(line) for line in (trained_run / LOG_FILE).read_text().splitlines()]
+    validations = [record for record in validations if "val_loss" in record]
+    assert [record["step"] for record in validations] == [10, 20, 30]
+    assert all(0 <= record["val_bleu"] <= 100 for record in validations)
+    assert not [path for path in trained_run.iterdir() if path.name.startswith(".")]
+
+
+def test_logged_learning_rates_follow_the_schedule(trained_run):
+    records = [json.loads(line) for line in (trained_run / LOG_FILE).read_text().splitlines()]
+    rates = {record["step"]: record["lr"] for record in records if "lr" in record}
+    for step in (1, 5, 10, 11, 30):
+        assert rates[step] == pytest.approx(3e-3 * min(step / 10, math.sqrt(10 / step)))
+
+
+@pytest.mark.parametrize("step", [1, 100, 3999, 4000, 4001, 20000])
+def test_scheduler_matches_the_paper_formula(step):
+    d_model, warmup = 512, 4000
+    parameter = torch.nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.Adam([parameter], lr=peak_learning_rate(d_model, warmup, lr_scale=2.0))
+    scheduler = make_lr_scheduler(optimizer, warmup)
+    for _ in range(step - 1):
+        optimizer.step()
+        scheduler.step()
+    paper = 2.0 * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(paper, rel=1e-9)
+
+
+def test_peak_override_is_fairseq_inverse_sqrt():
+    assert peak_learning_rate(512, 4000, lr=5e-4) == 5e-4
+    assert inverse_sqrt_factor(1000, 4000) == pytest.approx(0.25)
+    assert inverse_sqrt_factor(16000, 4000) == pytest.approx(0.5)
+
+
+def test_resume_after_a_kill_equals_an_uninterrupted_run(tiny_dataset, tokenizer_dir, tmp_path, monkeypatch):
+    uninterrupted = tmp_path / "uninterrupted"
+    train(tiny_config(tiny_dataset, tokenizer_dir, uninterrupted))
+
+    killed = tmp_path / "killed"
+    real_update = _Session._update
+    calls = []
+
+    def update_then_die(session, group):
+        if len(calls) == 8:  # after the checkpoint at update 6, before the one at 12
+            raise KeyboardInterrupt
+        calls.append(1)
+        return real_update(session, group)
+
+    monkeypatch.setattr(_Session, "_update", update_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        train(tiny_config(tiny_dataset, tokenizer_dir, killed))
+    monkeypatch.setattr(_Session, "_update", real_update)
+    assert [step for step, _ in training_losses(killed)] == list(range(1, 9))
+    with pytest.raises(TrainingError, match="already holds a run"):
+        train(tiny_config(tiny_dataset, tokenizer_dir, killed))
+    train(tiny_config(tiny_dataset, tokenizer_dir, killed), resume=True)
+
+    assert training_losses(killed) == training_losses(uninterrupted)
+    for name in ("checkpoint_last", "checkpoint_12", "checkpoint_best"):
+        torch.testing.assert_close(weights(killed / name), weights(uninterrupted / name), rtol=0, atol=0)
+
+
+def test_two_processes_equal_one_process_accumulating_two_batches(tiny_dataset, tokenizer_dir, tmp_path):
+    # No dropout: the two processes draw from two random streams, the single one from one.
+    settings = {"dropout": 0.0, "max_steps": 4, "save_interval_updates": None, "validation_max_sentences": 8}
+    train(tiny_config(tiny_dataset, tokenizer_dir, tmp_path / "one", tokens_per_update=2 * 256, **settings))
+    flags = [f"--{name.replace('_', '-')}={value}" for name, value in settings.items() if value is not None]
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+        str(REPO / "scripts" / "train.py"),
+        f"--dataset={tiny_dataset}", f"--tokenizer={tokenizer_dir}", f"--output-dir={tmp_path / 'two'}",
+        "--model-preset=tiny", "--max-tokens=256", "--tokens-per-update=512", "--lr=3e-3", "--warmup=10",
+        "--log-interval=1", "--no-tensorboard", *flags,
+    ]  # fmt: skip
+    environment = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1"}
+    finished = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=300)
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    assert "2 batches x 2 processes x 1 accumulation steps" in finished.stderr
+
+    one, two = training_losses(tmp_path / "one"), training_losses(tmp_path / "two")
+    assert [step for step, _ in two] == [1, 2, 3, 4]
+    assert [loss for _, loss in two] == pytest.approx([loss for _, loss in one], rel=1e-5)
+    torch.testing.assert_close(
+        weights(tmp_path / "two" / "checkpoint_last"),
+        weights(tmp_path / "one" / "checkpoint_last"),
+        rtol=1e-4,
+        atol=1e-5,
+    )
+
+
+def test_average_checkpoints_is_the_elementwise_mean(tmp_path):
+    config = VanillaTransformerConfig.from_preset("tiny", vocab_size=50)
+    directories = []
+    for seed in range(3):
+        torch.manual_seed(seed)
+        directory = tmp_path / f"checkpoint_{seed + 1}"
+        VanillaTransformerForConditionalGeneration(config).save_pretrained(directory)
+        directories.append(directory)
+    average_checkpoints(directories, tmp_path / "average")
+
+    averaged = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "average").state_dict()
+    originals = [AutoModelForSeq2SeqLM.from_pretrained(path).state_dict() for path in directories]
+    for name, tensor in averaged.items():
+        torch.testing.assert_close(tensor, sum(original[name] for original in originals) / 3)
+    assert not torch.equal(averaged["model.shared.weight"], originals[-1]["model.shared.weight"])
+    assert averaged["lm_head.weight"].data_ptr() == averaged["model.shared.weight"].data_ptr()
+
+
+def test_average_checkpoints_refuses_different_models(tmp_path):
+    for name, d_ff in (("checkpoint_1", 64), ("checkpoint_2", 128)):
+        config = VanillaTransformerConfig.from_preset("tiny", vocab_size=50, d_ff=d_ff)
+        VanillaTransformerForConditionalGeneration(config).save_pretrained(tmp_path / name)
+    with pytest.raises(ValueError, match="shape"):
+        average_checkpoints(numbered_checkpoints(tmp_path), tmp_path / "average")
+    assert not (tmp_path / "average").exists()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"dataset": "/nonexistent/corpus"}, "not found"),
+        ({"target_lang": "xx"}, "'xx'.*available languages"),
+        ({"model_overrides": {"vocab_size": 123}}, "vocab_size: tokenizer has 500, model config has 123"),
+        ({"lr": 1e30, "max_steps": 20}, "loss is nan at update"),
+        ({"model_preset": "huge"}, "unknown preset 'huge'"),
+        ({"max_steps": None}, "set at least one of max_steps, max_epochs, max_minutes"),
+    ],
+)
+def test_bad_input_raises_a_one_line_error(tiny_dataset, tokenizer_dir, tmp_path, overrides, message):
+    output_dir = tmp_path / "out"
+    dataset = overrides.pop("dataset", tiny_dataset)
+    with pytest.raises(TrainingError, match=message) as raised:
+        train(tiny_config(dataset, tokenizer_dir, output_dir, save_interval_updates=None, **overrides))
+    assert "\n" not in str(raised.value)
+    checkpoints = (
+        list(output_dir.glob("*checkpoint*")) + list(output_dir.glob(".*")) if output_dir.exists() else []
+    )
+    assert checkpoints == []
+
+
+def test_unwritable_output_dir_and_missing_resume_are_errors(tiny_dataset, tokenizer_dir, tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    with pytest.raises(TrainingError, match="is not writable"):
+        train(tiny_config(tiny_dataset, tokenizer_dir, blocker / "out"))
+    with pytest.raises(TrainingError, match="nothing to resume"):
+        train(tiny_config(tiny_dataset, tokenizer_dir, tmp_path / "new"), resume=True)
+
+
+def test_script_prints_known_errors_without_traceback(tmp_path):
+    finished = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "train.py"), "--dataset", str(tmp_path / "missing"),
+         "--tokenizer", str(tmp_path / "tok"), "--output-dir", str(tmp_path / "out"), "--max-steps", "1"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert finished.returncode != 0
+    assert "Traceback" not in finished.stderr
+    assert finished.stderr.strip().splitlines()[-1].startswith("error: ")
+    assert "not found" in finished.stderr
+    assert not (tmp_path / "out").exists() and not (tmp_path / "tok").exists()
+
+
+def test_config_file_keys_are_overridden_by_flags(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("dataset: d\ntokenizer: t\noutput_dir: o\nadam_eps: 1e-9\nlr: 1e-3\nmax_steps: 10\n")
+    config = load_training_config(path, lr=None, max_tokens="2048", validation_bleu="false")
+    assert (config.adam_eps, config.lr, config.max_tokens, config.validation_bleu) == (
+        1e-9,
+        None,
+        2048,
+        False,
+    )
+    with pytest.raises(TrainingError, match="unknown config keys \\['learning_rate'\\]"):
+        load_training_config(path, learning_rate=1.0)
+    with pytest.raises(TrainingError, match="max_tokens must be int"):
+        load_training_config(path, max_tokens="lots")
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=[path.stem for path in CONFIGS])
+def test_shipped_configs_are_complete(path):
+    config = load_training_config(path)
+    config.check()
+    VanillaTransformerConfig.from_preset(config.model_preset, **config.model_overrides, vocab_size=1000)
+    assert (config.adam_beta1, config.adam_beta2, config.adam_eps, config.label_smoothing) == (
+        0.9,
+        0.98,
+        1e-9,
+        0.1,
+    )
+    assert (config.num_beams, config.length_penalty) == (4, 0.6)
+
+
+def test_plot_training_log_writes_a_png(trained_run, tmp_path):
+    written = plot_training_log(trained_run / LOG_FILE, tmp_path / "curves.png")
+    assert written.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
