@@ -470,7 +470,8 @@ class _Session:
             mininterval=1,
         )
         interval = {"loss": 0.0, "tokens": 0, "seconds": 0.0}
-        stop = self._epochs_done()
+        # A resumed run may have reached its limits already (every process reads the same progress).
+        stop = self._epochs_done() or self._steps_done() or self._over_time()
         while not stop:
             sampler.set_epoch(progress.epoch, first_update=progress.updates_in_epoch)
             batches = iter(loader)
@@ -485,15 +486,12 @@ class _Session:
                 progress.updates_in_epoch += 1
                 progress.elapsed_seconds = self.elapsed()
                 # One reduction per update carries the main process's clock decisions to every process.
-                over_time = (
-                    config.max_minutes is not None and progress.elapsed_seconds >= 60 * config.max_minutes
-                )
                 save_due = (
                     config.save_interval_minutes is not None
                     and progress.elapsed_seconds - progress.last_save_seconds
                     >= 60 * config.save_interval_minutes
                 )
-                clock = torch.tensor([float(over_time), float(save_due)], device=accelerator.device)
+                clock = torch.tensor([float(self._over_time()), float(save_due)], device=accelerator.device)
                 clock = accelerator.reduce(clock * accelerator.is_main_process, "sum").tolist()
                 loss = loss_sum / tokens
                 if not math.isfinite(loss):
@@ -508,7 +506,7 @@ class _Session:
                 if progress.step % config.log_interval == 0:
                     self._log_training(interval, learning_rate, sampler.updates_per_epoch, bar)
                     interval = {"loss": 0.0, "tokens": 0, "seconds": 0.0}
-                stop = bool(clock[0]) or (config.max_steps is not None and progress.step >= config.max_steps)
+                stop = bool(clock[0]) or self._steps_done()
                 if (
                     stop
                     or clock[1]
@@ -525,6 +523,15 @@ class _Session:
 
     def _epochs_done(self) -> bool:
         return self.config.max_epochs is not None and self.progress.epoch >= self.config.max_epochs
+
+    def _steps_done(self) -> bool:
+        return self.config.max_steps is not None and self.progress.step >= self.config.max_steps
+
+    def _over_time(self) -> bool:
+        return (
+            self.config.max_minutes is not None
+            and self.progress.elapsed_seconds >= 60 * self.config.max_minutes
+        )
 
     def _update(self, group: list[dict]) -> tuple[float, int]:
         """One optimizer step over this process's batches of the update: (summed loss, target tokens) of all processes."""

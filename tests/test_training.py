@@ -1,6 +1,7 @@
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -165,6 +166,17 @@ def test_resume_after_a_kill_equals_an_uninterrupted_run(tiny_dataset, tokenizer
         torch.testing.assert_close(weights(killed / name), weights(uninterrupted / name), rtol=0, atol=0)
 
 
+def test_time_budget_stops_and_saves_and_counts_across_resumes(tiny_dataset, tokenizer_dir, tmp_path):
+    # Loading the data alone takes longer than 0.06 s, so the budget is spent after the first update.
+    config = tiny_config(tiny_dataset, tokenizer_dir, tmp_path, max_steps=1000, max_minutes=0.001)
+    train(config)
+    assert [step for step, _ in training_losses(tmp_path)] == [1]
+    assert (tmp_path / "checkpoint_1").is_dir() and (tmp_path / "checkpoint_last").is_dir()
+    train(config, resume=True)
+    assert [step for step, _ in training_losses(tmp_path)] == [1]
+    assert [path.name for path in numbered_checkpoints(tmp_path)] == ["checkpoint_1"]
+
+
 def test_two_processes_equal_one_process_accumulating_two_batches(tiny_dataset, tokenizer_dir, tmp_path):
     # No dropout: the two processes draw from two random streams, the single one from one.
     settings = {"dropout": 0.0, "max_steps": 4, "save_interval_updates": None, "validation_max_sentences": 8}
@@ -178,9 +190,17 @@ def test_two_processes_equal_one_process_accumulating_two_batches(tiny_dataset, 
         "--log-interval=1", "--no-tensorboard", *flags,
     ]  # fmt: skip
     environment = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1"}
-    finished = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=300)
-    assert finished.returncode == 0, finished.stderr[-3000:]
-    assert "2 batches x 2 processes x 1 accumulation steps" in finished.stderr
+    # A session of its own: on a timeout the launcher and both workers are killed together.
+    launched = subprocess.Popen(
+        command, env=environment, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        _, stderr = launched.communicate(timeout=300)
+    finally:
+        if launched.poll() is None:
+            os.killpg(launched.pid, signal.SIGKILL)
+    assert launched.returncode == 0, stderr[-3000:]
+    assert "2 batches x 2 processes x 1 accumulation steps" in stderr
 
     one, two = training_losses(tmp_path / "one"), training_losses(tmp_path / "two")
     assert [step for step, _ in two] == [1, 2, 3, 4]
