@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from itertools import chain, islice
 from pathlib import Path
 
+import datasets
 import numpy as np
 import torch
 import yaml
@@ -331,7 +332,7 @@ class TrainingProgress:
 
 @dataclass
 class ValidationSet:
-    tokenized: object  # datasets.Dataset with input_ids and labels
+    tokenized: datasets.Dataset  # input_ids and labels
     lengths: np.ndarray
     sources: list[str]
     references: list[str]
@@ -364,8 +365,8 @@ def train(config: TrainingConfig, resume: bool = False) -> Path:
 
     with accelerator.main_process_first():
         tokenizer = _load_or_train_tokenizer(config)
-        train_data, validation = _load_data(config, tokenizer)
-    model_config = _model_config(config, tokenizer)
+        model_config = _model_config(config, tokenizer)
+        train_data, validation = _load_data(config, tokenizer, model_config.max_position_embeddings)
     _prepare_output_dir(config, output_dir, resume, model_config, tokenizer, accelerator)
 
     model = VanillaTransformerForConditionalGeneration(model_config)
@@ -708,9 +709,8 @@ def _load_split(config: TrainingConfig, split: str):
         raise TrainingError(str(err)) from err
 
 
-def _load_data(config: TrainingConfig, tokenizer: PreTrainedTokenizerBase):
-    """The cleaned, tokenized training split and the (uncleaned) validation slice."""
-    max_length = min(tokenizer.model_max_length, config.model_overrides.get("max_position_embeddings", 1024))
+def _load_data(config: TrainingConfig, tokenizer: PreTrainedTokenizerBase, max_length: int):
+    """The cleaned training split and the (uncleaned) validation slice, tokenized and cut to `max_length`."""
     pairs, _ = clean_translation_pairs(
         _load_split(config, config.train_split),
         max_words=config.clean_max_words,

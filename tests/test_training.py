@@ -167,14 +167,16 @@ def test_resume_after_a_kill_equals_an_uninterrupted_run(tiny_dataset, tokenizer
 
 
 def test_time_budget_stops_and_saves_and_counts_across_resumes(tiny_dataset, tokenizer_dir, tmp_path):
-    # Loading the data alone takes longer than 0.06 s, so the budget is spent after the first update.
     config = tiny_config(tiny_dataset, tokenizer_dir, tmp_path, max_steps=1000, max_minutes=0.001)
     train(config)
-    assert [step for step, _ in training_losses(tmp_path)] == [1]
-    assert (tmp_path / "checkpoint_1").is_dir() and (tmp_path / "checkpoint_last").is_dir()
-    train(config, resume=True)
-    assert [step for step, _ in training_losses(tmp_path)] == [1]
-    assert [path.name for path in numbered_checkpoints(tmp_path)] == ["checkpoint_1"]
+    steps = [step for step, _ in training_losses(tmp_path)]
+    assert steps == list(range(1, len(steps) + 1)) and len(steps) < 1000
+    assert [path.name for path in numbered_checkpoints(tmp_path)] == [f"checkpoint_{len(steps)}"]
+    assert (tmp_path / "checkpoint_last").is_dir()
+    train(config, resume=True)  # the budget is spent: nothing more to train
+    assert [step for step, _ in training_losses(tmp_path)] == steps
+    with pytest.raises(TrainingError, match=r"differs in d_ff \(64 saved, 128 configured\)"):
+        train(load_training_config(**{**vars(config), "model_overrides": {"d_ff": 128}}), resume=True)
 
 
 def test_two_processes_equal_one_process_accumulating_two_batches(tiny_dataset, tokenizer_dir, tmp_path):
