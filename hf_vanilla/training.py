@@ -18,7 +18,6 @@ import json
 import math
 import os
 import shutil
-import tempfile
 import time
 import types
 import typing
@@ -54,7 +53,7 @@ from .data import (
     make_collator,
     tokenize_pairs,
 )
-from .evaluation import score_translations, translate_sentences
+from .evaluation import score_translations, translate_sentences, write_text_atomic
 from .modeling_vanilla import VanillaTransformerForConditionalGeneration
 from .tokenization import (
     check_tokenizer_matches_model,
@@ -776,12 +775,9 @@ def _prepare_output_dir(config, output_dir: Path, resume: bool, model_config, to
         )
     if accelerator.is_main_process:
         try:
-            output_dir.mkdir(parents=True, exist_ok=True)
-            with tempfile.NamedTemporaryFile(
-                "w", dir=output_dir, prefix=".", suffix=".yaml", delete=False
-            ) as written:
-                yaml.safe_dump(dataclasses.asdict(config), written, sort_keys=False)
-            os.replace(written.name, output_dir / CONFIG_FILE)
+            write_text_atomic(
+                output_dir / CONFIG_FILE, yaml.safe_dump(dataclasses.asdict(config), sort_keys=False)
+            )
         except OSError as err:
             raise TrainingError(f"output_dir {output_dir} is not writable: {err.strerror or err}") from err
         remove_stale_staging(output_dir)
@@ -795,6 +791,4 @@ def _truncate_log(path: Path, step: int) -> None:
         kept = [
             line for line in path.read_text().splitlines(keepends=True) if json.loads(line)["step"] <= step
         ]
-    staging = path.with_name(f".{path.name}.tmp")
-    staging.write_text("".join(kept))
-    os.replace(staging, path)
+    write_text_atomic(path, "".join(kept))
