@@ -320,6 +320,10 @@ class TrainingProgress:
     elapsed_seconds: float = 0.0
     last_save_seconds: float = 0.0
     best_metric: float | None = None
+    # Totals since the last log record, so that a resumed run logs the same averages.
+    interval_loss: float = 0.0
+    interval_tokens: int = 0
+    interval_seconds: float = 0.0
 
     def state_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -469,17 +473,16 @@ class _Session:
             disable=not accelerator.is_main_process,
             mininterval=1,
         )
-        interval = {"loss": 0.0, "tokens": 0, "seconds": 0.0}
         # A resumed run may have reached its limits already (every process reads the same progress).
         stop = self._epochs_done() or self._steps_done() or self._over_time()
         while not stop:
             sampler.set_epoch(progress.epoch, first_update=progress.updates_in_epoch)
             batches = iter(loader)
             while not stop:
+                started = time.monotonic()
                 group = list(islice(batches, accumulation_steps))
                 if not group:
                     break
-                started = time.monotonic()
                 learning_rate = self.scheduler.get_last_lr()[0]
                 loss_sum, tokens = self._update(group)
                 progress.step += 1
@@ -499,13 +502,12 @@ class _Session:
                         f"loss is {loss} at update {progress.step}: training diverged (lower lr, set clip_grad_norm "
                         f"or use bf16 instead of fp16); the checkpoints in {self.output_dir} are from before"
                     )
-                interval["loss"] += loss_sum
-                interval["tokens"] += tokens
-                interval["seconds"] += time.monotonic() - started
+                progress.interval_loss += loss_sum
+                progress.interval_tokens += tokens
+                progress.interval_seconds += time.monotonic() - started
                 bar.update()
                 if progress.step % config.log_interval == 0:
-                    self._log_training(interval, learning_rate, sampler.updates_per_epoch, bar)
-                    interval = {"loss": 0.0, "tokens": 0, "seconds": 0.0}
+                    self._log_training(learning_rate, sampler.updates_per_epoch, bar)
                 stop = bool(clock[0]) or self._steps_done()
                 if (
                     stop
@@ -555,14 +557,17 @@ class _Session:
             loss_sum += loss.detach().double() * num_items
         return float(accelerator.reduce(loss_sum, "sum")), int(tokens)
 
-    def _log_training(self, interval: dict, learning_rate: float, updates_per_epoch: int, bar: tqdm) -> None:
+    def _log_training(self, learning_rate: float, updates_per_epoch: int, bar: tqdm) -> None:
+        progress = self.progress
         record = {
             **self._position(updates_per_epoch),
-            "loss": interval["loss"] / interval["tokens"],
+            "loss": progress.interval_loss / progress.interval_tokens,
             "lr": learning_rate,
-            # Target tokens (without padding) of all processes per second spent in updates.
-            "tokens_per_second": interval["tokens"] / interval["seconds"],
+            # Target tokens (without padding) of all processes per second of training, batching included
+            # and validation and saving left out.
+            "tokens_per_second": progress.interval_tokens / progress.interval_seconds,
         }
+        progress.interval_loss, progress.interval_tokens, progress.interval_seconds = 0.0, 0, 0.0
         bar.set_postfix(
             loss=f"{record['loss']:.3f}",
             lr=f"{learning_rate:.2e}",

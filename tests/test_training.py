@@ -139,8 +139,9 @@ def test_peak_override_is_fairseq_inverse_sqrt():
 
 
 def test_resume_after_a_kill_equals_an_uninterrupted_run(tiny_dataset, tokenizer_dir, tmp_path, monkeypatch):
+    # Logging every 4 updates: the checkpoint at 6 falls inside an interval, whose totals must carry over.
     uninterrupted = tmp_path / "uninterrupted"
-    train(tiny_config(tiny_dataset, tokenizer_dir, uninterrupted))
+    train(tiny_config(tiny_dataset, tokenizer_dir, uninterrupted, log_interval=4))
 
     killed = tmp_path / "killed"
     real_update = _Session._update
@@ -154,12 +155,12 @@ def test_resume_after_a_kill_equals_an_uninterrupted_run(tiny_dataset, tokenizer
 
     monkeypatch.setattr(_Session, "_update", update_then_die)
     with pytest.raises(KeyboardInterrupt):
-        train(tiny_config(tiny_dataset, tokenizer_dir, killed))
+        train(tiny_config(tiny_dataset, tokenizer_dir, killed, log_interval=4))
     monkeypatch.setattr(_Session, "_update", real_update)
-    assert [step for step, _ in training_losses(killed)] == list(range(1, 9))
+    assert [step for step, _ in training_losses(killed)] == [4, 8]
     with pytest.raises(TrainingError, match="already holds a run"):
-        train(tiny_config(tiny_dataset, tokenizer_dir, killed))
-    train(tiny_config(tiny_dataset, tokenizer_dir, killed), resume=True)
+        train(tiny_config(tiny_dataset, tokenizer_dir, killed, log_interval=4))
+    train(tiny_config(tiny_dataset, tokenizer_dir, killed, log_interval=4), resume=True)
 
     assert training_losses(killed) == training_losses(uninterrupted)
     for name in ("checkpoint_last", "checkpoint_12", "checkpoint_best"):
