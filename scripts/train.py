@@ -3,7 +3,10 @@
 Every TrainingConfig key is a flag (`--max-tokens 4096`); flags override the keys of `--config FILE`.
 Examples:
     python scripts/train.py --config configs/multi30k-small.yaml
-    accelerate launch scripts/train.py --config configs/multi30k-small.yaml --source-lang en --target-lang de
+    python scripts/train.py --config configs/multi30k-small.yaml --source-lang en --target-lang de \
+        --output-dir outputs/multi30k-small-en-de
+    python scripts/train.py --config configs/multi30k-small.yaml --resume       # after a stop or a crash
+    accelerate launch --multi_gpu --num_processes 8 scripts/train.py --config configs/wmt14-en-de-base.yaml
 """
 
 import argparse
@@ -27,14 +30,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--resume", action="store_true", help="continue the run in output_dir from checkpoint_last"
     )
     types_of = typing.get_type_hints(TrainingConfig)
+    defaults = TrainingConfig()
     for field in dataclasses.fields(TrainingConfig):
         flag = "--" + field.name.replace("_", "-")
+        shown = f"default: {getattr(defaults, field.name)!r}"
         if types_of[field.name] is bool:
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS)
+            parser.add_argument(
+                flag, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS, help=shown
+            )
         else:
             # str fields stay strings ("no" is a language); the rest read as YAML ("null", "1e-3", "{d_model: 128}").
             value_type = str if types_of[field.name] is str else yaml.safe_load
-            parser.add_argument(flag, type=value_type, default=argparse.SUPPRESS, metavar=field.name.upper())
+            parser.add_argument(
+                flag, type=value_type, default=argparse.SUPPRESS, metavar=field.name.upper(), help=shown
+            )
     return parser
 
 
