@@ -3,8 +3,7 @@
 Every TrainingConfig key is a flag (`--max-tokens 4096`); flags override the keys of `--config FILE`.
 Examples:
     python scripts/train.py --config configs/multi30k-small.yaml
-    python scripts/train.py --config configs/multi30k-small.yaml --source-lang en --target-lang de \
-        --output-dir outputs/multi30k-small-en-de
+    python scripts/train.py --config configs/multi30k-small.yaml --source-lang en --target-lang de --output-dir outputs/multi30k-small-en-de
     python scripts/train.py --config configs/multi30k-small.yaml --resume       # after a stop or a crash
     accelerate launch --multi_gpu --num_processes 8 scripts/train.py --config configs/wmt14-en-de-base.yaml
 """
