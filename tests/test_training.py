@@ -30,6 +30,16 @@ REPO = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((REPO / "configs").glob("*.yaml"))
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny models gain nothing from a second thread, and on a busy 2-core machine two threads crawl
+    (measured: this file took 28 s with one thread, over 2 minutes with two, under the same load)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="module")
 def tiny_dataset(multi30k_path, tmp_path_factory):
     """400 training and 16 validation pairs of Multi30k de-en, in the Hub `translation` layout."""
