@@ -1,10 +1,16 @@
 import os
+from itertools import chain
 from pathlib import Path
 
 import pytest
 import torch
 
+from hf_vanilla import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+from hf_vanilla.data import load_translation_split
+from hf_vanilla.tokenization import config_kwargs_from_tokenizer, save_tokenizer, train_tokenizer
+
 REPO = Path(__file__).resolve().parents[1]
+SCRIPTS = REPO / "scripts"
 MULTI30K = Path(os.environ.get("HF_VANILLA_MULTI30K", REPO.parent / "shared" / "datasets" / "multi30k"))
 
 
@@ -19,3 +25,16 @@ def multi30k_path() -> str:
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(multi30k_path, tmp_path_factory) -> Path:
+    """An untrained tiny model and a 1,000-token BPE from 2,000 Multi30k pairs, saved together."""
+    directory = tmp_path_factory.mktemp("tiny_model")
+    pairs = load_translation_split(multi30k_path, "de", "en", "train").select(range(2000))
+    tokenizer = train_tokenizer(chain(pairs["source"], pairs["target"]), vocab_size=1000, show_progress=False)
+    torch.manual_seed(0)
+    config = VanillaTransformerConfig.from_preset("tiny", **config_kwargs_from_tokenizer(tokenizer))
+    save_tokenizer(tokenizer, directory)  # first: it replaces the whole directory
+    VanillaTransformerForConditionalGeneration(config).save_pretrained(directory)
+    return directory

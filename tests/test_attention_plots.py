@@ -3,7 +3,7 @@ import sys
 
 import pytest
 import torch
-from test_evaluation import SCRIPTS, save_tiny_model
+from conftest import SCRIPTS
 
 from hf_vanilla.attention_plots import save_attention_plots, sentence_attentions
 from hf_vanilla.evaluation import load_model_and_tokenizer, translate_sentences
@@ -12,10 +12,6 @@ SOURCE = "Zwei junge Männer sind im Freien."
 TARGET = "Two young men are outside."
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
-
-@pytest.fixture(scope="module")
-def tiny_model_dir(multi30k_path, tmp_path_factory):
-    return save_tiny_model(multi30k_path, tmp_path_factory.mktemp("tiny_model"))
 
 
 @pytest.fixture(scope="module")

@@ -1,16 +1,14 @@
 import json
 import subprocess
 import sys
-from itertools import chain
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import sacrebleu
 import torch
+from conftest import SCRIPTS
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-from hf_vanilla import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from hf_vanilla.data import load_translation_split
 from hf_vanilla.evaluation import (
     evaluate_bleu,
@@ -21,25 +19,7 @@ from hf_vanilla.evaluation import (
     translate_sentences,
     write_lines_atomic,
 )
-from hf_vanilla.tokenization import config_kwargs_from_tokenizer, save_tokenizer, train_tokenizer
-
-SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
-
-
-def save_tiny_model(multi30k_path, directory):
-    """An untrained tiny model and a 1,000-token BPE from 2,000 Multi30k pairs, saved together."""
-    pairs = load_translation_split(multi30k_path, "de", "en", "train").select(range(2000))
-    tokenizer = train_tokenizer(chain(pairs["source"], pairs["target"]), vocab_size=1000, show_progress=False)
-    torch.manual_seed(0)
-    config = VanillaTransformerConfig.from_preset("tiny", **config_kwargs_from_tokenizer(tokenizer))
-    save_tokenizer(tokenizer, directory)  # first: it replaces the whole directory
-    VanillaTransformerForConditionalGeneration(config).save_pretrained(directory)
-    return directory
-
-
-@pytest.fixture(scope="module")
-def tiny_model_dir(multi30k_path, tmp_path_factory):
-    return save_tiny_model(multi30k_path, tmp_path_factory.mktemp("tiny_model"))
+from hf_vanilla.tokenization import save_tokenizer
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,4 @@
 import pytest
-from test_evaluation import save_tiny_model
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
 
 from hf_vanilla.evaluation import translate_sentences
@@ -7,10 +6,6 @@ from hf_vanilla.pipeline import VanillaTranslationPipeline
 
 SOURCES = ["Ein Mann fährt Fahrrad.", "", "Zwei Hunde spielen im Schnee.", "Kinder."]
 
-
-@pytest.fixture(scope="module")
-def tiny_model_dir(multi30k_path, tmp_path_factory):
-    return save_tiny_model(multi30k_path, tmp_path_factory.mktemp("tiny_model"))
 
 
 @pytest.fixture(scope="module")
