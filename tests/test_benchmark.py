@@ -1,4 +1,4 @@
-"""The benchmark runs on a tiny model and reports what it promises; its FLOP count and memory probe are right."""
+"""The benchmark runs on a tiny model and reports what it promises; the model's speed paths change no result."""
 
 import json
 import subprocess
@@ -7,9 +7,10 @@ import time
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
-from hf_vanilla import VanillaTransformerForConditionalGeneration
+from hf_vanilla import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration, modeling_vanilla
 from hf_vanilla.benchmark import (
     PeakMemory,
     benchmark_config,
@@ -19,6 +20,7 @@ from hf_vanilla.benchmark import (
     training_batch,
     training_flops,
 )
+from hf_vanilla.modeling_vanilla import label_smoothed_cross_entropy
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +53,12 @@ def test_results_have_every_case_with_rates_ratios_mfu_and_memory(results):
 
 def test_ctranslate2_cases_when_installed(results):
     pytest.importorskip("ctranslate2")
-    assert {(c["batch_size"], c["num_beams"]) for c in results["ctranslate2"]} == {(2, 1), (2, 4), (1, 1), (1, 4)}
+    assert {(c["batch_size"], c["num_beams"]) for c in results["ctranslate2"]} == {
+        (2, 1),
+        (2, 4),
+        (1, 1),
+        (1, 4),
+    }
     assert all(case["int8"]["per_second"] > 0 for case in results["ctranslate2"])
 
 
@@ -97,3 +104,74 @@ def test_script_quick_mode_writes_json(tmp_path):
     results = json.loads(output.read_text())
     assert [case["dtype"] for case in results["training"]] == ["float32"]
     assert results["ctranslate2"] == []
+
+
+# The speed paths of the model compute what the plain ones do.
+
+
+def padded_batch(batch_size: int, vocab: int = 40) -> dict[str, torch.Tensor]:
+    source, target = torch.randint(4, vocab, (batch_size, 9)), torch.randint(4, vocab, (batch_size, 7))
+    attention_mask = torch.ones_like(source)
+    attention_mask[::3, 5:] = 0
+    return {"input_ids": source, "attention_mask": attention_mask, "decoder_input_ids": target}
+
+
+@pytest.fixture
+def matmul_path_calls(monkeypatch) -> list:
+    calls = []
+    plain = modeling_vanilla.sdpa_by_matmuls
+    monkeypatch.setattr(
+        modeling_vanilla, "sdpa_by_matmuls", lambda *a, **k: calls.append(1) or plain(*a, **k)
+    )
+    return calls
+
+
+def test_sdpa_by_matmuls_in_bfloat16_training_matches_eager(matmul_path_calls):
+    model = VanillaTransformerForConditionalGeneration(
+        VanillaTransformerConfig.from_preset("tiny", vocab_size=40)
+    )
+    batch = padded_batch(6)
+    logits = {}
+    for implementation in ("eager", "sdpa"):
+        model.set_attn_implementation(implementation)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            logits[implementation] = model.eval()(**batch).logits.float()
+    torch.testing.assert_close(logits["sdpa"], logits["eager"], atol=2e-2, rtol=0)
+    assert len(matmul_path_calls) == 6  # every attention of the 2 + 2 layers
+
+
+def test_sdpa_by_matmuls_when_decoding_a_batch_matches_eager(matmul_path_calls):
+    model = VanillaTransformerForConditionalGeneration(
+        VanillaTransformerConfig.from_preset("tiny", vocab_size=40)
+    )
+    batch = padded_batch(20)  # 20 sequences: float32 decoding steps take the matmul path
+    del batch["decoder_input_ids"]
+    runs = {}
+    for implementation in ("eager", "sdpa"):
+        model.set_attn_implementation(implementation)
+        runs[implementation] = model.eval().generate(
+            **batch, max_new_tokens=6, do_sample=False, output_scores=True, return_dict_in_generate=True
+        )
+    assert torch.equal(runs["sdpa"].sequences, runs["eager"].sequences)
+    torch.testing.assert_close(torch.stack(runs["sdpa"].scores), torch.stack(runs["eager"].scores))
+    assert matmul_path_calls
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_blockwise_loss_equals_one_cross_entropy_call(smoothing):
+    logits = torch.randn(300, 5000, requires_grad=True)  # 6 row blocks on CPU
+    labels = torch.randint(0, 5000, (300,))
+    labels[::7] = -100
+    expected = F.cross_entropy(logits, labels, ignore_index=-100, label_smoothing=smoothing)
+    loss = label_smoothed_cross_entropy(logits, labels, smoothing, (labels != -100).sum())
+    torch.testing.assert_close(loss, expected)
+    torch.testing.assert_close(*(torch.autograd.grad(value, logits)[0] for value in (loss, expected)))
+
+
+def test_logits_to_keep_projects_only_the_last_positions():
+    model = VanillaTransformerForConditionalGeneration(
+        VanillaTransformerConfig.from_preset("tiny", vocab_size=40)
+    )
+    batch = padded_batch(3)
+    full = model.eval()(**batch).logits
+    torch.testing.assert_close(model(**batch, logits_to_keep=2).logits, full[:, -2:])
