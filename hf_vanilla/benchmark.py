@@ -34,6 +34,7 @@ MODEL_NAMES = ("ours", "marian")
 # Multi30k sentences are about 15 tokens; a length-bucketed batch holds sentences of nearly equal length.
 SENTENCE_LENGTHS = (17, 21)
 SOURCE_LENGTH = 20
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 
 
 def benchmark_config(size: str, **overrides) -> VanillaTransformerConfig:
@@ -108,18 +109,21 @@ def training_flops(config: VanillaTransformerConfig, batch: dict[str, torch.Tens
     return int(3 * (2 * weights + 4 * d * pairs))
 
 
-def matmul_peak_flops(dtype: torch.dtype, seconds: float = 0.5, repeats: int = 5, size: int = 2048) -> float:
+def matmul_peak_flops(
+    dtype: torch.dtype, seconds: float = 0.5, repeats: int = 5, size: int = 2048, clock: str = "wall"
+) -> float:
     """FLOP/s of a square matmul in `dtype`, best of `repeats` runs: the roofline MFU is measured against."""
     a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
     a @ b
     flops_per_call = 2 * size**3
     calls = max(1, round(seconds * 2e11 / flops_per_call))
+    now = CLOCKS[clock]
     best = 0.0
     for _ in range(repeats):
-        start = time.perf_counter()
+        start = now()
         for _ in range(calls):
             a @ b
-        best = max(best, calls * flops_per_call / (time.perf_counter() - start))
+        best = max(best, calls * flops_per_call / (now() - start))
     return best
 
 
@@ -200,18 +204,23 @@ def make_generation(model, inputs: dict[str, torch.Tensor], num_beams: int, use_
 
 
 def interleaved_seconds(
-    runs: dict[str, Callable[[], None]], repeats: int, warmup: int = 1
+    runs: dict[str, Callable[[], None]], repeats: int, warmup: int = 1, clock: str = "wall"
 ) -> dict[str, list]:
-    """Wall-clock seconds of each run, called in turn (A B A B ...) `repeats` times after `warmup` rounds."""
+    """Seconds of each run, called in turn (A B A B ...) `repeats` times after `warmup` rounds.
+
+    `clock` "wall" is elapsed time; "cpu" is this process's CPU time, which other processes on a shared machine
+    barely disturb (use it with one thread: threads spinning while they wait would count too).
+    """
     for _ in range(warmup):
         for run in runs.values():
             run()
+    now = CLOCKS[clock]
     seconds = {name: [] for name in runs}
     for _ in range(repeats):
         for name, run in runs.items():
-            start = time.perf_counter()
+            start = now()
             run()
-            seconds[name].append(time.perf_counter() - start)
+            seconds[name].append(now() - start)
     return seconds
 
 
@@ -274,12 +283,13 @@ def run_benchmark(
     ctranslate2_quantizations: tuple[str, ...] = ("int8", "float32"),
     compile_model: bool = False,
     peak_seconds: float = 0.5,
+    clock: str = "wall",
     seed: int = 0,
 ) -> dict:
     """Training and generation speed, MFU and peak memory of ours and Marian; see the module docstring.
 
     `compile_model` compiles our model (torch.compile) and leaves Marian eager. CTranslate2 runs when it is
-    installed and `ctranslate2_quantizations` is not empty.
+    installed and `ctranslate2_quantizations` is not empty. `clock`: see `interleaved_seconds`.
     """
     torch.manual_seed(seed)
     config = benchmark_config(size)
@@ -310,9 +320,13 @@ def run_benchmark(
             "repeats": repeats,
             "new_tokens": new_tokens,
             "compile": compile_model,
+            "clock": clock,
+            "threads": torch.get_num_threads(),
             "training_flops": flops,
         },
-        "peak_flops": {dtype: matmul_peak_flops(getattr(torch, dtype), peak_seconds) for dtype in dtypes},
+        "peak_flops": {
+            dtype: matmul_peak_flops(getattr(torch, dtype), peak_seconds, clock=clock) for dtype in dtypes
+        },
         "training": [],
         "generation": [],
         "ctranslate2": [],
@@ -338,7 +352,7 @@ def run_benchmark(
             name: make_training_step(prepare(model, attn, True), batch, getattr(torch, dtype))
             for name, model in models.items()
         }
-        seconds = interleaved_seconds(steps, repeats)
+        seconds = interleaved_seconds(steps, repeats, clock=clock)
         case = {"dtype": dtype, "attn_implementation": attn}
         for name in MODEL_NAMES:
             rates = _rates(labelled, seconds[name])
@@ -361,7 +375,7 @@ def run_benchmark(
             )
             for name, model in models.items()
         }
-        seconds = interleaved_seconds(runs, repeats)
+        seconds = interleaved_seconds(runs, repeats, clock=clock)
         case = {"batch_size": batch_size, "num_beams": num_beams, "use_cache": use_cache}
         for name in MODEL_NAMES:
             case[name] = _rates(batch_size * new_tokens, seconds[name])
@@ -375,12 +389,12 @@ def run_benchmark(
 
     if ctranslate2_quantizations and _has_ctranslate2():
         results["ctranslate2"] = _benchmark_ctranslate2(
-            ours, inputs, new_tokens, repeats, ctranslate2_quantizations, prepare
+            ours, inputs, new_tokens, repeats, ctranslate2_quantizations, prepare, clock
         )
     return results
 
 
-def _benchmark_ctranslate2(ours, inputs, new_tokens, repeats, quantizations, prepare) -> list[dict]:
+def _benchmark_ctranslate2(ours, inputs, new_tokens, repeats, quantizations, prepare, clock) -> list[dict]:
     """Cached generation of CTranslate2 (each quantization) interleaved with ours, same inputs and lengths."""
     cases = []
     with tempfile.TemporaryDirectory() as workdir:
@@ -392,7 +406,7 @@ def _benchmark_ctranslate2(ours, inputs, new_tokens, repeats, quantizations, pre
         for batch_size, num_beams, source in shapes:
             runs = {"ours": make_generation(model, source, num_beams, True, new_tokens)}
             runs.update({q: translators[(batch_size, num_beams, q)] for q in quantizations})
-            seconds = interleaved_seconds(runs, repeats)
+            seconds = interleaved_seconds(runs, repeats, clock=clock)
             case = {"batch_size": batch_size, "num_beams": num_beams}
             for name, samples in seconds.items():
                 case[name] = _rates(batch_size * new_tokens, samples)

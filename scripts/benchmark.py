@@ -2,6 +2,8 @@
 
 import argparse
 
+import torch
+
 from hf_vanilla.benchmark import format_table, run_benchmark, save_results
 
 
@@ -26,9 +28,18 @@ def main() -> None:
         "--ctranslate2", nargs="*", default=["int8", "float32"], help="quantizations; none: skip"
     )
     parser.add_argument("--compile", action="store_true", help="torch.compile our model (Marian stays eager)")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    parser.add_argument(
+        "--clock",
+        default="wall",
+        choices=["wall", "cpu"],
+        help="cpu: process CPU time, steadier on a busy machine",
+    )
     parser.add_argument("--quick", action="store_true", help="few tiny runs, to check that everything works")
     parser.add_argument("--output", default=None, help="JSON path (default outputs/benchmark-SIZE.json)")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
 
     settings = {
         "size": args.size,
@@ -40,6 +51,7 @@ def main() -> None:
         "generation_batch_sizes": tuple(args.generation_batch_sizes),
         "ctranslate2_quantizations": tuple(args.ctranslate2),
         "compile_model": args.compile,
+        "clock": args.clock,
     }
     if args.quick:
         settings.update(

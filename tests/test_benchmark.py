@@ -100,8 +100,10 @@ def test_script_quick_mode_writes_json(tmp_path):
     output = tmp_path / "bench.json"
     command = [sys.executable, "scripts/benchmark.py", "--size", "tiny", "--quick", "--dtypes", "float32"]
     command += ["--attn", "sdpa", "--generation-batch-sizes", "1", "--ctranslate2", "--output", str(output)]
+    command += ["--clock", "cpu", "--threads", "1"]
     subprocess.run(command, check=True, capture_output=True, text=True)
     results = json.loads(output.read_text())
+    assert (results["settings"]["clock"], results["settings"]["threads"]) == ("cpu", 1)
     assert [case["dtype"] for case in results["training"]] == ["float32"]
     assert results["ctranslate2"] == []
 
