@@ -7,11 +7,12 @@ full `save_pretrained` directory that `AutoModelForSeq2SeqLM.from_pretrained` lo
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import torch
@@ -49,6 +50,20 @@ def publish_directory(staging: str | os.PathLike, final: str | os.PathLike) -> P
     else:
         staging.rename(final)
     return final
+
+
+@contextlib.contextmanager
+def atomic_directory(output_dir: str | os.PathLike) -> Iterator[Path]:
+    """Yield a private staging directory that replaces `output_dir` only when the block ends without error."""
+    output_dir = Path(output_dir)
+    output_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.tmp-", dir=output_dir.parent))
+    staging.chmod(0o755)  # mkdtemp's 0o700 would hide the result from other users
+    try:
+        yield staging
+        publish_directory(staging, output_dir)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def remove_stale_staging(run_dir: str | os.PathLike) -> None:

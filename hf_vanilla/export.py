@@ -15,16 +15,13 @@ label shifting), so it stays `<s>`; nothing in `MarianMTModel` hardwires pad the
 
 from __future__ import annotations
 
-import contextlib
 import os
-import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import torch
 from transformers import AutoTokenizer, GenerationConfig, MarianConfig, MarianMTModel, PreTrainedTokenizerBase
 
+from .checkpoints import atomic_directory
 from .configuration_vanilla import VanillaTransformerConfig
 from .modeling_vanilla import VanillaTransformerForConditionalGeneration
 
@@ -149,27 +146,6 @@ def _generation_config(model: VanillaTransformerForConditionalGeneration) -> Gen
     return generation_config
 
 
-@contextlib.contextmanager
-def _atomic_directory(output_dir: Path, overwrite: bool) -> Iterator[Path]:
-    """Yield a staging directory that becomes `output_dir` only when the block finishes without error."""
-    if output_dir.exists() and not overwrite:
-        raise FileExistsError(f"{output_dir} exists; pass overwrite=True (--overwrite) to replace it")
-    output_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.tmp-", dir=output_dir.parent))
-    staging.chmod(0o755)  # mkdtemp's 0o700 would hide the result from other users
-    try:
-        yield staging
-        if output_dir.exists():
-            retired = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.old-", dir=output_dir.parent))
-            output_dir.rename(retired / output_dir.name)
-            staging.rename(output_dir)
-            shutil.rmtree(retired)
-        else:
-            staging.rename(output_dir)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-
-
 def load_vanilla(model: VanillaTransformerForConditionalGeneration | str | os.PathLike):
     """A model object as is, or a saved model directory loaded in eval mode."""
     if isinstance(model, VanillaTransformerForConditionalGeneration):
@@ -204,7 +180,8 @@ def export_to_marian(
         )
     marian = to_marian(model)
     output_dir = Path(output_dir)
-    with _atomic_directory(output_dir, overwrite) as staging:
+    _refuse_existing(output_dir, overwrite)
+    with atomic_directory(output_dir) as staging:
         marian.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
     return output_dir
@@ -282,7 +259,8 @@ def convert_to_ctranslate2(
             return _ctranslate2_loader()(model, tokenizer)
 
     output_dir = Path(output_dir)
-    with _atomic_directory(output_dir, overwrite) as staging:
+    _refuse_existing(output_dir, overwrite)
+    with atomic_directory(output_dir) as staging:
         ExportedMarianConverter().convert(str(staging), quantization=quantization, force=True)
     return output_dir
 
@@ -297,3 +275,8 @@ __all__ = [
     "max_logit_difference",
     "to_marian",
 ]
+
+
+def _refuse_existing(output_dir: Path, overwrite: bool) -> None:
+    if output_dir.exists() and not overwrite:
+        raise FileExistsError(f"{output_dir} exists; pass overwrite=True (--overwrite) to replace it")

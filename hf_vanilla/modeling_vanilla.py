@@ -329,15 +329,13 @@ class TokenEmbedding(nn.Module):
             )
 
 
-class VanillaTransformerEncoder(VanillaTransformerPreTrainedModel):
-    """3.1 Encoder: embeddings then N encoder layers: ids (B,S) -> (B,S,D)."""
+class LayerStack(VanillaTransformerPreTrainedModel):
+    """3.1 A stack of N identical layers over token embeddings (a final LayerNorm only with pre_layernorm)."""
 
-    _can_record_outputs = {"hidden_states": EncoderLayer, "attentions": MultiHeadAttention}
-
-    def __init__(self, config: VanillaTransformerConfig):
+    def __init__(self, config: VanillaTransformerConfig, layer_class: type[nn.Module], num_layers: int):
         super().__init__(config)
         self.embeddings = TokenEmbedding(config)
-        self.layers = nn.ModuleList([EncoderLayer(config, i) for i in range(config.encoder_layers)])
+        self.layers = nn.ModuleList([layer_class(config, i) for i in range(num_layers)])
         self.final_layer_norm = (
             nn.LayerNorm(config.d_model, config.layer_norm_eps) if config.pre_layernorm else None
         )
@@ -348,6 +346,15 @@ class VanillaTransformerEncoder(VanillaTransformerPreTrainedModel):
 
     def set_input_embeddings(self, value: nn.Embedding):
         self.embeddings.embed_tokens = value
+
+
+class VanillaTransformerEncoder(LayerStack):
+    """3.1 Encoder: embeddings then N encoder layers: ids (B,S) -> (B,S,D)."""
+
+    _can_record_outputs = {"hidden_states": EncoderLayer, "attentions": MultiHeadAttention}
+
+    def __init__(self, config: VanillaTransformerConfig):
+        super().__init__(config, EncoderLayer, config.encoder_layers)
 
     @capture_outputs
     def forward(
@@ -364,7 +371,7 @@ class VanillaTransformerEncoder(VanillaTransformerPreTrainedModel):
         return BaseModelOutput(last_hidden_state=hidden_states)
 
 
-class VanillaTransformerDecoder(VanillaTransformerPreTrainedModel):
+class VanillaTransformerDecoder(LayerStack):
     """3.1 Decoder: embeddings then N decoder layers over the encoder output: ids (B,T), (B,S,D) -> (B,T,D)."""
 
     _can_record_outputs = {
@@ -374,19 +381,7 @@ class VanillaTransformerDecoder(VanillaTransformerPreTrainedModel):
     }
 
     def __init__(self, config: VanillaTransformerConfig):
-        super().__init__(config)
-        self.embeddings = TokenEmbedding(config)
-        self.layers = nn.ModuleList([DecoderLayer(config, i) for i in range(config.decoder_layers)])
-        self.final_layer_norm = (
-            nn.LayerNorm(config.d_model, config.layer_norm_eps) if config.pre_layernorm else None
-        )
-        self.post_init()
-
-    def get_input_embeddings(self) -> nn.Embedding:
-        return self.embeddings.embed_tokens
-
-    def set_input_embeddings(self, value: nn.Embedding):
-        self.embeddings.embed_tokens = value
+        super().__init__(config, DecoderLayer, config.decoder_layers)
 
     @capture_outputs
     def forward(

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
+
+from .checkpoints import atomic_directory
 
 PAD_TOKEN, BOS_TOKEN, EOS_TOKEN, UNK_TOKEN = "<pad>", "<s>", "</s>", "<unk>"
 # Trainers give special tokens the first ids in this order: <pad>=0, <s>=1, </s>=2, <unk>=3.
@@ -70,20 +70,8 @@ def save_tokenizer(tokenizer: PreTrainedTokenizerFast, output_dir: str | os.Path
     A crash leaves either the old directory or the new one, never a half-written one.
     """
     output_dir = Path(output_dir)
-    output_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.tmp-", dir=output_dir.parent))
-    try:
+    with atomic_directory(output_dir) as staging:
         tokenizer.save_pretrained(staging)
-        if output_dir.exists():
-            # A directory cannot be renamed over a non-empty one: move the old one aside first.
-            retired = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.old-", dir=output_dir.parent))
-            output_dir.rename(retired / output_dir.name)
-            staging.rename(output_dir)
-            shutil.rmtree(retired)
-        else:
-            staging.rename(output_dir)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     return output_dir
 
 

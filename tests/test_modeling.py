@@ -292,6 +292,7 @@ def test_learns_to_copy_random_sequences():
     )
     model = VanillaTransformerForConditionalGeneration(config)
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3, betas=(0.9, 0.98), eps=1e-9)
+    warmup = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / 50))  # 5.3
     model.train()
     for _ in range(250):
         source = torch.randint(4, 14, (64, 8))
@@ -300,6 +301,7 @@ def test_learns_to_copy_random_sequences():
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
+        warmup.step()
     model.eval()
     source = torch.randint(4, 14, (16, 8))
     generated = model.generate(input_ids=source, max_new_tokens=10, do_sample=False, num_beams=1)
