@@ -24,7 +24,7 @@ from tokenizers import Tokenizer, models
 from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerFast
 
-from .configuration_vanilla import VanillaTransformerConfig
+from .configuration_vanilla import SIZE_FIELDS, VanillaTransformerConfig
 from .export import convert_to_ctranslate2, export_to_marian, to_marian
 from .modeling_vanilla import VanillaTransformerForConditionalGeneration
 
@@ -301,17 +301,7 @@ def run_benchmark(
     labelled = int((batch["labels"] != -100).sum())
     results = {
         "size": size,
-        "config": {
-            name: getattr(config, name)
-            for name in (
-                "vocab_size",
-                "d_model",
-                "d_ff",
-                "num_attention_heads",
-                "encoder_layers",
-                "decoder_layers",
-            )
-        },
+        "config": {name: getattr(config, name) for name in SIZE_FIELDS},
         "parameters": {name: sum(p.numel() for p in model.parameters()) for name, model in models.items()},
         "environment": _environment(),
         "settings": {

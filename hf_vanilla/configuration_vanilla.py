@@ -20,6 +20,18 @@ PRESETS: dict[str, dict] = {
 }
 
 
+# The sizes that fix the shapes of the weights.
+SIZE_FIELDS = (
+    "vocab_size",
+    "d_model",
+    "d_ff",
+    "num_attention_heads",
+    "encoder_layers",
+    "decoder_layers",
+    "max_position_embeddings",
+)
+
+
 @strict
 class VanillaTransformerConfig(PreTrainedConfig):
     r"""
@@ -66,15 +78,7 @@ class VanillaTransformerConfig(PreTrainedConfig):
 
     def _check_fields(self):
         """Raise a ValueError naming the field when a size, rate or token id cannot work."""
-        for name in (
-            "vocab_size",
-            "d_model",
-            "d_ff",
-            "num_attention_heads",
-            "encoder_layers",
-            "decoder_layers",
-            "max_position_embeddings",
-        ):
+        for name in SIZE_FIELDS:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
         if self.d_model % self.num_attention_heads:
@@ -112,4 +116,4 @@ class VanillaTransformerConfig(PreTrainedConfig):
         return cls(**{**PRESETS[name], **overrides})
 
 
-__all__ = ["PRESETS", "VanillaTransformerConfig"]
+__all__ = ["PRESETS", "SIZE_FIELDS", "VanillaTransformerConfig"]

@@ -44,7 +44,7 @@ from .checkpoints import (
     remove_stale_staging,
     staging_directory,
 )
-from .configuration_vanilla import VanillaTransformerConfig
+from .configuration_vanilla import SIZE_FIELDS, VanillaTransformerConfig
 from .data import (
     TokenBatchSampler,
     clean_translation_pairs,
@@ -68,17 +68,8 @@ LOG_FILE = "train_log.jsonl"
 CONFIG_FILE = "training_config.yaml"
 LAST, BEST, AVERAGE = "checkpoint_last", "checkpoint_best", "checkpoint_average"
 TRAINING_STATE = "training_state"
-# Fields that fix the shapes of the weights: a checkpoint only resumes into a model that agrees on them.
-SHAPE_FIELDS = (
-    "vocab_size",
-    "d_model",
-    "d_ff",
-    "num_attention_heads",
-    "encoder_layers",
-    "decoder_layers",
-    "max_position_embeddings",
-    "pre_layernorm",
-)
+# A checkpoint only resumes into a model whose weights have the same shapes.
+SHAPE_FIELDS = (*SIZE_FIELDS, "pre_layernorm")
 
 
 class TrainingError(Exception):
