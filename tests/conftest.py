@@ -22,6 +22,16 @@ def multi30k_path() -> str:
     return str(MULTI30K)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def one_thread():
+    """Tiny models gain nothing from a second thread, and on a busy 2-core machine two threads crawl
+    (measured: test_training.py took 28 s with one thread, over 2 minutes with two, under the same load)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
