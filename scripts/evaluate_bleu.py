@@ -12,7 +12,12 @@ import json
 import logging
 import sys
 
-from hf_vanilla.evaluation import add_decoding_arguments, decoding_kwargs, evaluate_bleu
+from hf_vanilla.evaluation import (
+    add_dataset_arguments,
+    add_decoding_arguments,
+    decoding_kwargs,
+    evaluate_bleu,
+)
 
 
 def main() -> None:
@@ -20,12 +25,8 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     add_decoding_arguments(parser)
-    parser.add_argument("--dataset", default="../shared/datasets/multi30k", help="Hub name or local path")
-    parser.add_argument("--dataset-config", default=None, help="Hub config, e.g. de-en for wmt14")
+    add_dataset_arguments(parser)
     parser.add_argument("--split", default="test")
-    parser.add_argument("--source-lang", default="de")
-    parser.add_argument("--target-lang", default="en")
-    parser.add_argument("--max-sentences", type=int, default=None, help="evaluate only the first N pairs")
     parser.add_argument("--ter", action="store_true", help="also compute TER")
     parser.add_argument("--seed", type=int, default=0, help="matters only when sampling")
     parser.add_argument("--output-dir", default="outputs/evaluation")

@@ -1,4 +1,5 @@
 import json
+import shutil
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -9,6 +10,7 @@ import torch
 from conftest import SCRIPTS
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
+from hf_vanilla import evaluation
 from hf_vanilla.data import load_translation_split
 from hf_vanilla.evaluation import (
     evaluate_bleu,
@@ -16,6 +18,7 @@ from hf_vanilla.evaluation import (
     load_model_and_tokenizer,
     read_lines,
     score_translations,
+    select_on_validation,
     translate_sentences,
     write_lines_atomic,
 )
@@ -262,3 +265,90 @@ def test_translate_script_keeps_lines_in_order(tiny_model_dir, tiny_model_and_to
     )
     assert completed.stdout.split("\n") == [*expected, ""]
     assert expected[1] == ""
+
+
+@pytest.fixture
+def run_dir(tiny_model_dir, tmp_path):
+    """A training run directory: best and average hold the tiny model, last holds other weights."""
+    run = tmp_path / "run"
+    for name in ("checkpoint_best", "checkpoint_last", "checkpoint_average"):
+        shutil.copytree(tiny_model_dir, run / name)
+    last = AutoModelForSeq2SeqLM.from_pretrained(run / "checkpoint_last")
+    with torch.no_grad():
+        last.lm_head.weight.mul_(2)
+    last.save_pretrained(run / "checkpoint_last")
+    return run
+
+
+def test_selection_takes_the_best_validation_setting_and_decodes_test_with_it_only(
+    run_dir, multi30k_path, tmp_path, monkeypatch
+):
+    # An untrained model scores ~0 everywhere: give each (model, beams, penalty) a known validation BLEU.
+    # checkpoint_average holds the same weights as checkpoint_best: it is decoded once, as the best.
+    decoded = []
+
+    def scripted_evaluation(model, tokenizer, sources, references, **kwargs):
+        hypotheses, report = evaluate_translation(model, tokenizer, sources, references, **kwargs)
+        decoded.append(kwargs)
+        is_last = "checkpoint_last" in model.name_or_path
+        report["cased"]["bleu"] = 10 * is_last + kwargs["num_beams"] - kwargs.get("length_penalty", 0)
+        return hypotheses, report
+
+    monkeypatch.setattr(evaluation, "evaluate_translation", scripted_evaluation)
+    output_dir = tmp_path / "selection"
+    selection = select_on_validation(
+        [run_dir],
+        multi30k_path,
+        "de",
+        "en",
+        output_dir,
+        num_beams=[1, 2],
+        length_penalties=[0.6, 1.0],
+        max_sentences=4,
+    )
+    settings = [
+        (row["model"], row["num_beams"], row.get("length_penalty")) for row in selection["validation"]
+    ]
+    assert settings == [
+        (str(run_dir / name), beams, penalty)
+        for name in ("checkpoint_best", "checkpoint_last")
+        for beams, penalty in ((1, None), (2, 0.6), (2, 1.0))
+    ]
+    assert (selection["chosen"]["model"], selection["chosen"]["num_beams"]) == (
+        str(run_dir / "checkpoint_last"),
+        2,
+    )
+    assert selection["chosen"]["length_penalty"] == 0.6
+    assert len(decoded) == 6 + 1  # six validation decodings, then test with the choice only
+    assert {"num_beams": 2, "length_penalty": 0.6}.items() <= decoded[-1].items()
+    test_report = json.loads((output_dir / "test.de-en.json").read_text())
+    assert (test_report["model"], test_report["sentences"]) == (str(run_dir / "checkpoint_last"), 4)
+    assert selection["reports"]["test"]["cased"] == test_report["cased"]
+    assert json.loads((output_dir / "selection.json").read_text()) == selection
+
+
+def test_selection_names_a_directory_that_holds_no_model(tmp_path, multi30k_path):
+    with pytest.raises(FileNotFoundError, match="neither a saved model directory nor a training run"):
+        select_on_validation([tmp_path], multi30k_path, "de", "en", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_select_checkpoint_script_prints_the_validation_table(tiny_model_dir, multi30k_path, tmp_path):
+    completed = subprocess.run(
+        [
+            sys.executable,
+            str(SCRIPTS / "select_checkpoint.py"),
+            str(tiny_model_dir),
+            "--dataset",
+            multi30k_path,
+        ]
+        + ["--num-beams", "1", "2", "--max-sentences", "3", "--report-split", "--device", "cpu"]
+        + ["--output-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    table = completed.stdout.splitlines()
+    assert table[0].startswith("validation (3 sentences), nrefs:1|case:mixed")
+    assert len(table) == 2 + 2 and sum("<- chosen" in line for line in table) == 1
+    assert json.loads((tmp_path / "selection.json").read_text())["reports"] == {}

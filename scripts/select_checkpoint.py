@@ -1,0 +1,82 @@
+"""Choose checkpoint, beam size and length penalty on validation BLEU, then report the choice on test.
+
+Section 6.1 set beam size and length penalty "after experimentation on the development set"; this does
+the same, and picks between a run's best, last and averaged checkpoints at the same time. The test split
+is decoded once, with the winner only. Writes selection.json and the test hypotheses and report.
+
+    python scripts/select_checkpoint.py outputs/multi30k-small-de-en --source-lang de --target-lang en \\
+        --num-beams 4 8 --length-penalty 0.6 1.0 --output-dir outputs/multi30k-small-de-en/evaluation
+"""
+
+import argparse
+import logging
+import sys
+
+from hf_vanilla.evaluation import (
+    PAPER_GENERATION_KWARGS,
+    add_dataset_arguments,
+    add_runtime_arguments,
+    select_on_validation,
+)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "models", nargs="+", help="saved model directories, or run directories (their best, last and average)"
+    )
+    parser.add_argument("--num-beams", type=int, nargs="+", default=[PAPER_GENERATION_KWARGS["num_beams"]])
+    parser.add_argument(
+        "--length-penalty", type=float, nargs="+", default=[PAPER_GENERATION_KWARGS["length_penalty"]]
+    )
+    add_dataset_arguments(parser)
+    parser.add_argument("--validation-split", default="validation", help="the split the choice is made on")
+    parser.add_argument(
+        "--report-split", nargs="*", default=["test"], help="splits decoded with the choice only (none: skip)"
+    )
+    add_runtime_arguments(parser)
+    parser.add_argument("--output-dir", default="outputs/selection")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+
+    try:
+        selection = select_on_validation(
+            args.models,
+            args.dataset,
+            args.source_lang,
+            args.target_lang,
+            args.output_dir,
+            num_beams=args.num_beams,
+            length_penalties=args.length_penalty,
+            validation_split=args.validation_split,
+            report_splits=args.report_split,
+            config_name=args.dataset_config,
+            max_sentences=args.max_sentences,
+            device=args.device,
+            dtype=args.dtype,
+            max_tokens=args.max_tokens,
+        )
+    except (ValueError, FileNotFoundError) as err:
+        sys.exit(f"error: {err}")
+    chosen = selection["chosen"]
+    print(
+        f"{args.validation_split} ({selection['validation_sentences']} sentences), {selection['signature']}"
+    )
+    print(f"{'BLEU':>6} {'lc':>6} {'chrF':>6}  beams  lp    model")
+    for row in selection["validation"]:
+        marker = "  <- chosen" if row is chosen else ""
+        print(
+            f"{row['bleu']:6.2f} {row['bleu_lowercased']:6.2f} {row['chrf']:6.2f}  {row['num_beams']:>5}  "
+            f"{row.get('length_penalty', '-'):<4}  {row['model']}{marker}"
+        )
+    for split, report in selection["reports"].items():
+        print(
+            f"{split}: cased BLEU {report['cased']['bleu']:.2f}, lowercased {report['lowercased']['bleu']:.2f}, "
+            f"chrF {report['cased']['chrf']:.2f}"
+        )
+
+
+if __name__ == "__main__":
+    main()
