@@ -162,8 +162,13 @@ def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
 
 
+def runtime_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """`max_tokens`, `device` and `dtype` from the options of `add_runtime_arguments`."""
+    return {"max_tokens": args.max_tokens, "device": args.device, "dtype": args.dtype}
+
+
 def add_dataset_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options that name a translation dataset and its direction; `load_evaluation_pairs` reads them."""
+    """The options that name a translation dataset and its direction; read them back with `dataset_kwargs`."""
     parser.add_argument("--dataset", default="../shared/datasets/multi30k", help="Hub name or local path")
     parser.add_argument("--dataset-config", default=None, help="Hub config, e.g. de-en for wmt14")
     parser.add_argument("--source-lang", default="de")
@@ -171,6 +176,17 @@ def add_dataset_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-sentences", type=int, default=None, help="the first N pairs of each split only"
     )
+
+
+def dataset_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """The dataset, direction and sentence-limit keywords of `evaluate_bleu` and `select_on_validation`."""
+    return {
+        "dataset": args.dataset,
+        "source_lang": args.source_lang,
+        "target_lang": args.target_lang,
+        "config_name": args.dataset_config,
+        "max_sentences": args.max_sentences,
+    }
 
 
 def load_evaluation_pairs(

@@ -15,8 +15,10 @@ import sys
 from hf_vanilla.evaluation import (
     add_dataset_arguments,
     add_decoding_arguments,
+    dataset_kwargs,
     decoding_kwargs,
     evaluate_bleu,
+    runtime_kwargs,
 )
 
 
@@ -36,18 +38,12 @@ def main() -> None:
     try:
         report = evaluate_bleu(
             args.model,
-            args.dataset,
-            args.source_lang,
-            args.target_lang,
-            args.output_dir,
+            output_dir=args.output_dir,
             split=args.split,
-            config_name=args.dataset_config,
-            max_sentences=args.max_sentences,
-            device=args.device,
-            dtype=args.dtype,
-            max_tokens=args.max_tokens,
             ter=args.ter,
             seed=args.seed,
+            **dataset_kwargs(args),
+            **runtime_kwargs(args),
             **decoding_kwargs(args),
         )
     except (ValueError, FileNotFoundError) as err:

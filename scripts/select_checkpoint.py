@@ -16,6 +16,8 @@ from hf_vanilla.evaluation import (
     PAPER_GENERATION_KWARGS,
     add_dataset_arguments,
     add_runtime_arguments,
+    dataset_kwargs,
+    runtime_kwargs,
     select_on_validation,
 )
 
@@ -44,19 +46,13 @@ def main() -> None:
     try:
         selection = select_on_validation(
             args.models,
-            args.dataset,
-            args.source_lang,
-            args.target_lang,
-            args.output_dir,
+            output_dir=args.output_dir,
             num_beams=args.num_beams,
             length_penalties=args.length_penalty,
             validation_split=args.validation_split,
             report_splits=args.report_split,
-            config_name=args.dataset_config,
-            max_sentences=args.max_sentences,
-            device=args.device,
-            dtype=args.dtype,
-            max_tokens=args.max_tokens,
+            **dataset_kwargs(args),
+            **runtime_kwargs(args),
         )
     except (ValueError, FileNotFoundError) as err:
         sys.exit(f"error: {err}")
