@@ -296,6 +296,19 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
         elif isinstance(module, SinusoidalPositionalEncoding):
             init.copy_(module.table, sinusoidal_positions(*module.table.shape))
 
+    def set_dropout(self, dropout: float, attention_dropout: float, activation_dropout: float) -> None:
+        """5.4 Change the dropout probabilities of a built model and its config (late dropout switches them mid-run)."""
+        self.config.dropout = dropout
+        self.config.attention_dropout = attention_dropout
+        self.config.activation_dropout = activation_dropout
+        for module in self.modules():
+            if isinstance(module, (ResidualConnection, TokenEmbedding)):
+                module.dropout = dropout
+            elif isinstance(module, MultiHeadAttention):
+                module.dropout = attention_dropout
+            elif isinstance(module, PositionwiseFeedForward):
+                module.activation_dropout = activation_dropout
+
 
 class TokenEmbedding(nn.Module):
     """3.4 Embedding * sqrt(d_model) plus 3.5 positional encoding, then dropout: ids (B,L) -> (B,L,D)."""

@@ -99,6 +99,10 @@ class TrainingConfig:
     dropout: float = 0.1
     attention_dropout: float = 0.0
     activation_dropout: float = 0.0
+    # Late dropout (Liu et al., 2023): the first N updates use early_dropout and no attention or activation
+    # dropout, the rest the three values above. 0: the values above from the first update, as in the paper.
+    early_dropout_updates: int = 0
+    early_dropout: float = 0.1
     label_smoothing: float = 0.1
     # Batches: padded tokens a side per batch and process; accumulation reaches tokens_per_update
     max_tokens: int = 4096
@@ -169,6 +173,10 @@ class TrainingConfig:
         ):
             if getattr(self, name) is not None and getattr(self, name) <= 0:
                 raise TrainingError(f"{name} must be positive or null, got {getattr(self, name)}")
+        if self.early_dropout_updates < 0:
+            raise TrainingError(f"early_dropout_updates must be 0 or more, got {self.early_dropout_updates}")
+        if not 0 <= self.early_dropout < 1:  # the model config checks the other dropout values
+            raise TrainingError(f"early_dropout must be in [0, 1), got {self.early_dropout}")
         if self.keep_checkpoints and self.average_last and self.keep_checkpoints < self.average_last:
             raise TrainingError(
                 f"keep_checkpoints ({self.keep_checkpoints}) must be at least average_last ({self.average_last})"
@@ -449,6 +457,7 @@ class _Session:
         # Seconds already spent in earlier sessions of this run count against max_minutes.
         self.clock_offset = progress.elapsed_seconds - run_started
         self.saved_step = progress.step if progress.step else None
+        self.early_dropout = False  # the model was built with the configured dropout
 
     def elapsed(self) -> float:
         return self.clock_offset + time.monotonic()
@@ -475,6 +484,7 @@ class _Session:
                 if not group:
                     break
                 learning_rate = self.scheduler.get_last_lr()[0]
+                self._set_dropout_phase()
                 loss_sum, tokens = self._update(group)
                 progress.step += 1
                 progress.updates_in_epoch += 1
@@ -513,6 +523,22 @@ class _Session:
         bar.close()
         if self.saved_step != progress.step:
             self.save(sampler.updates_per_epoch)
+
+    def _set_dropout_phase(self) -> None:
+        """Early dropout for the first early_dropout_updates updates, the configured dropout after (late dropout)."""
+        config = self.config
+        early = self.progress.step < config.early_dropout_updates
+        if early == self.early_dropout:
+            return
+        model = self.accelerator.unwrap_model(self.model)
+        if early:
+            model.set_dropout(config.early_dropout, 0.0, 0.0)
+        else:
+            model.set_dropout(config.dropout, config.attention_dropout, config.activation_dropout)
+            logger.info(
+                "Update %d: dropout %s from now on (late dropout)", self.progress.step + 1, config.dropout
+            )
+        self.early_dropout = early
 
     def _epochs_done(self) -> bool:
         return self.config.max_epochs is not None and self.progress.epoch >= self.config.max_epochs

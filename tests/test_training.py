@@ -167,6 +167,36 @@ def test_resume_after_a_kill_equals_an_uninterrupted_run(tiny_dataset, tokenizer
         torch.testing.assert_close(weights(killed / name), weights(uninterrupted / name), rtol=0, atol=0)
 
 
+def test_late_dropout_trains_without_dropout_then_switches_it_on(tiny_dataset, tokenizer_dir, tmp_path):
+    no_dropout = {
+        "attention_dropout": 0.0,
+        "activation_dropout": 0.0,
+        "max_steps": 8,
+        "validation_max_sentences": 4,
+    }
+    train(tiny_config(tiny_dataset, tokenizer_dir, tmp_path / "plain", dropout=0.0, **no_dropout))
+    late = {"dropout": 0.3, "attention_dropout": 0.1, "activation_dropout": 0.1}
+    train(
+        tiny_config(
+            tiny_dataset,
+            tokenizer_dir,
+            tmp_path / "late",
+            **{**no_dropout, **late},
+            early_dropout_updates=6,
+            early_dropout=0.0,
+        )
+    )
+    plain, switched = training_losses(tmp_path / "plain"), training_losses(tmp_path / "late")
+    assert switched[:6] == plain[:6]
+    assert all(a != b for (_, a), (_, b) in zip(switched[6:], plain[6:], strict=True))
+    saved = {
+        name: VanillaTransformerConfig.from_pretrained(tmp_path / "late" / name)
+        for name in ("checkpoint_6", "checkpoint_last")
+    }
+    assert saved["checkpoint_6"].dropout == 0.0 and saved["checkpoint_6"].attention_dropout == 0.0
+    assert {name: getattr(saved["checkpoint_last"], name) for name in late} == late
+
+
 def test_time_budget_stops_and_saves_and_counts_across_resumes(tiny_dataset, tokenizer_dir, tmp_path):
     config = tiny_config(tiny_dataset, tokenizer_dir, tmp_path, max_steps=1000, max_minutes=0.001)
     train(config)
@@ -252,6 +282,7 @@ def test_average_checkpoints_refuses_different_models(tmp_path):
         ({"lr": 1e30, "max_steps": 20}, "loss is nan at update"),
         ({"model_preset": "huge"}, "unknown preset 'huge'"),
         ({"max_steps": None}, "set at least one of max_steps, max_epochs, max_minutes"),
+        ({"early_dropout": 1.5}, r"early_dropout must be in \[0, 1\), got 1.5"),
     ],
 )
 def test_bad_input_raises_a_one_line_error(tiny_dataset, tokenizer_dir, tmp_path, overrides, message):
