@@ -457,7 +457,7 @@ class _Session:
         # Seconds already spent in earlier sessions of this run count against max_minutes.
         self.clock_offset = progress.elapsed_seconds - run_started
         self.saved_step = progress.step if progress.step else None
-        self.early_dropout = False  # the model was built with the configured dropout
+        self.in_early_dropout = False  # the model was built with the configured dropout
 
     def elapsed(self) -> float:
         return self.clock_offset + time.monotonic()
@@ -528,7 +528,7 @@ class _Session:
         """Early dropout for the first early_dropout_updates updates, the configured dropout after (late dropout)."""
         config = self.config
         early = self.progress.step < config.early_dropout_updates
-        if early == self.early_dropout:
+        if early == self.in_early_dropout:
             return
         model = self.accelerator.unwrap_model(self.model)
         if early:
@@ -538,7 +538,7 @@ class _Session:
             logger.info(
                 "Update %d: dropout %s from now on (late dropout)", self.progress.step + 1, config.dropout
             )
-        self.early_dropout = early
+        self.in_early_dropout = early
 
     def _epochs_done(self) -> bool:
         return self.config.max_epochs is not None and self.progress.epoch >= self.config.max_epochs
