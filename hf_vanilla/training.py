@@ -115,6 +115,10 @@ class TrainingConfig:
     warmup: int = 4000
     lr_scale: float = 1.0  # the Annotated Transformer's `factor` on the paper's lrate
     lr: float | None = None  # peak learning rate (fairseq inverse_sqrt); replaces the paper's peak
+    # Cooldown: over the last lr_cooldown share of the run's budget (max_steps, max_epochs or max_minutes,
+    # whichever runs out first) the learning rate falls linearly to 0 (Hagele et al., 2024). 0: the paper's
+    # schedule to the end. With max_minutes it follows the clock, like the stopping point does.
+    lr_cooldown: float = 0.0
     clip_grad_norm: float | None = None
     # Stopping: whichever comes first
     max_steps: int | None = None
@@ -177,6 +181,10 @@ class TrainingConfig:
             raise TrainingError(f"early_dropout_updates must be 0 or more, got {self.early_dropout_updates}")
         if not 0 <= self.early_dropout < 1:  # the model config checks the other dropout values
             raise TrainingError(f"early_dropout must be in [0, 1), got {self.early_dropout}")
+        if not 0 <= self.lr_cooldown <= 1:
+            raise TrainingError(
+                f"lr_cooldown must be a share of the budget in [0, 1], got {self.lr_cooldown}"
+            )
         if self.keep_checkpoints and self.average_last and self.keep_checkpoints < self.average_last:
             raise TrainingError(
                 f"keep_checkpoints ({self.keep_checkpoints}) must be at least average_last ({self.average_last})"
@@ -245,12 +253,34 @@ def peak_learning_rate(d_model: int, warmup: int, lr_scale: float = 1.0, lr: flo
     return lr if lr is not None else lr_scale * d_model**-0.5 * warmup**-0.5
 
 
-def make_lr_scheduler(optimizer: torch.optim.Optimizer, warmup: int) -> LambdaLR:
+class LearningRateSchedule:
+    """The learning rate relative to its peak after `updates_done` updates: inverse_sqrt_factor, times a linear
+    cooldown to 0 over the last `cooldown` share of the budget (updates, or the clock the training loop sets)."""
+
+    def __init__(self, warmup: int, cooldown: float = 0.0, total_updates: int | None = None):
+        self.warmup = warmup
+        self.cooldown = cooldown
+        self.total_updates = total_updates
+        self.clock_spent = 0.0  # share of max_minutes spent
+
+    def budget_spent(self, updates_done: int) -> float:
+        """The larger of the shares of the updates and of the clock spent."""
+        return max(self.clock_spent, updates_done / self.total_updates if self.total_updates else 0.0)
+
+    def __call__(self, updates_done: int) -> float:
+        factor = inverse_sqrt_factor(updates_done + 1, self.warmup)
+        if self.cooldown:
+            factor *= min(1.0, max(0.0, 1.0 - self.budget_spent(updates_done)) / self.cooldown)
+        return factor
+
+
+def make_lr_scheduler(optimizer: torch.optim.Optimizer, schedule: LearningRateSchedule) -> LambdaLR:
     """LambdaLR scaling the optimizer's learning rate (the peak): update s (counted from 1) uses peak * factor(s).
 
-    With the paper's peak this is lrate = lr_scale * d_model^-0.5 * min(s^-0.5, s * warmup^-1.5).
+    With the paper's peak and no cooldown this is lrate = lr_scale * d_model^-0.5 * min(s^-0.5, s * warmup^-1.5).
     """
-    return LambdaLR(optimizer, lambda updates_done: inverse_sqrt_factor(updates_done + 1, warmup))
+    # A plain function, not the schedule object: LambdaLR would save and restore the object's fields.
+    return LambdaLR(optimizer, lambda updates_done: schedule(updates_done))
 
 
 # Batches
@@ -388,7 +418,8 @@ def train(config: TrainingConfig, resume: bool = False) -> Path:
         eps=config.adam_eps,
         weight_decay=config.weight_decay,
     )
-    scheduler = make_lr_scheduler(optimizer, config.warmup)
+    schedule = LearningRateSchedule(config.warmup, config.lr_cooldown)
+    scheduler = make_lr_scheduler(optimizer, schedule)
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
     progress = TrainingProgress()
     accelerator.register_for_checkpointing(progress)
@@ -416,6 +447,8 @@ def train(config: TrainingConfig, resume: bool = False) -> Path:
     loader = DataLoader(
         train_data, batch_sampler=sampler, collate_fn=make_collator(tokenizer), generator=torch.Generator()
     )
+    budgets = [config.max_steps, config.max_epochs and config.max_epochs * sampler.updates_per_epoch]
+    schedule.total_updates = min((budget for budget in budgets if budget), default=None)
     logger.info(
         "%d parameters; %d updates an epoch of %d batches x %d processes x %d accumulation steps, <= %d tokens each",
         sum(parameter.numel() for parameter in model.parameters()),
@@ -426,7 +459,16 @@ def train(config: TrainingConfig, resume: bool = False) -> Path:
         config.max_tokens,
     )
     session = _Session(
-        config, accelerator, model, optimizer, scheduler, tokenizer, validation, progress, run_started
+        config,
+        accelerator,
+        model,
+        optimizer,
+        scheduler,
+        schedule,
+        tokenizer,
+        validation,
+        progress,
+        run_started,
     )
     session.run(loader, sampler)
     if accelerator.is_main_process and config.average_last:
@@ -443,13 +485,24 @@ class _Session:
     """The training loop and its saves, over the objects `train` prepared."""
 
     def __init__(
-        self, config, accelerator, model, optimizer, scheduler, tokenizer, validation, progress, run_started
+        self,
+        config,
+        accelerator,
+        model,
+        optimizer,
+        scheduler,
+        schedule,
+        tokenizer,
+        validation,
+        progress,
+        run_started,
     ):
         self.config = config
         self.accelerator = accelerator
         self.model = model
         self.optimizer = optimizer
         self.scheduler = scheduler
+        self.schedule = schedule
         self.tokenizer = tokenizer
         self.validation = validation
         self.progress = progress
@@ -475,6 +528,7 @@ class _Session:
         )
         # A resumed run may have reached its limits already (every process reads the same progress).
         stop = self._epochs_done() or self._steps_done() or self._over_time()
+        self._set_clock_spent(progress.elapsed_seconds)
         while not stop:
             sampler.set_epoch(progress.epoch, first_update=progress.updates_in_epoch)
             batches = iter(loader)
@@ -489,14 +543,18 @@ class _Session:
                 progress.step += 1
                 progress.updates_in_epoch += 1
                 progress.elapsed_seconds = self.elapsed()
-                # One reduction per update carries the main process's clock decisions to every process.
+                # One reduction per update carries the main process's clock and its decisions to every process.
                 save_due = (
                     config.save_interval_minutes is not None
                     and progress.elapsed_seconds - progress.last_save_seconds
                     >= 60 * config.save_interval_minutes
                 )
-                clock = torch.tensor([float(self._over_time()), float(save_due)], device=accelerator.device)
+                clock = torch.tensor(
+                    [float(self._over_time()), float(save_due), progress.elapsed_seconds],
+                    device=accelerator.device,
+                )
                 clock = accelerator.reduce(clock * accelerator.is_main_process, "sum").tolist()
+                self._set_clock_spent(clock[2])
                 loss = loss_sum / tokens
                 if not math.isfinite(loss):
                     raise TrainingError(
@@ -545,6 +603,10 @@ class _Session:
 
     def _steps_done(self) -> bool:
         return self.config.max_steps is not None and self.progress.step >= self.config.max_steps
+
+    def _set_clock_spent(self, elapsed_seconds: float) -> None:
+        if self.config.max_minutes is not None:
+            self.schedule.clock_spent = elapsed_seconds / (60 * self.config.max_minutes)
 
     def _over_time(self) -> bool:
         return (

@@ -18,6 +18,7 @@ from hf_vanilla.data import load_translation_split
 from hf_vanilla.plotting import plot_training_log
 from hf_vanilla.training import (
     LOG_FILE,
+    LearningRateSchedule,
     TrainingError,
     _Session,
     inverse_sqrt_factor,
@@ -124,12 +125,34 @@ def test_scheduler_matches_the_paper_formula(step):
     d_model, warmup = 512, 4000
     parameter = torch.nn.Parameter(torch.zeros(1))
     optimizer = torch.optim.Adam([parameter], lr=peak_learning_rate(d_model, warmup, lr_scale=2.0))
-    scheduler = make_lr_scheduler(optimizer, warmup)
+    scheduler = make_lr_scheduler(optimizer, LearningRateSchedule(warmup))
     for _ in range(step - 1):
         optimizer.step()
         scheduler.step()
     paper = 2.0 * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
     assert optimizer.param_groups[0]["lr"] == pytest.approx(paper, rel=1e-9)
+
+
+def test_cooldown_falls_linearly_to_zero_over_the_last_share_of_the_budget():
+    schedule = LearningRateSchedule(warmup=10, cooldown=0.25, total_updates=100)
+    assert schedule(50) == inverse_sqrt_factor(51, 10)  # before the cooldown: the paper's schedule
+    assert schedule(75) == pytest.approx(inverse_sqrt_factor(76, 10))
+    assert schedule(90) == pytest.approx(0.4 * inverse_sqrt_factor(91, 10))
+    assert schedule(100) == 0.0
+    schedule.clock_spent = 0.95  # the clock runs out before the updates do: it leads
+    assert schedule(50) == pytest.approx(0.2 * inverse_sqrt_factor(51, 10))
+    schedule.clock_spent = 1.2
+    assert schedule(50) == 0.0
+
+
+def test_run_with_cooldown_logs_the_cooled_learning_rates(tiny_dataset, tokenizer_dir, tmp_path):
+    train(tiny_config(tiny_dataset, tokenizer_dir, tmp_path, lr_cooldown=0.5, validation_max_sentences=4))
+    records = [json.loads(line) for line in (tmp_path / LOG_FILE).read_text().splitlines()]
+    rates = [record["lr"] for record in records if "lr" in record]
+    # Update s runs after s - 1 of the 12 updates: full rate until half the budget is spent, then down to 1/6.
+    expected = [3e-3 * inverse_sqrt_factor(s, 10) * min(1.0, (1 - (s - 1) / 12) / 0.5) for s in range(1, 13)]
+    assert rates == pytest.approx(expected)
+    assert rates[-1] == pytest.approx(3e-3 * inverse_sqrt_factor(12, 10) / 6)
 
 
 def test_peak_override_is_fairseq_inverse_sqrt():
@@ -283,6 +306,7 @@ def test_average_checkpoints_refuses_different_models(tmp_path):
         ({"model_preset": "huge"}, "unknown preset 'huge'"),
         ({"max_steps": None}, "set at least one of max_steps, max_epochs, max_minutes"),
         ({"early_dropout": 1.5}, r"early_dropout must be in \[0, 1\), got 1.5"),
+        ({"lr_cooldown": -0.1}, r"lr_cooldown must be a share of the budget in \[0, 1\], got -0.1"),
     ],
 )
 def test_bad_input_raises_a_one_line_error(tiny_dataset, tokenizer_dir, tmp_path, overrides, message):
