@@ -481,35 +481,26 @@ def train(config: TrainingConfig, resume: bool = False) -> Path:
     return output_dir
 
 
+@dataclass
 class _Session:
     """The training loop and its saves, over the objects `train` prepared."""
 
-    def __init__(
-        self,
-        config,
-        accelerator,
-        model,
-        optimizer,
-        scheduler,
-        schedule,
-        tokenizer,
-        validation,
-        progress,
-        run_started,
-    ):
-        self.config = config
-        self.accelerator = accelerator
-        self.model = model
-        self.optimizer = optimizer
-        self.scheduler = scheduler
-        self.schedule = schedule
-        self.tokenizer = tokenizer
-        self.validation = validation
-        self.progress = progress
-        self.output_dir = Path(config.output_dir)
+    config: TrainingConfig
+    accelerator: Accelerator
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: LambdaLR  # as accelerate wraps it
+    schedule: LearningRateSchedule  # the scheduler's function, which reads the clock this loop sets
+    tokenizer: PreTrainedTokenizerBase
+    validation: ValidationSet
+    progress: TrainingProgress
+    run_started: float
+
+    def __post_init__(self):
+        self.output_dir = Path(self.config.output_dir)
         # Seconds already spent in earlier sessions of this run count against max_minutes.
-        self.clock_offset = progress.elapsed_seconds - run_started
-        self.saved_step = progress.step if progress.step else None
+        self.clock_offset = self.progress.elapsed_seconds - self.run_started
+        self.saved_step = self.progress.step if self.progress.step else None
         self.in_early_dropout = False  # the model was built with the configured dropout
 
     def elapsed(self) -> float:
