@@ -255,7 +255,7 @@ def peak_learning_rate(d_model: int, warmup: int, lr_scale: float = 1.0, lr: flo
 
 class LearningRateSchedule:
     """The learning rate relative to its peak after `updates_done` updates: inverse_sqrt_factor, times a linear
-    cooldown to 0 over the last `cooldown` share of the budget (updates, or the clock the training loop sets)."""
+    cooldown to 0 over the last `cooldown` share of the budget (the training loop sets the updates and clock)."""
 
     def __init__(self, warmup: int, cooldown: float = 0.0, total_updates: int | None = None):
         self.warmup = warmup
@@ -447,8 +447,6 @@ def train(config: TrainingConfig, resume: bool = False) -> Path:
     loader = DataLoader(
         train_data, batch_sampler=sampler, collate_fn=make_collator(tokenizer), generator=torch.Generator()
     )
-    budgets = [config.max_steps, config.max_epochs and config.max_epochs * sampler.updates_per_epoch]
-    schedule.total_updates = min((budget for budget in budgets if budget), default=None)
     logger.info(
         "%d parameters; %d updates an epoch of %d batches x %d processes x %d accumulation steps, <= %d tokens each",
         sum(parameter.numel() for parameter in model.parameters()),
@@ -490,7 +488,7 @@ class _Session:
     model: torch.nn.Module
     optimizer: torch.optim.Optimizer
     scheduler: LambdaLR  # as accelerate wraps it
-    schedule: LearningRateSchedule  # the scheduler's function, which reads the clock this loop sets
+    schedule: LearningRateSchedule  # the scheduler's function, which reads the budget this loop sets
     tokenizer: PreTrainedTokenizerBase
     validation: ValidationSet
     progress: TrainingProgress
@@ -509,7 +507,10 @@ class _Session:
     def run(self, loader: DataLoader, sampler: UpdateBatchSampler) -> None:
         config, progress, accelerator = self.config, self.progress, self.accelerator
         accumulation_steps = accelerator.gradient_accumulation_steps
-        total = config.max_steps or (config.max_epochs and config.max_epochs * sampler.updates_per_epoch)
+        # The updates the run will make, when a step or epoch budget says (the smaller when both do).
+        budgets = [config.max_steps, config.max_epochs and config.max_epochs * sampler.updates_per_epoch]
+        total = min((budget for budget in budgets if budget), default=None)
+        self.schedule.total_updates = total
         bar = tqdm(
             total=total,
             initial=progress.step,
