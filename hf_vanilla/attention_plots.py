@@ -15,7 +15,7 @@ import torch
 from matplotlib.figure import Figure
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from .evaluation import paper_max_new_tokens
+from .decoding import paper_max_new_tokens
 
 ATTENTION_KINDS = {
     "encoder": ("encoder self-attention", "source (query)", "source (key)"),

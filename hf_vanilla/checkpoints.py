@@ -16,11 +16,13 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import torch
+from huggingface_hub import ModelCard
 from safetensors import safe_open
 from safetensors.torch import save_file
 
 NUMBERED_CHECKPOINT = re.compile(r"checkpoint_(\d+)")
 STAGING_PREFIX = ".staging-"
+CARD_FILE = "README.md"
 
 
 def staging_directory(final: str | os.PathLike) -> Path:
@@ -82,10 +84,13 @@ def numbered_checkpoints(run_dir: str | os.PathLike) -> list[Path]:
     return [path for _, path in sorted(found)]
 
 
-def average_checkpoints(checkpoint_dirs: Sequence[str | os.PathLike], output_dir: str | os.PathLike) -> Path:
+def average_checkpoints(
+    checkpoint_dirs: Sequence[str | os.PathLike], output_dir: str | os.PathLike, card: ModelCard | None = None
+) -> Path:
     """Write a model directory whose weights are the element-wise mean of those in `checkpoint_dirs`.
 
-    The config, tokenizer and generation config are copied from the last directory. Weights are read
+    The config, tokenizer, generation config and code are copied from the last directory, and `card` (a model
+    card of the average) replaces its README.md. Weights are read
     with safetensors only (never a pickle) and summed in float64, then cast back to their dtype;
     tensors that are not floating point (none in this model) are taken from the last checkpoint.
     """
@@ -106,6 +111,8 @@ def average_checkpoints(checkpoint_dirs: Sequence[str | os.PathLike], output_dir
         shutil.copytree(
             checkpoint_dirs[-1], staging, dirs_exist_ok=True, ignore=shutil.ignore_patterns("*.safetensors")
         )
+        if card is not None:  # the last checkpoint's card describes it, not the average
+            card.save(staging / CARD_FILE)
         for name in weight_files:
             save_file(
                 _mean_tensors([directory / name for directory in checkpoint_dirs]),

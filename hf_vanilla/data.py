@@ -31,8 +31,9 @@ def load_translation_split(
         splits = datasets.load_dataset(dataset, config_name)
     except (FileNotFoundError, ConnectionError) as err:
         raise FileNotFoundError(
-            f"Dataset {dataset!r} (config {config_name!r}) not found: it is no local path and could not be "
-            f"loaded from the Hub ({err})"
+            f"dataset {dataset!r} (config {config_name!r}) is no local path and could not be loaded from the Hub "
+            f"({err}); check the name and your connection, or pass --dataset PATH to a local copy (a folder of "
+            "split files with a `translation` column or one column per language)"
         ) from err
     if split not in splits:
         raise ValueError(f"Split {split!r} not in dataset {dataset!r}; available splits: {sorted(splits)}")

@@ -8,14 +8,13 @@ differently; we keep transformers' beam search rather than reimplement it.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import logging
 import os
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,14 +32,18 @@ from transformers import (
 
 from .configuration_vanilla import VanillaTransformerConfig
 from .data import TokenBatchSampler, load_translation_split
+from .decoding import (
+    DEFAULT_MAX_TOKENS,
+    PAPER_EXTRA_OUTPUT_TOKENS,
+    PAPER_GENERATION_KWARGS,
+    decode_translations,
+    paper_decoding_defaults,
+    paper_max_new_tokens,
+)
+from .precision import resolve_precision
 from .tokenization import check_tokenizer_matches_model
 
 logger = logging.getLogger(__name__)
-
-PAPER_GENERATION_KWARGS = {"num_beams": 4, "length_penalty": 0.6}
-PAPER_EXTRA_OUTPUT_TOKENS = 50
-DEFAULT_MAX_TOKENS = 4096
-
 
 def translate_sentences(
     model: PreTrainedModel,
@@ -88,26 +91,6 @@ def translate_sentences(
     return translations
 
 
-def paper_max_new_tokens(
-    model: PreTrainedModel, longest_source: int, extra_output_tokens: int = PAPER_EXTRA_OUTPUT_TOKENS
-) -> int:
-    """Section 6.1's output limit, input length + 50, capped so the decoder stays within its positions."""
-    # The decoder start token takes one position.
-    return min(longest_source + extra_output_tokens, model.config.max_position_embeddings - 1)
-
-
-def paper_decoding_defaults(settings: Mapping[str, Any]) -> dict[str, Any]:
-    """Beam 4 with length penalty 0.6 (section 6.1), unless `settings` choose num_beams or sampling."""
-    return {} if "num_beams" in settings or settings.get("do_sample") else dict(PAPER_GENERATION_KWARGS)
-
-
-def decode_translations(tokenizer: PreTrainedTokenizerBase, output_ids: torch.Tensor) -> list[str]:
-    """Detokenized text, one line each: a line break the model produced becomes a space."""
-    return [
-        " ".join(text.splitlines()) for text in tokenizer.batch_decode(output_ids, skip_special_tokens=True)
-    ]
-
-
 def score_translations(
     hypotheses: Sequence[str],
     references: Sequence[str],
@@ -138,57 +121,6 @@ def score_translations(
     return scores
 
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
-    """The command-line options of the translating scripts; read them back with `decoding_kwargs`."""
-    parser.add_argument("model", help="saved model directory (with its tokenizer) or Hub id")
-    parser.add_argument("--num-beams", type=int, default=PAPER_GENERATION_KWARGS["num_beams"])
-    parser.add_argument("--length-penalty", type=float, default=PAPER_GENERATION_KWARGS["length_penalty"])
-    parser.add_argument(
-        "--max-new-tokens",
-        type=int,
-        default=None,
-        help=f"fixed output limit (default: the batch's longest source + {PAPER_EXTRA_OUTPUT_TOKENS})",
-    )
-    add_runtime_arguments(parser)
-
-
-def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
-    """Batch size, device and dtype options of the translating scripts."""
-    parser.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS, help="source tokens per batch")
-    parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:1... (default: the GPU if present)")
-    parser.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
-
-
-def runtime_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """`max_tokens`, `device` and `dtype` from the options of `add_runtime_arguments`."""
-    return {"max_tokens": args.max_tokens, "device": args.device, "dtype": args.dtype}
-
-
-def add_dataset_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options that name a translation dataset and its direction; read them back with `dataset_kwargs`."""
-    parser.add_argument("--dataset", default="../shared/datasets/multi30k", help="Hub name or local path")
-    parser.add_argument("--dataset-config", default=None, help="Hub config, e.g. de-en for wmt14")
-    parser.add_argument("--source-lang", default="de")
-    parser.add_argument("--target-lang", default="en")
-    parser.add_argument(
-        "--max-sentences", type=int, default=None, help="the first N pairs of each split only"
-    )
-
-
-def dataset_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """The dataset, direction and sentence-limit keywords of `evaluate_bleu` and `select_on_validation`."""
-    return {
-        "dataset": args.dataset,
-        "source_lang": args.source_lang,
-        "target_lang": args.target_lang,
-        "config_name": args.dataset_config,
-        "max_sentences": args.max_sentences,
-    }
-
-
 def load_evaluation_pairs(
     dataset: str,
     source_lang: str,
@@ -202,16 +134,6 @@ def load_evaluation_pairs(
     if max_sentences is not None:
         pairs = pairs.select(range(min(max_sentences, len(pairs))))
     return pairs
-
-
-def decoding_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """`generate` kwargs from the options of `add_decoding_arguments`."""
-    kwargs: dict[str, Any] = {"num_beams": args.num_beams}
-    if args.num_beams > 1:  # greedy search has no length penalty; generate warns if given one
-        kwargs["length_penalty"] = args.length_penalty
-    if args.max_new_tokens is not None:
-        kwargs["max_new_tokens"] = args.max_new_tokens
-    return kwargs
 
 
 def resolve_device(device: str | None = None) -> torch.device:
@@ -229,16 +151,18 @@ def load_model_and_tokenizer(
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """A saved model directory (or Hub id) and its tokenizer, in eval mode on `device` in `dtype`.
 
+    `dtype` is "auto" (the precision the device runs natively, see `hf_vanilla.precision`), "float32",
+    "bfloat16" or "float16".
+
     `model_kwargs` go to `from_pretrained` (e.g. attn_implementation="eager").
     For our own model type the tokenizer's vocabulary size and special token ids must match the
     model config (`check_tokenizer_matches_model`); other seq2seq models are taken as they are.
     """
-    if dtype not in DTYPES:
-        raise ValueError(f"unknown dtype {dtype!r}; choose one of {sorted(DTYPES)}")
     device = resolve_device(device)
+    torch_dtype = resolve_precision(dtype, device.type).dtype
     try:
         tokenizer = AutoTokenizer.from_pretrained(model_name_or_path)
-        model = AutoModelForSeq2SeqLM.from_pretrained(model_name_or_path, dtype=DTYPES[dtype], **model_kwargs)
+        model = AutoModelForSeq2SeqLM.from_pretrained(model_name_or_path, dtype=torch_dtype, **model_kwargs)
     except OSError as err:
         raise FileNotFoundError(
             f"cannot load a model and tokenizer from {str(model_name_or_path)!r}: it is no saved model "

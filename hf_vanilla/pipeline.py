@@ -15,7 +15,7 @@ from typing import Any
 from transformers import AutoModelForSeq2SeqLM, GenerationConfig, Pipeline
 from transformers.pipelines import PIPELINE_REGISTRY
 
-from .evaluation import (
+from .decoding import (
     PAPER_EXTRA_OUTPUT_TOKENS,
     decode_translations,
     paper_decoding_defaults,

@@ -19,9 +19,7 @@ import math
 import os
 import shutil
 import time
-import types
-import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import chain, islice
 from pathlib import Path
 
@@ -29,9 +27,10 @@ import datasets
 import numpy as np
 import torch
 import yaml
-from accelerate import Accelerator, DataLoaderConfiguration
+from accelerate import Accelerator, DataLoaderConfiguration, PartialState
 from accelerate.logging import get_logger
-from accelerate.utils import gather_object, is_tensorboard_available, set_seed
+from accelerate.utils import gather_object, is_tensorboard_available, parse_flag_from_env, set_seed
+from huggingface_hub import ModelCard
 from torch.optim.lr_scheduler import LambdaLR
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
@@ -55,12 +54,15 @@ from .data import (
 )
 from .evaluation import score_translations, translate_sentences, write_text_atomic
 from .modeling_vanilla import VanillaTransformerForConditionalGeneration
+from .precision import resolve_precision
+from .standalone import model_card, save_model_directory
 from .tokenization import (
     check_tokenizer_matches_model,
     config_kwargs_from_tokenizer,
     save_tokenizer,
     train_tokenizer,
 )
+from .training_args import TrainingConfig, TrainingError, load_training_config
 
 logger = get_logger(__name__)  # logs on the main process only
 
@@ -70,173 +72,6 @@ LAST, BEST, AVERAGE = "checkpoint_last", "checkpoint_best", "checkpoint_average"
 TRAINING_STATE = "training_state"
 # A checkpoint only resumes into a model whose weights have the same shapes.
 SHAPE_FIELDS = (*SIZE_FIELDS, "pre_layernorm")
-
-
-class TrainingError(Exception):
-    """A known problem with the inputs or the run, told in one line (scripts print it without a traceback)."""
-
-
-@dataclass
-class TrainingConfig:
-    """Everything a run needs. Defaults are the paper's recipe (section 5) for the base model."""
-
-    # Data
-    dataset: str = ""  # Hub name or local path (datasets.load_dataset)
-    dataset_config: str | None = None  # Hub config, e.g. "de-en" for wmt14
-    source_lang: str = "de"
-    target_lang: str = "en"
-    train_split: str = "train"
-    validation_split: str | None = "validation"
-    clean_max_words: int = 80  # training pairs with a longer side are dropped (Moses clean-corpus-n)
-    clean_max_length_ratio: float = 9.0
-    preprocessing_workers: int | None = None
-    # Tokenizer: a directory AutoTokenizer loads; trained on the training split when it does not exist
-    tokenizer: str = ""
-    tokenizer_vocab_size: int = 8000
-    # Model: a preset of VanillaTransformerConfig, fields overridden by model_overrides, then these
-    model_preset: str = "base"
-    model_overrides: dict = field(default_factory=dict)
-    dropout: float = 0.1
-    attention_dropout: float = 0.0
-    activation_dropout: float = 0.0
-    # Late dropout (Liu et al., 2023): the first N updates use early_dropout and no attention or activation
-    # dropout, the rest the three values above. 0: the values above from the first update, as in the paper.
-    early_dropout_updates: int = 0
-    early_dropout: float = 0.1
-    label_smoothing: float = 0.1
-    # Batches: padded tokens a side per batch and process; accumulation reaches tokens_per_update
-    max_tokens: int = 4096
-    tokens_per_update: int | None = None
-    # Optimizer and schedule (section 5.3)
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.98
-    adam_eps: float = 1e-9
-    weight_decay: float = 0.0
-    warmup: int = 4000
-    lr_scale: float = 1.0  # the Annotated Transformer's `factor` on the paper's lrate
-    lr: float | None = None  # peak learning rate (fairseq inverse_sqrt); replaces the paper's peak
-    # Cooldown: over the last lr_cooldown share of the run's budget (max_steps, max_epochs or max_minutes,
-    # whichever runs out first) the learning rate falls linearly to 0 (Hagele et al., 2024). 0: the paper's
-    # schedule to the end. With max_minutes it follows the clock, like the stopping point does.
-    lr_cooldown: float = 0.0
-    clip_grad_norm: float | None = None
-    # Stopping: whichever comes first
-    max_steps: int | None = None
-    max_epochs: int | None = None
-    max_minutes: float | None = None  # wall clock of the whole run (resumes add up), then save and stop
-    mixed_precision: str = "no"  # "no", "bf16" (CPU too) or "fp16"
-    seed: int = 1
-    # Output: checkpoints, validation at each save, logs
-    output_dir: str = ""
-    save_interval_updates: int | None = None
-    save_interval_minutes: float | None = None
-    keep_checkpoints: int | None = None  # numbered checkpoints kept; None keeps all
-    average_last: int | None = None  # at the end, average the last N numbered checkpoints (section 6.1)
-    validation_max_sentences: int | None = None  # validate on the first N sentences only
-    validation_bleu: bool = True  # greedy sacreBLEU at each save; the best checkpoint is chosen by it
-    log_interval: int = 100
-    tensorboard: bool = True
-    # Decoding written to each model's generation_config.json (section 6.1)
-    num_beams: int = 4
-    length_penalty: float = 0.6
-    max_new_tokens: int = 256
-
-    def check(self) -> None:
-        """Raise TrainingError naming the first key whose value cannot work."""
-        for name in ("dataset", "tokenizer", "output_dir"):
-            if not getattr(self, name):
-                raise TrainingError(f"{name} is required")
-        if self.source_lang == self.target_lang:
-            raise TrainingError(f"source_lang and target_lang are both {self.source_lang!r}")
-        if self.max_steps is None and self.max_epochs is None and self.max_minutes is None:
-            raise TrainingError("set at least one of max_steps, max_epochs, max_minutes")
-        if self.mixed_precision not in ("no", "bf16", "fp16"):
-            raise TrainingError(f"mixed_precision must be no, bf16 or fp16, got {self.mixed_precision!r}")
-        for name in (
-            "max_tokens",
-            "warmup",
-            "log_interval",
-            "tokenizer_vocab_size",
-            "num_beams",
-            "max_new_tokens",
-        ):
-            if getattr(self, name) <= 0:
-                raise TrainingError(f"{name} must be positive, got {getattr(self, name)}")
-        for name in (
-            "tokens_per_update",
-            "max_steps",
-            "max_epochs",
-            "max_minutes",
-            "lr",
-            "clip_grad_norm",
-            "save_interval_updates",
-            "save_interval_minutes",
-            "keep_checkpoints",
-            "average_last",
-            "validation_max_sentences",
-        ):
-            if getattr(self, name) is not None and getattr(self, name) <= 0:
-                raise TrainingError(f"{name} must be positive or null, got {getattr(self, name)}")
-        if self.early_dropout_updates < 0:
-            raise TrainingError(f"early_dropout_updates must be 0 or more, got {self.early_dropout_updates}")
-        if not 0 <= self.early_dropout < 1:  # the model config checks the other dropout values
-            raise TrainingError(f"early_dropout must be in [0, 1), got {self.early_dropout}")
-        if not 0 <= self.lr_cooldown <= 1:
-            raise TrainingError(
-                f"lr_cooldown must be a share of the budget in [0, 1], got {self.lr_cooldown}"
-            )
-        if self.keep_checkpoints and self.average_last and self.keep_checkpoints < self.average_last:
-            raise TrainingError(
-                f"keep_checkpoints ({self.keep_checkpoints}) must be at least average_last ({self.average_last})"
-            )
-
-
-def load_training_config(path: str | os.PathLike | None = None, **overrides) -> TrainingConfig:
-    """A TrainingConfig from a YAML file (if given) with `overrides` on top; values are coerced to the field types.
-
-    Raises TrainingError for a missing file, an unknown key or a value of the wrong type.
-    """
-    values = {}
-    if path is not None:
-        try:
-            values = yaml.safe_load(Path(path).read_text()) or {}
-        except OSError as err:
-            raise TrainingError(f"cannot read config file {path}: {err.strerror}") from err
-        if not isinstance(values, dict):
-            raise TrainingError(f"config file {path} must hold a mapping of keys to values")
-    values.update(overrides)
-    types_of = typing.get_type_hints(TrainingConfig)
-    unknown = sorted(set(values) - set(types_of))
-    if unknown:
-        raise TrainingError(f"unknown config keys {unknown}; known keys: {sorted(types_of)}")
-    return TrainingConfig(**{name: _coerce(name, value, types_of[name]) for name, value in values.items()})
-
-
-def _coerce(name: str, value, annotation):
-    """`value` as the field type: YAML 1.1 reads 1e-9 as a string, CLI flags arrive as strings."""
-    allowed = typing.get_args(annotation) if isinstance(annotation, types.UnionType) else (annotation,)
-    if value is None:
-        if type(None) in allowed:
-            return None
-        raise TrainingError(f"{name} cannot be null")
-    kind = next(kind for kind in allowed if kind is not type(None))
-    try:
-        if kind is bool:
-            if isinstance(value, str) and value.lower() in ("true", "false"):
-                return value.lower() == "true"
-            if not isinstance(value, bool):
-                raise ValueError
-            return value
-        if kind is dict:
-            value = yaml.safe_load(value) if isinstance(value, str) else value
-            if not isinstance(value, dict):
-                raise ValueError
-            return value
-        if kind is int and isinstance(value, float) and not value.is_integer():
-            raise ValueError
-        return kind(value)
-    except (TypeError, ValueError):
-        raise TrainingError(f"{name} must be {kind.__name__}, got {value!r}") from None
 
 
 # Learning rate (section 5.3)
@@ -382,13 +217,23 @@ def train(config: TrainingConfig, resume: bool = False) -> Path:
     config.check()
     run_started = time.monotonic()
     output_dir = Path(config.output_dir)
+    # The device accelerate will train on (ACCELERATE_USE_CPU, as Accelerator reads it, keeps a GPU machine on CPU).
+    device_type = PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU")).device.type
+    precision = resolve_precision(config.mixed_precision, device_type)
+    if config.tensorboard and not is_tensorboard_available():
+        logger.warning(
+            "TensorBoard logging is off: the tensorboard package is not installed (pip install tensorboard); "
+            "the log is in %s",
+            output_dir / LOG_FILE,
+        )
     accelerator = Accelerator(
-        mixed_precision=config.mixed_precision,
+        mixed_precision=precision.mixed_precision,
         # Our batches are already global per update: one scheduler step per optimizer step, not one per process.
         dataloader_config=DataLoaderConfiguration(split_batches=True),
         log_with="tensorboard" if config.tensorboard and is_tensorboard_available() else None,
         project_dir=str(output_dir),
     )
+    logger.info("Precision %s on %s: %s", precision.dtype_name, accelerator.device, precision.reason)
     accumulation_steps = max(
         1, round((config.tokens_per_update or 0) / (config.max_tokens * accelerator.num_processes))
     )
@@ -401,16 +246,8 @@ def train(config: TrainingConfig, resume: bool = False) -> Path:
         train_data, validation = _load_data(config, tokenizer, model_config.max_position_embeddings)
     _prepare_output_dir(config, output_dir, resume, model_config, tokenizer, accelerator)
 
-    model = VanillaTransformerForConditionalGeneration(model_config)
-    model.generation_config = GenerationConfig(
-        num_beams=config.num_beams,
-        length_penalty=config.length_penalty,
-        max_new_tokens=config.max_new_tokens,
-        **{
-            name: getattr(model_config, name)
-            for name in ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id")
-        },
-    )
+    model = _initial_model(config, model_config)
+    model.generation_config = generation_config(config, model_config)
     optimizer = torch.optim.Adam(
         model.parameters(),
         lr=peak_learning_rate(model_config.d_model, config.warmup, config.lr_scale, config.lr),
@@ -470,8 +307,7 @@ def train(config: TrainingConfig, resume: bool = False) -> Path:
     )
     session.run(loader, sampler)
     if accelerator.is_main_process and config.average_last:
-        checkpoints = numbered_checkpoints(output_dir)[-config.average_last :]
-        average_checkpoints(checkpoints, output_dir / AVERAGE)
+        checkpoints = average_run_checkpoints(output_dir, config.average_last, config)
         logger.info("Averaged %s into %s", ", ".join(path.name for path in checkpoints), output_dir / AVERAGE)
     accelerator.wait_for_everyone()
     accelerator.end_training()
@@ -665,7 +501,7 @@ class _Session:
     def save(self, updates_per_epoch: int) -> None:
         """Validate, then write checkpoint_<step>, checkpoint_best (if it is) and checkpoint_last with the training state."""
         accelerator, progress = self.accelerator, self.progress
-        is_best = False
+        is_best, metrics = False, None
         if self.validation is not None:
             metrics = self._validate()
             if accelerator.is_main_process:
@@ -679,14 +515,14 @@ class _Session:
                     + (" (best)" if is_best else "")
                 )
         numbered = self.output_dir / f"checkpoint_{progress.step}"
-        self._save_model(numbered)
+        self._save_model(numbered, metrics)
         if accelerator.is_main_process and is_best:
             staging = staging_directory(self.output_dir / BEST)
             shutil.rmtree(staging, ignore_errors=True)
             shutil.copytree(numbered, staging)
             publish_directory(staging, self.output_dir / BEST)
         progress.last_save_seconds = progress.elapsed_seconds = self.elapsed()
-        staging = self._save_model(self.output_dir / LAST, publish=False)
+        staging = self._save_model(self.output_dir / LAST, metrics, publish=False)
         accelerator.save_state(str(staging / TRAINING_STATE))
         accelerator.wait_for_everyone()
         if accelerator.is_main_process:
@@ -697,15 +533,22 @@ class _Session:
         accelerator.wait_for_everyone()
         self.saved_step = progress.step
 
-    def _save_model(self, final: Path, publish: bool = True) -> Path:
-        """A from_pretrained directory (model, generation config, tokenizer) written into staging, then `final`."""
+    def _save_model(self, final: Path, metrics: dict[str, float] | None, publish: bool = True) -> Path:
+        """A standalone model directory (model, generation config, tokenizer, pipeline code, model card)
+        written into staging, then `final`."""
         accelerator = self.accelerator
         staging = staging_directory(final)
         state_dict = accelerator.get_state_dict(self.model)  # a collective under FSDP / DeepSpeed
         if accelerator.is_main_process:
             shutil.rmtree(staging, ignore_errors=True)
-            accelerator.unwrap_model(self.model).save_pretrained(staging, state_dict=state_dict)
-            self.tokenizer.save_pretrained(staging)
+            model = accelerator.unwrap_model(self.model)
+            card = run_model_card(
+                self.config,
+                model.config,
+                f"Checkpoint after {self.progress.step} updates ({self.progress.elapsed_seconds / 60:.1f} minutes).",
+                metrics,
+            )
+            save_model_directory(model, self.tokenizer, staging, card, state_dict=state_dict)
             if publish:
                 publish_directory(staging, final)
         accelerator.wait_for_everyone()
@@ -756,6 +599,16 @@ class _Session:
 
 
 def _load_or_train_tokenizer(config: TrainingConfig) -> PreTrainedTokenizerBase:
+    """The tokenizer of `init_from`, else the one at `tokenizer`, trained on the training split if missing."""
+    if config.init_from:
+        tokenizer = _load_tokenizer(config.init_from)
+        if config.tokenizer and Path(config.tokenizer).exists():
+            if _load_tokenizer(config.tokenizer).get_vocab() != tokenizer.get_vocab():
+                raise TrainingError(
+                    f"tokenizer {config.tokenizer} is not the vocabulary of init_from {config.init_from}: "
+                    "leave tokenizer out (the checkpoint's own is used) or start from a matching checkpoint"
+                )
+        return tokenizer
     path = Path(config.tokenizer)
     if not path.exists():
         logger.info(
@@ -769,6 +622,10 @@ def _load_or_train_tokenizer(config: TrainingConfig) -> PreTrainedTokenizerBase:
             chain(pairs["source"], pairs["target"]), vocab_size=config.tokenizer_vocab_size
         )
         save_tokenizer(tokenizer, path)
+    return _load_tokenizer(path)
+
+
+def _load_tokenizer(path) -> PreTrainedTokenizerBase:
     try:
         return AutoTokenizer.from_pretrained(path)
     except (OSError, ValueError) as err:
@@ -825,6 +682,90 @@ def _model_config(config: TrainingConfig, tokenizer: PreTrainedTokenizerBase) ->
     return model_config
 
 
+def average_run_checkpoints(
+    output_dir: str | os.PathLike, count: int, config: TrainingConfig | None = None, target=None
+) -> list[Path]:
+    """Average the run's last `count` numbered checkpoints into `target` (default checkpoint_average), with a
+    model card of its own; return the checkpoints averaged. `config` defaults to the run's saved one."""
+    output_dir = Path(output_dir)
+    checkpoints = numbered_checkpoints(output_dir)[-count:]
+    if len(checkpoints) < count:
+        raise TrainingError(f"{output_dir} holds {len(checkpoints)} numbered checkpoints, fewer than {count}")
+    config = config or load_training_config(output_dir / CONFIG_FILE)
+    summary = f"The average of the weights of {', '.join(path.name for path in checkpoints)} (section 6.1)."
+    model_config = VanillaTransformerConfig.from_pretrained(checkpoints[-1])
+    card = run_model_card(config, model_config, summary, metrics=None)
+    try:
+        average_checkpoints(checkpoints, target or output_dir / AVERAGE, card)
+    except ValueError as err:
+        raise TrainingError(str(err)) from err
+    return checkpoints
+
+
+def run_model_card(
+    config: TrainingConfig, model_config: VanillaTransformerConfig, summary: str, metrics: dict[str, float] | None
+) -> ModelCard:
+    """The README.md of a checkpoint of this run, with its validation scores when it was validated."""
+    return model_card(
+        model_config,
+        config.source_lang,
+        config.target_lang,
+        config.dataset,
+        summary,
+        metrics,
+        config.validation_max_sentences,
+    )
+
+
+def generation_config(config: TrainingConfig, model_config: VanillaTransformerConfig) -> GenerationConfig:
+    """The decoding defaults a checkpoint carries: beam size and length penalty (section 6.1), special tokens.
+
+    No output limit: the decoders stop at the batch's longest source + 50 (section 6.1), which one fixed
+    number here would override. Checked now, so that a bad setting fails before training, not at the first save.
+    """
+    generation = GenerationConfig(
+        num_beams=config.num_beams,
+        # Greedy search has no length penalty; generate refuses a config that sets one.
+        **({"length_penalty": config.length_penalty} if config.num_beams > 1 else {}),
+        **{
+            name: getattr(model_config, name)
+            for name in ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id")
+        },
+    )
+    try:
+        generation.validate(strict=True)
+    except ValueError as err:
+        raise TrainingError(f"generation settings: {err}") from err
+    return generation
+
+
+def _initial_model(config: TrainingConfig, model_config: VanillaTransformerConfig):
+    """A new model with `model_config`, or with the weights of `config.init_from` (fine-tuning)."""
+    if not config.init_from:
+        return VanillaTransformerForConditionalGeneration(model_config)
+    try:
+        saved = VanillaTransformerConfig.from_pretrained(config.init_from)
+    except OSError as err:
+        raise TrainingError(f"init_from {config.init_from!r}: no saved model there ({err})") from err
+    _check_same_shape(saved, model_config, f"init_from {config.init_from}")
+    model = VanillaTransformerForConditionalGeneration.from_pretrained(config.init_from, config=model_config)
+    logger.info("Initialized the weights from %s", config.init_from)
+    return model
+
+
+def _check_same_shape(saved: VanillaTransformerConfig, configured: VanillaTransformerConfig, where) -> None:
+    """Raise TrainingError naming every size in which the saved model differs from the configured one."""
+    differing = [name for name in SHAPE_FIELDS if getattr(saved, name) != getattr(configured, name)]
+    if differing:
+        raise TrainingError(
+            f"{where} holds a model that differs in "
+            + ", ".join(
+                f"{name} ({getattr(saved, name)} saved, {getattr(configured, name)} configured)"
+                for name in differing
+            )
+        )
+
+
 def _prepare_output_dir(config, output_dir: Path, resume: bool, model_config, tokenizer, accelerator) -> None:
     """Check the output directory against `resume` and make it; raise TrainingError when it cannot serve."""
     last = output_dir / LAST
@@ -836,15 +777,7 @@ def _prepare_output_dir(config, output_dir: Path, resume: bool, model_config, to
             check_tokenizer_matches_model(tokenizer, saved)
         except ValueError as err:
             raise TrainingError(f"{last}: {err}") from err
-        differing = [name for name in SHAPE_FIELDS if getattr(saved, name) != getattr(model_config, name)]
-        if differing:
-            raise TrainingError(
-                f"{last} holds a model that differs in "
-                + ", ".join(
-                    f"{name} ({getattr(saved, name)} saved, {getattr(model_config, name)} configured)"
-                    for name in differing
-                )
-            )
+        _check_same_shape(saved, model_config, last)
     elif last.exists():
         raise TrainingError(
             f"{output_dir} already holds a run ({LAST}); pass --resume to continue it or choose another output_dir"

@@ -7,31 +7,29 @@ dataset order) and SPLIT.SRC-TGT.json (scores with signatures, settings, speed) 
     python scripts/evaluate_bleu.py outputs/multi30k-small/final --split test --source-lang de --target-lang en
 """
 
-import argparse
 import json
 import logging
 import sys
 
-from hf_vanilla.evaluation import (
+from hf_vanilla.cli import (
+    ArgumentParser,
     add_dataset_arguments,
     add_decoding_arguments,
     dataset_kwargs,
     decoding_kwargs,
-    evaluate_bleu,
     runtime_kwargs,
 )
+from hf_vanilla.evaluation import evaluate_bleu
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = ArgumentParser(description=__doc__)
     add_decoding_arguments(parser)
     add_dataset_arguments(parser)
-    parser.add_argument("--split", default="test")
+    parser.add_argument("--split", default="test", help="split to translate and score")
     parser.add_argument("--ter", action="store_true", help="also compute TER")
     parser.add_argument("--seed", type=int, default=0, help="matters only when sampling")
-    parser.add_argument("--output-dir", default="outputs/evaluation")
+    parser.add_argument("--output-dir", default="outputs/evaluation", help="where the hypotheses and report go")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO)
 

@@ -1,14 +1,14 @@
 """Export a trained model directory to a stock MarianMTModel directory, and optionally on to CTranslate2."""
 
-import argparse
 
 from transformers import MarianMTModel
 
+from hf_vanilla.cli import ArgumentParser
 from hf_vanilla.export import convert_to_ctranslate2, export_to_marian, load_vanilla, max_logit_difference
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = ArgumentParser(description=__doc__)
     parser.add_argument("model_dir", help="a saved hf_vanilla model directory")
     parser.add_argument("output_dir", help="where the MarianMTModel directory goes")
     parser.add_argument("--tokenizer", default=None, help="tokenizer directory (default: model_dir)")

@@ -7,27 +7,34 @@ The target side is --target when given (teacher-forced), else the model's own gr
         --target "A dog runs through the snow." --output-dir outputs/attention
 """
 
-import argparse
 import sys
 
 from hf_vanilla.attention_plots import ATTENTION_KINDS, save_attention_plots, sentence_attentions
-from hf_vanilla.evaluation import DTYPES, load_model_and_tokenizer
+from hf_vanilla.cli import ArgumentParser
+from hf_vanilla.evaluation import load_model_and_tokenizer
+from hf_vanilla.precision import DTYPE_NAMES
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = ArgumentParser(description=__doc__)
     parser.add_argument("model", help="saved model directory (with its tokenizer) or Hub id")
     parser.add_argument("--source", required=True, help="source sentence")
     parser.add_argument(
         "--target", default=None, help="reference translation (default: the model's greedy one)"
     )
-    parser.add_argument("--kinds", nargs="+", default=list(ATTENTION_KINDS), choices=list(ATTENTION_KINDS))
-    parser.add_argument("--output-dir", default="outputs/attention")
+    parser.add_argument(
+        "--kinds",
+        nargs="+",
+        default=list(ATTENTION_KINDS),
+        choices=list(ATTENTION_KINDS),
+        help="which attentions to draw",
+    )
+    parser.add_argument("--output-dir", default="outputs/attention", help="where the PNGs go")
     parser.add_argument("--device", default="cpu", help="cpu, cuda, auto...")
-    parser.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
-    parser.add_argument("--dpi", type=int, default=120)
+    parser.add_argument(
+        "--dtype", default="float32", choices=["auto", *DTYPE_NAMES], help="weights and activations"
+    )
+    parser.add_argument("--dpi", type=int, default=120, help="resolution of the PNGs")
     args = parser.parse_args()
 
     try:

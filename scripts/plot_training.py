@@ -1,15 +1,15 @@
 """Plot loss, validation BLEU and learning rate of a training run as a PNG."""
 
-import argparse
 import sys
 from pathlib import Path
 
+from hf_vanilla.cli import ArgumentParser
 from hf_vanilla.plotting import plot_training_log
 from hf_vanilla.training import LOG_FILE
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = ArgumentParser(description=__doc__)
     parser.add_argument("run", help=f"a training output directory or its {LOG_FILE}")
     parser.add_argument("--output", help="PNG to write (default: training_curves.png beside the log)")
     args = parser.parse_args()

@@ -8,30 +8,39 @@ is decoded once, with the winner only. Writes selection.json and the test hypoth
         --num-beams 4 8 --length-penalty 0.6 1.0 --output-dir outputs/multi30k-small-de-en/evaluation
 """
 
-import argparse
 import logging
 import sys
 
-from hf_vanilla.evaluation import (
-    PAPER_GENERATION_KWARGS,
+from hf_vanilla.cli import (
+    ArgumentParser,
     add_dataset_arguments,
     add_runtime_arguments,
     dataset_kwargs,
+    positive_int,
     runtime_kwargs,
-    select_on_validation,
 )
+from hf_vanilla.decoding import PAPER_GENERATION_KWARGS
+from hf_vanilla.evaluation import select_on_validation
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = ArgumentParser(description=__doc__)
     parser.add_argument(
         "models", nargs="+", help="saved model directories, or run directories (their best, last and average)"
     )
-    parser.add_argument("--num-beams", type=int, nargs="+", default=[PAPER_GENERATION_KWARGS["num_beams"]])
     parser.add_argument(
-        "--length-penalty", type=float, nargs="+", default=[PAPER_GENERATION_KWARGS["length_penalty"]]
+        "--num-beams",
+        type=positive_int,
+        nargs="+",
+        default=[PAPER_GENERATION_KWARGS["num_beams"]],
+        help="beam sizes to try (1: greedy)",
+    )
+    parser.add_argument(
+        "--length-penalty",
+        type=float,
+        nargs="+",
+        default=[PAPER_GENERATION_KWARGS["length_penalty"]],
+        help="length penalties to try with each beam size above 1",
     )
     add_dataset_arguments(parser)
     parser.add_argument("--validation-split", default="validation", help="the split the choice is made on")
@@ -39,7 +48,7 @@ def main() -> None:
         "--report-split", nargs="*", default=["test"], help="splits decoded with the choice only (none: skip)"
     )
     add_runtime_arguments(parser)
-    parser.add_argument("--output-dir", default="outputs/selection")
+    parser.add_argument("--output-dir", default="outputs/selection", help="where selection.json and the reports go")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
 

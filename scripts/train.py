@@ -8,41 +8,22 @@ Examples:
     accelerate launch --multi_gpu --num_processes 8 scripts/train.py --config configs/wmt14-en-de-base.yaml
 """
 
-import argparse
-import dataclasses
 import logging
 import sys
-import typing
 
 import transformers
-import yaml
 
-from hf_vanilla.training import TrainingConfig, TrainingError, load_training_config, train
+from hf_vanilla.cli import HelpFormatter
+from hf_vanilla.training import train
+from hf_vanilla.training_args import TrainingError, load_training_config, training_argument_parser
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--config", help="YAML file of TrainingConfig keys")
+def build_parser():
+    parser = training_argument_parser(description=__doc__, formatter_class=HelpFormatter)
+    parser.add_argument("--config", help="YAML file of TrainingConfig keys; flags override its values")
     parser.add_argument(
         "--resume", action="store_true", help="continue the run in output_dir from checkpoint_last"
     )
-    types_of = typing.get_type_hints(TrainingConfig)
-    defaults = TrainingConfig()
-    for field in dataclasses.fields(TrainingConfig):
-        flag = "--" + field.name.replace("_", "-")
-        shown = f"default: {getattr(defaults, field.name)!r}"
-        if types_of[field.name] is bool:
-            parser.add_argument(
-                flag, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS, help=shown
-            )
-        else:
-            # str fields stay strings ("no" is a language); the rest read as YAML ("null", "1e-3", "{d_model: 128}").
-            value_type = str if types_of[field.name] is str else yaml.safe_load
-            parser.add_argument(
-                flag, type=value_type, default=argparse.SUPPRESS, metavar=field.name.upper(), help=shown
-            )
     return parser
 
 

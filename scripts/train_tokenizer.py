@@ -1,9 +1,9 @@
 """Train the joint source/target BPE tokenizer on a translation dataset and save it for AutoTokenizer."""
 
-import argparse
 import logging
 from itertools import chain
 
+from hf_vanilla.cli import ArgumentParser, add_language_arguments
 from hf_vanilla.data import load_translation_split
 from hf_vanilla.tokenization import (
     DEFAULT_VOCAB_SIZE,
@@ -15,16 +15,13 @@ from hf_vanilla.tokenization import (
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--dataset", default="../shared/datasets/multi30k", help="Hub name or local path")
-    parser.add_argument("--dataset-config", default=None, help="Hub config, e.g. de-en for wmt14")
-    parser.add_argument("--source-lang", default="de")
-    parser.add_argument("--target-lang", default="en")
+    parser = ArgumentParser(description=__doc__)
+    add_language_arguments(parser)
     parser.add_argument("--split", default="train", help="split to train on")
     parser.add_argument("--report-split", default="validation", help="split to measure the tokenizer on")
-    parser.add_argument("--vocab-size", type=int, default=DEFAULT_VOCAB_SIZE)
-    parser.add_argument("--min-frequency", type=int, default=2)
-    parser.add_argument("--output-dir", default="outputs/tokenizer")
+    parser.add_argument("--vocab-size", type=int, default=DEFAULT_VOCAB_SIZE, help="tokens in the vocabulary")
+    parser.add_argument("--min-frequency", type=int, default=2, help="merges need pairs seen this often")
+    parser.add_argument("--output-dir", default="outputs/tokenizer", help="directory AutoTokenizer will load")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO)
 

@@ -7,13 +7,11 @@ translations, blank lines kept blank, to a file (atomically) or to stdout.
     python scripts/translate.py outputs/multi30k-small/final < input.de > output.en
 """
 
-import argparse
 import logging
 import sys
 
+from hf_vanilla.cli import ArgumentParser, add_decoding_arguments, decoding_kwargs
 from hf_vanilla.evaluation import (
-    add_decoding_arguments,
-    decoding_kwargs,
     load_model_and_tokenizer,
     read_lines,
     translate_sentences,
@@ -22,9 +20,7 @@ from hf_vanilla.evaluation import (
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = ArgumentParser(description=__doc__)
     add_decoding_arguments(parser)
     parser.add_argument("--input", default="-", help="UTF-8 text file, one sentence a line (default: stdin)")
     parser.add_argument("--output", default="-", help="file to write (default: stdout)")

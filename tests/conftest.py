@@ -1,5 +1,10 @@
+import json
 import os
-from itertools import chain
+
+# The tests use local data only: no Hub look-ups (each would retry for ~30 s on a machine without network).
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from itertools import chain  # noqa: E402
 from pathlib import Path
 
 import pytest
@@ -8,6 +13,8 @@ import torch
 from hf_vanilla import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from hf_vanilla.data import load_translation_split
 from hf_vanilla.tokenization import config_kwargs_from_tokenizer, save_tokenizer, train_tokenizer
+from hf_vanilla.training import train
+from hf_vanilla.training_args import load_training_config
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = REPO / "scripts"
@@ -48,3 +55,52 @@ def tiny_model_dir(multi30k_path, tmp_path_factory) -> Path:
     save_tokenizer(tokenizer, directory)  # first: it replaces the whole directory
     VanillaTransformerForConditionalGeneration(config).save_pretrained(directory)
     return directory
+
+
+@pytest.fixture(scope="session")
+def tiny_dataset(multi30k_path, tmp_path_factory):
+    """400 training and 16 validation pairs of Multi30k de-en, in the Hub `translation` layout."""
+    directory = tmp_path_factory.mktemp("tiny_multi30k")
+    for split, size in (("train", 400), ("validation", 16)):
+        pairs = load_translation_split(multi30k_path, "de", "en", split).select(range(size))
+        rows = [{"translation": {"de": pair["source"], "en": pair["target"]}} for pair in pairs]
+        (directory / f"{split}.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return str(directory)
+
+
+@pytest.fixture(scope="session")
+def tokenizer_dir(tiny_dataset, tmp_path_factory):
+    """A 500-token BPE, trained by the first run that asks for it (the "train one if missing" path)."""
+    return str(tmp_path_factory.mktemp("tokenizer") / "bpe")
+
+
+def tiny_config(dataset, tokenizer, output_dir, **overrides):
+    values = {
+        "dataset": dataset,
+        "tokenizer": tokenizer,
+        "tokenizer_vocab_size": 500,
+        "output_dir": str(output_dir),
+        "model_preset": "tiny",
+        "max_tokens": 256,
+        "lr": 3e-3,
+        "warmup": 10,
+        "max_steps": 12,
+        "log_interval": 1,
+        "save_interval_updates": 6,
+        "tensorboard": False,
+        # Exact loss comparisons need one precision on every CPU ("auto" picks bf16 on some).
+        "mixed_precision": "no",
+        **overrides,
+    }
+    return load_training_config(**values)
+
+
+@pytest.fixture(scope="session")
+def trained_run(tiny_dataset, tokenizer_dir, tmp_path_factory):
+    output_dir = tmp_path_factory.mktemp("run") / "out"
+    train(
+        tiny_config(
+            tiny_dataset, tokenizer_dir, output_dir, max_steps=30, save_interval_updates=10, average_last=2
+        )
+    )
+    return output_dir

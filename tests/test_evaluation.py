@@ -223,7 +223,7 @@ def test_loading_rejects_a_tokenizer_that_does_not_match_the_model(tiny_model_di
         load_model_and_tokenizer(tmp_path)
     with pytest.raises(FileNotFoundError, match="cannot load a model and tokenizer"):
         load_model_and_tokenizer(tmp_path / "missing")
-    with pytest.raises(ValueError, match="unknown dtype 'int8'"):
+    with pytest.raises(ValueError, match="unknown precision 'int8'"):
         load_model_and_tokenizer(tiny_model_dir, dtype="int8")
 
 

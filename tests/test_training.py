@@ -8,13 +8,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO
+from conftest import REPO, tiny_config
 from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from hf_vanilla import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from hf_vanilla.checkpoints import average_checkpoints, numbered_checkpoints
-from hf_vanilla.data import load_translation_split
 from hf_vanilla.plotting import plot_training_log
 from hf_vanilla.training import (
     LOG_FILE,
@@ -22,49 +21,13 @@ from hf_vanilla.training import (
     TrainingError,
     _Session,
     inverse_sqrt_factor,
-    load_training_config,
     make_lr_scheduler,
     peak_learning_rate,
     train,
 )
+from hf_vanilla.training_args import load_training_config
 
 CONFIGS = sorted((REPO / "configs").glob("*.yaml"))
-
-
-@pytest.fixture(scope="module")
-def tiny_dataset(multi30k_path, tmp_path_factory):
-    """400 training and 16 validation pairs of Multi30k de-en, in the Hub `translation` layout."""
-    directory = tmp_path_factory.mktemp("tiny_multi30k")
-    for split, size in (("train", 400), ("validation", 16)):
-        pairs = load_translation_split(multi30k_path, "de", "en", split).select(range(size))
-        rows = [{"translation": {"de": pair["source"], "en": pair["target"]}} for pair in pairs]
-        (directory / f"{split}.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
-    return str(directory)
-
-
-@pytest.fixture(scope="module")
-def tokenizer_dir(tiny_dataset, tmp_path_factory):
-    """A 500-token BPE, trained by the first run that asks for it (the "train one if missing" path)."""
-    return str(tmp_path_factory.mktemp("tokenizer") / "bpe")
-
-
-def tiny_config(dataset, tokenizer, output_dir, **overrides):
-    values = {
-        "dataset": dataset,
-        "tokenizer": tokenizer,
-        "tokenizer_vocab_size": 500,
-        "output_dir": str(output_dir),
-        "model_preset": "tiny",
-        "max_tokens": 256,
-        "lr": 3e-3,
-        "warmup": 10,
-        "max_steps": 12,
-        "log_interval": 1,
-        "save_interval_updates": 6,
-        "tensorboard": False,
-        **overrides,
-    }
-    return load_training_config(**values)
 
 
 def training_losses(output_dir):
@@ -74,17 +37,6 @@ def training_losses(output_dir):
 
 def weights(model_dir):
     return load_file(Path(model_dir) / "model.safetensors")
-
-
-@pytest.fixture(scope="module")
-def trained_run(tiny_dataset, tokenizer_dir, tmp_path_factory):
-    output_dir = tmp_path_factory.mktemp("run") / "out"
-    train(
-        tiny_config(
-            tiny_dataset, tokenizer_dir, output_dir, max_steps=30, save_interval_updates=10, average_last=2
-        )
-    )
-    return output_dir
 
 
 def test_loss_goes_down_and_checkpoints_load(trained_run):
@@ -243,7 +195,7 @@ def test_two_processes_equal_one_process_accumulating_two_batches(tiny_dataset, 
         str(REPO / "scripts" / "train.py"),
         f"--dataset={tiny_dataset}", f"--tokenizer={tokenizer_dir}", f"--output-dir={tmp_path / 'two'}",
         "--model-preset=tiny", "--max-tokens=256", "--tokens-per-update=512", "--lr=3e-3", "--warmup=10",
-        "--log-interval=1", "--no-tensorboard", *flags,
+        "--log-interval=1", "--no-tensorboard", "--mixed-precision=no", *flags,
     ]  # fmt: skip
     environment = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1"}
     # A session of its own: on a timeout the launcher and both workers are killed together.
@@ -299,7 +251,7 @@ def test_average_checkpoints_refuses_different_models(tmp_path):
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ({"dataset": "/nonexistent/corpus"}, "not found"),
+        ({"dataset": "/nonexistent/corpus"}, "is no local path and could not be loaded from the Hub.*--dataset PATH"),
         ({"target_lang": "xx"}, "'xx'.*available languages"),
         ({"model_overrides": {"vocab_size": 123}}, "vocab_size: tokenizer has 500, model config has 123"),
         ({"lr": 1e30, "max_steps": 20}, "loss is nan at update"),
@@ -339,7 +291,7 @@ def test_script_prints_known_errors_without_traceback(tmp_path):
     assert finished.returncode != 0
     assert "Traceback" not in finished.stderr
     assert finished.stderr.strip().splitlines()[-1].startswith("error: ")
-    assert "not found" in finished.stderr
+    assert "could not be loaded from the Hub" in finished.stderr
     assert not (tmp_path / "out").exists() and not (tmp_path / "tok").exists()
 
 

@@ -1,0 +1,120 @@
+"""The command-line options the scripts share, spelled as Hugging Face users type them.
+
+Every `--a-b` flag also answers to `--a_b` (as `HfArgumentParser` does), and every flag shows its default.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from .decoding import DEFAULT_MAX_TOKENS, PAPER_EXTRA_OUTPUT_TOKENS, PAPER_GENERATION_KWARGS
+from .precision import DTYPE_NAMES
+from .training_args import PUBLIC_MULTI30K
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """The module docstring as written, and each flag's default after its help."""
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse whose dashed long flags also take underscores: `--source-lang` and `--source_lang`."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def add_argument(self, *names, **kwargs):
+        underscored = [
+            "--" + name[2:].replace("-", "_") for name in names if name.startswith("--") and "-" in name[2:]
+        ]
+        return super().add_argument(*names, *underscored, **kwargs)
+
+
+def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of the translating scripts; read them back with `decoding_kwargs` and `runtime_kwargs`."""
+    parser.add_argument("model", help="saved model directory (with its tokenizer) or Hub id")
+    parser.add_argument(
+        "--num-beams",
+        type=positive_int,
+        default=PAPER_GENERATION_KWARGS["num_beams"],
+        help="beam size; 1: greedy",
+    )
+    parser.add_argument(
+        "--length-penalty",
+        type=float,
+        default=PAPER_GENERATION_KWARGS["length_penalty"],
+        help="beam search divides a hypothesis' log-probability by length**this",
+    )
+    parser.add_argument(
+        "--max-new-tokens",
+        type=positive_int,
+        default=None,
+        help=f"fixed output limit (default: the batch's longest source + {PAPER_EXTRA_OUTPUT_TOKENS})",
+    )
+    add_runtime_arguments(parser)
+
+
+def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
+    """Batch size, device and dtype options of the translating scripts."""
+    parser.add_argument(
+        "--max-tokens", type=positive_int, default=DEFAULT_MAX_TOKENS, help="source tokens per batch"
+    )
+    parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:1... (auto: the GPU if present)")
+    parser.add_argument(
+        "--dtype",
+        default="float32",
+        choices=["auto", *DTYPE_NAMES],
+        help="weights and activations; auto: bfloat16 where the GPU or CPU runs it natively, float16 on a GPU "
+        "without bfloat16, float32 otherwise",
+    )
+
+
+def runtime_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """`max_tokens`, `device` and `dtype` from the options of `add_runtime_arguments`."""
+    return {"max_tokens": args.max_tokens, "device": args.device, "dtype": args.dtype}
+
+
+def add_dataset_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options that name a translation dataset and its direction; read them back with `dataset_kwargs`."""
+    add_language_arguments(parser)
+    parser.add_argument(
+        "--max-sentences", type=positive_int, default=None, help="the first N pairs of each split only"
+    )
+
+
+def add_language_arguments(parser: argparse.ArgumentParser) -> None:
+    """The dataset (Hub name or local copy), its config and the translation direction."""
+    parser.add_argument("--dataset", default=PUBLIC_MULTI30K, help="Hub dataset name or local path")
+    parser.add_argument("--dataset-config", default=None, help="Hub dataset config, e.g. de-en for wmt14")
+    parser.add_argument("--source-lang", default="de", help="source language code")
+    parser.add_argument("--target-lang", default="en", help="target language code")
+
+
+def dataset_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """The dataset, direction and sentence-limit keywords of `evaluate_bleu` and `select_on_validation`."""
+    return {
+        "dataset": args.dataset,
+        "source_lang": args.source_lang,
+        "target_lang": args.target_lang,
+        "config_name": args.dataset_config,
+        "max_sentences": args.max_sentences,
+    }
+
+
+def decoding_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """`generate` kwargs from the options of `add_decoding_arguments`."""
+    kwargs: dict[str, Any] = {"num_beams": args.num_beams}
+    if args.num_beams > 1:  # greedy search has no length penalty; generate warns if given one
+        kwargs["length_penalty"] = args.length_penalty
+    if args.max_new_tokens is not None:
+        kwargs["max_new_tokens"] = args.max_new_tokens
+    return kwargs
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number of at least 1."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value

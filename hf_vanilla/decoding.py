@@ -1,0 +1,37 @@
+"""The paper's decoding settings (section 6.1) and the small helpers every decoder here shares.
+
+Kept free of data and scoring code: a saved checkpoint carries this file with the pipeline's, so that
+`pipeline("vanilla-translation", model=dir, trust_remote_code=True)` works without this package.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+PAPER_GENERATION_KWARGS = {"num_beams": 4, "length_penalty": 0.6}
+PAPER_EXTRA_OUTPUT_TOKENS = 50
+DEFAULT_MAX_TOKENS = 4096
+
+
+def paper_max_new_tokens(
+    model: PreTrainedModel, longest_source: int, extra_output_tokens: int = PAPER_EXTRA_OUTPUT_TOKENS
+) -> int:
+    """Section 6.1's output limit, input length + 50, capped so the decoder stays within its positions."""
+    # The decoder start token takes one position.
+    return min(longest_source + extra_output_tokens, model.config.max_position_embeddings - 1)
+
+
+def paper_decoding_defaults(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """Beam 4 with length penalty 0.6 (section 6.1), unless `settings` choose num_beams or sampling."""
+    return {} if "num_beams" in settings or settings.get("do_sample") else dict(PAPER_GENERATION_KWARGS)
+
+
+def decode_translations(tokenizer: PreTrainedTokenizerBase, output_ids: torch.Tensor) -> list[str]:
+    """Detokenized text, one line each: a line break the model produced becomes a space."""
+    return [
+        " ".join(text.splitlines()) for text in tokenizer.batch_decode(output_ids, skip_special_tokens=True)
+    ]

@@ -1,0 +1,115 @@
+"""A trained checkpoint works alone: in a process that never imports hf_vanilla, through the Auto classes and
+the pipeline, decoding as our scripts do; and it carries a model card the Hub reads."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import SCRIPTS
+from huggingface_hub import ModelCard
+
+from hf_vanilla.data import load_translation_split
+
+FRESH_PROCESS = """
+import json, sys
+from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
+directory, sources = sys.argv[1], json.loads(sys.argv[2])
+report = {
+    "config": type(AutoConfig.from_pretrained(directory, trust_remote_code=True)).__name__,
+    "model": type(AutoModel.from_pretrained(directory, trust_remote_code=True)).__name__,
+    "seq2seq": type(AutoModelForSeq2SeqLM.from_pretrained(directory, trust_remote_code=True)).__name__,
+    "tokenizer_size": len(AutoTokenizer.from_pretrained(directory, trust_remote_code=True)),
+}
+translator = pipeline("vanilla-translation", model=directory, trust_remote_code=True, device="cpu")
+report["pipeline"] = type(translator).__name__
+report["translations"] = [result["translation_text"] for result in translator(sources, batch_size=4)]
+report["imported_hf_vanilla"] = any(name.split(".")[0] == "hf_vanilla" for name in sys.modules)
+print(json.dumps(report))
+"""
+
+
+def validation_sources(dataset):
+    return list(load_translation_split(dataset, "de", "en", "validation")["source"])
+
+
+@pytest.fixture(scope="module")
+def fresh_process_reports(trained_run, tiny_dataset, tmp_path_factory):
+    """What a process without hf_vanilla makes of checkpoint_last and checkpoint_average."""
+    sources = validation_sources(tiny_dataset)
+    reports = {}
+    for name in ("checkpoint_last", "checkpoint_average"):
+        finished = subprocess.run(
+            [sys.executable, "-c", FRESH_PROCESS, str(trained_run / name), json.dumps(sources)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=tmp_path_factory.mktemp("elsewhere"),  # not the repository: `hf_vanilla/` is not on the path
+            stdin=subprocess.DEVNULL,
+        )
+        assert finished.returncode == 0, finished.stderr[-3000:]
+        assert "[y/N]" not in finished.stderr  # no prompt to run custom code
+        reports[name] = json.loads(finished.stdout.strip().splitlines()[-1])
+    return reports
+
+
+def test_checkpoints_load_through_auto_classes_and_pipeline_without_the_package(fresh_process_reports):
+    for report in fresh_process_reports.values():
+        assert report["imported_hf_vanilla"] is False
+        assert report["config"] == "VanillaTransformerConfig"
+        assert report["model"] == "VanillaTransformerModel"
+        assert report["seq2seq"] == "VanillaTransformerForConditionalGeneration"
+        assert report["tokenizer_size"] == 500
+        assert report["pipeline"] == "VanillaTranslationPipeline"
+
+
+def test_pipeline_translate_script_and_evaluate_script_give_the_same_translations(
+    fresh_process_reports, trained_run, tiny_dataset, tmp_path
+):
+    checkpoint = trained_run / "checkpoint_last"
+    sources = validation_sources(tiny_dataset)
+    (tmp_path / "input.de").write_text("".join(f"{source}\n" for source in sources))
+    for command in (
+        [SCRIPTS / "translate.py", checkpoint, "--input", tmp_path / "input.de", "--output", tmp_path / "out.en", "--quiet"],
+        [SCRIPTS / "evaluate_bleu.py", checkpoint, "--dataset", tiny_dataset, "--split", "validation",
+         "--output-dir", tmp_path / "evaluation"],
+    ):  # fmt: skip
+        finished = subprocess.run(
+            [sys.executable, *map(str, command)], capture_output=True, text=True, timeout=300
+        )
+        assert finished.returncode == 0, finished.stderr[-3000:]
+    translated = (tmp_path / "out.en").read_text().splitlines()
+    evaluated = (tmp_path / "evaluation" / "validation.de-en.hyp").read_text().splitlines()
+    assert translated == evaluated == fresh_process_reports["checkpoint_last"]["translations"]
+    assert len(translated) == len(sources) == 16
+
+
+def test_generation_config_keeps_decoding_defaults_but_no_output_limit(trained_run):
+    saved = json.loads((trained_run / "checkpoint_last" / "generation_config.json").read_text())
+    assert (saved["num_beams"], saved["length_penalty"]) == (4, 0.6)
+    assert "max_new_tokens" not in saved and "max_length" not in saved
+
+
+def test_every_checkpoint_has_a_model_card_with_hub_metadata(trained_run):
+    for name in (
+        "checkpoint_10",
+        "checkpoint_30",
+        "checkpoint_best",
+        "checkpoint_last",
+        "checkpoint_average",
+    ):
+        card = ModelCard.load(trained_run / name / "README.md")
+        assert card.data.pipeline_tag == "translation"
+        assert card.data.language == ["de", "en"]
+        assert card.data.license == "apache-2.0"
+        assert 'pipeline("vanilla-translation"' in card.text
+    scored = ModelCard.load(trained_run / "checkpoint_30" / "README.md").data.eval_results
+    logged = [json.loads(line) for line in (trained_run / "train_log.jsonl").read_text().splitlines()]
+    validation = next(record for record in logged if record["step"] == 30 and "val_bleu" in record)
+    assert {result.metric_type: result.metric_value for result in scored} == {
+        "bleu": round(validation["val_bleu"], 4),
+        "loss": round(validation["val_loss"], 4),
+    }
+    average = ModelCard.load(trained_run / "checkpoint_average" / "README.md")
+    assert average.data.eval_results is None
+    assert "average of the weights of checkpoint_20, checkpoint_30" in average.text
