@@ -50,7 +50,7 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-new-tokens",
         type=positive_int,
         default=None,
-        help=f"fixed output limit (default: the batch's longest source + {PAPER_EXTRA_OUTPUT_TOKENS})",
+        help=f"fixed output limit (default: each sentence its source length + {PAPER_EXTRA_OUTPUT_TOKENS})",
     )
     add_runtime_arguments(parser)
 

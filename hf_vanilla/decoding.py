@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers import PreTrainedModel, PreTrainedTokenizerBase, StoppingCriteria, StoppingCriteriaList
 
 PAPER_GENERATION_KWARGS = {"num_beams": 4, "length_penalty": 0.6}
 PAPER_EXTRA_OUTPUT_TOKENS = 50
@@ -23,6 +23,36 @@ def paper_max_new_tokens(
     """Section 6.1's output limit, input length + 50, capped so the decoder stays within its positions."""
     # The decoder start token takes one position.
     return min(longest_source + extra_output_tokens, model.config.max_position_embeddings - 1)
+
+
+class NewTokenLimit(StoppingCriteria):
+    """Stop each sentence at its own number of new tokens, however the sentences are batched.
+
+    `limits` holds one limit per sentence of the batch; beam search and num_return_sequences put several rows
+    per sentence, consecutively, which this expands to.
+    """
+
+    def __init__(self, limits: torch.Tensor, prompt_length: int = 1):
+        self.limits = limits
+        self.prompt_length = prompt_length  # the decoder start token
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs) -> torch.BoolTensor:
+        rows_per_sentence = input_ids.shape[0] // self.limits.shape[0]
+        limits = self.limits.to(input_ids.device).repeat_interleave(rows_per_sentence)
+        return input_ids.shape[-1] - self.prompt_length >= limits
+
+
+def paper_length_limit(
+    model: PreTrainedModel, attention_mask: torch.Tensor, extra_output_tokens: int = PAPER_EXTRA_OUTPUT_TOKENS
+) -> dict[str, Any]:
+    """`generate` keywords for section 6.1's limit: each sentence at most its own source length + 50 new tokens."""
+    limits = torch.tensor(
+        [paper_max_new_tokens(model, int(length), extra_output_tokens) for length in attention_mask.sum(-1)]
+    )
+    return {
+        "max_new_tokens": int(limits.max()),
+        "stopping_criteria": StoppingCriteriaList([NewTokenLimit(limits)]),
+    }
 
 
 def paper_decoding_defaults(settings: Mapping[str, Any]) -> dict[str, Any]:

@@ -38,12 +38,13 @@ from .decoding import (
     PAPER_GENERATION_KWARGS,
     decode_translations,
     paper_decoding_defaults,
-    paper_max_new_tokens,
+    paper_length_limit,
 )
 from .precision import resolve_precision
 from .tokenization import check_tokenizer_matches_model
 
 logger = logging.getLogger(__name__)
+
 
 def translate_sentences(
     model: PreTrainedModel,
@@ -58,8 +59,8 @@ def translate_sentences(
 
     Sentences are sorted by length and batched so that sentences * longest source stays within
     `max_tokens` (beam search multiplies the memory by num_beams). Unless `max_new_tokens` is among
-    `generate_kwargs`, each batch may produce up to its longest source + `extra_output_tokens` new
-    tokens (section 6.1), capped by the model's max_position_embeddings. `generate_kwargs` (num_beams,
+    `generate_kwargs`, each sentence may produce up to its source length + `extra_output_tokens` new
+    tokens (section 6.1), capped by the model's max_position_embeddings, whatever it is batched with. `generate_kwargs` (num_beams,
     length_penalty, do_sample...) go to `model.generate`, over the model's generation config: pass
     num_beams=1 for greedy search whatever the saved model says.
     Blank or empty sources translate to "" without running the model; a line break inside a
@@ -81,8 +82,12 @@ def translate_sentences(
             for batch in sampler:
                 batch_ids = [input_ids[position] for position in batch]
                 encoded = tokenizer.pad({"input_ids": batch_ids}, return_tensors="pt").to(model.device)
-                max_new_tokens = paper_max_new_tokens(model, max(map(len, batch_ids)), extra_output_tokens)
-                outputs = model.generate(**encoded, **{"max_new_tokens": max_new_tokens, **generate_kwargs})
+                limit = (
+                    {}
+                    if "max_new_tokens" in generate_kwargs
+                    else paper_length_limit(model, encoded["attention_mask"], extra_output_tokens)
+                )
+                outputs = model.generate(**encoded, **limit, **generate_kwargs)
                 for position, text in zip(batch, decode_translations(tokenizer, outputs), strict=True):
                     translations[nonblank[position]] = text
                 progress.update(len(batch))
@@ -221,7 +226,7 @@ def evaluate_translation(
         "sentences": len(sources),
         "blank_sources": blank_sources,
         "generation": {
-            "max_new_tokens": f"longest source in the batch + {PAPER_EXTRA_OUTPUT_TOKENS}",
+            "max_new_tokens": f"source length + {PAPER_EXTRA_OUTPUT_TOKENS}, each sentence",
             **generate_kwargs,
             "max_tokens": max_tokens,
         },

@@ -12,14 +12,14 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from transformers import AutoModelForSeq2SeqLM, GenerationConfig, Pipeline
+from transformers import AutoModelForSeq2SeqLM, GenerationConfig, Pipeline, StoppingCriteriaList
 from transformers.pipelines import PIPELINE_REGISTRY
 
 from .decoding import (
     PAPER_EXTRA_OUTPUT_TOKENS,
     decode_translations,
     paper_decoding_defaults,
-    paper_max_new_tokens,
+    paper_length_limit,
 )
 
 TASK = "vanilla-translation"
@@ -32,7 +32,7 @@ class VanillaTranslationPipeline(Pipeline):
     Decoding follows the paper (section 6.1) where the call, the pipeline's construction and the model's
     generation config leave it open: beam 4 with length penalty 0.6 (transformers' length penalty, not
     GNMT's; see `hf_vanilla.evaluation`) unless num_beams or do_sample is set, and at most the batch's
-    longest source + `extra_output_tokens` new tokens unless max_new_tokens or max_length is set. Any
+    source length + `extra_output_tokens` new tokens (each sentence its own) unless max_new_tokens or max_length is set. Any
     `generate` keyword (num_beams, max_new_tokens, do_sample, num_return_sequences, generation_config...)
     can be given at construction or per call. A blank input gives an empty translation.
     """
@@ -83,12 +83,13 @@ class VanillaTranslationPipeline(Pipeline):
         )
         settings = {**generation_config.to_diff_dict(), **generate_kwargs}
         generation_config.update(**paper_decoding_defaults(settings))
-        if "max_new_tokens" not in settings and "max_length" not in settings:
-            longest_source = int(model_inputs["attention_mask"].sum(-1).max())
-            generation_config.max_new_tokens = paper_max_new_tokens(
-                self.model, longest_source, extra_output_tokens
-            )
         model_kwargs = generation_config.update(**generate_kwargs)
+        if "max_new_tokens" not in settings and "max_length" not in settings:
+            limit = paper_length_limit(self.model, model_inputs["attention_mask"], extra_output_tokens)
+            generation_config.max_new_tokens = limit["max_new_tokens"]
+            model_kwargs["stopping_criteria"] = StoppingCriteriaList(
+                [*model_kwargs.get("stopping_criteria", []), *limit["stopping_criteria"]]
+            )
         output_ids = self.model.generate(**model_inputs, generation_config=generation_config, **model_kwargs)
         batch_size = model_inputs["input_ids"].shape[0]
         return {"output_ids": output_ids.reshape(batch_size, -1, output_ids.shape[-1]), "blank": blank}

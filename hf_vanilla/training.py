@@ -601,7 +601,10 @@ class _Session:
 def _load_or_train_tokenizer(config: TrainingConfig) -> PreTrainedTokenizerBase:
     """The tokenizer of `init_from`, else the one at `tokenizer`, trained on the training split if missing."""
     if config.init_from:
-        tokenizer = _load_tokenizer(config.init_from)
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(config.init_from)
+        except (OSError, ValueError) as err:
+            raise TrainingError(f"init_from {config.init_from!r}: no saved model there ({err})") from err
         if config.tokenizer and Path(config.tokenizer).exists():
             if _load_tokenizer(config.tokenizer).get_vocab() != tokenizer.get_vocab():
                 raise TrainingError(
@@ -720,7 +723,7 @@ def run_model_card(
 def generation_config(config: TrainingConfig, model_config: VanillaTransformerConfig) -> GenerationConfig:
     """The decoding defaults a checkpoint carries: beam size and length penalty (section 6.1), special tokens.
 
-    No output limit: the decoders stop at the batch's longest source + 50 (section 6.1), which one fixed
+    No output limit: the decoders stop each sentence at its source length + 50 (section 6.1), which one fixed
     number here would override. Checked now, so that a bad setting fails before training, not at the first save.
     """
     generation = GenerationConfig(

@@ -1,7 +1,7 @@
 """Translate a dataset split with a saved model and score it with sacreBLEU (cased and lowercased BLEU, chrF).
 
 Decodes as the paper does (section 6.1) unless told otherwise: beam 4, length penalty 0.6, at most
-the batch's longest source + 50 new tokens. Writes SPLIT.SRC-TGT.hyp (one translation a line, in
+the source length + 50 new tokens. Writes SPLIT.SRC-TGT.hyp (one translation a line, in
 dataset order) and SPLIT.SRC-TGT.json (scores with signatures, settings, speed) into --output-dir.
 
     python scripts/evaluate_bleu.py outputs/multi30k-small/final --split test --source-lang de --target-lang en

@@ -1,7 +1,7 @@
 """Translate text line by line with a saved model: one line in, one line out, in order.
 
 Reads the whole input (a file or stdin), translates it in length-sorted batches with the paper's
-decoding (beam 4, length penalty 0.6, longest source + 50) unless told otherwise, and writes the
+decoding (beam 4, length penalty 0.6, source length + 50) unless told otherwise, and writes the
 translations, blank lines kept blank, to a file (atomically) or to stdout.
 
     python scripts/translate.py outputs/multi30k-small/final < input.de > output.en

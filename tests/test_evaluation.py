@@ -93,6 +93,22 @@ def test_explicit_max_new_tokens_wins(tiny_model_and_tokenizer):
     assert {call["max_new_tokens"] for call in echo.calls} == {7}
 
 
+@pytest.mark.parametrize("num_beams", [1, 3])
+def test_each_sentence_stops_at_its_own_source_length_plus_50_whatever_it_is_batched_with(
+    tiny_model_and_tokenizer, num_beams
+):
+    model, tokenizer = tiny_model_and_tokenizer  # untrained: it runs to the limit
+    short, long = SOURCES[3], SOURCES[2]
+    batched = translate_sentences(model, tokenizer, [short, long], show_progress=False, num_beams=num_beams)
+    alone = [
+        translate_sentences(model, tokenizer, [source], show_progress=False, num_beams=num_beams)[0]
+        for source in (short, long)
+    ]
+    assert batched == alone
+    lengths = [len(tokenizer(text, add_special_tokens=False)["input_ids"]) for text in batched]
+    assert lengths[0] < lengths[1] <= len(tokenizer(long)["input_ids"]) + 50
+
+
 def test_real_model_batched_greedy_equals_one_by_one(tiny_model_and_tokenizer):
     model, tokenizer = tiny_model_and_tokenizer
     batched = translate_sentences(model, tokenizer, SOURCES, show_progress=False, max_new_tokens=12)

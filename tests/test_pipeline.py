@@ -17,7 +17,7 @@ def record_generation_configs(translator, monkeypatch):
     """Make `generate` echo its input and record the generation config of each call."""
     configs = []
 
-    def echo(input_ids, attention_mask, generation_config):
+    def echo(input_ids, attention_mask, generation_config, **kwargs):
         configs.append(generation_config)
         return input_ids
 

@@ -15,6 +15,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 from hf_vanilla import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from hf_vanilla.checkpoints import average_checkpoints, numbered_checkpoints
 from hf_vanilla.plotting import plot_training_log
+from hf_vanilla.precision import auto_precision
 from hf_vanilla.training import (
     LOG_FILE,
     LearningRateSchedule,
@@ -251,7 +252,10 @@ def test_average_checkpoints_refuses_different_models(tmp_path):
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ({"dataset": "/nonexistent/corpus"}, "is no local path and could not be loaded from the Hub.*--dataset PATH"),
+        (
+            {"dataset": "/nonexistent/corpus"},
+            "is no local path and could not be loaded from the Hub.*--dataset PATH",
+        ),
         ({"target_lang": "xx"}, "'xx'.*available languages"),
         ({"model_overrides": {"vocab_size": 123}}, "vocab_size: tokenizer has 500, model config has 123"),
         ({"lr": 1e30, "max_steps": 20}, "loss is nan at update"),
@@ -328,3 +332,59 @@ def test_shipped_configs_are_complete(path):
 def test_plot_training_log_writes_a_png(trained_run, tmp_path):
     written = plot_training_log(trained_run / LOG_FILE, tmp_path / "curves.png")
     assert written.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_init_from_starts_a_new_run_from_saved_weights_and_their_tokenizer(
+    trained_run, tiny_dataset, tmp_path
+):
+    start = trained_run / "checkpoint_last"
+    config = tiny_config(
+        tiny_dataset,
+        "",
+        tmp_path / "finetune",
+        init_from=str(start),
+        max_steps=2,
+        lr=1e-12,
+        validation_split=None,
+    )
+    train(config)
+    losses = training_losses(tmp_path / "finetune")
+    assert [step for step, _ in losses] == [1, 2]  # a new run: fresh optimizer, schedule and step count
+    torch.testing.assert_close(weights(tmp_path / "finetune" / "checkpoint_last"), weights(start))
+    assert losses[0][1] < training_losses(trained_run)[0][1] - 0.5  # it starts where the first run ended
+    with pytest.raises(TrainingError, match=r"init_from .* differs in d_ff \(64 saved, 128 configured\)"):
+        train(
+            load_training_config(
+                **{**vars(config), "output_dir": str(tmp_path / "b"), "model_overrides": {"d_ff": 128}}
+            )
+        )
+    with pytest.raises(TrainingError, match="no saved model there"):
+        train(
+            load_training_config(
+                **{**vars(config), "output_dir": str(tmp_path / "c"), "init_from": str(tmp_path / "none")}
+            )
+        )
+
+
+def test_init_from_refuses_a_tokenizer_with_another_vocabulary(
+    trained_run, tiny_model_dir, tiny_dataset, tmp_path
+):
+    config = tiny_config(
+        tiny_dataset, str(tiny_model_dir), tmp_path / "out", init_from=str(trained_run / "checkpoint_last")
+    )
+    with pytest.raises(TrainingError, match="is not the vocabulary of init_from"):
+        train(config)
+
+
+def test_auto_precision_is_chosen_for_this_cpu_and_logged(tiny_dataset, tokenizer_dir, tmp_path):
+    # A process of its own: accelerate keeps one precision per process.
+    finished = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "train.py"), "--dataset", tiny_dataset, "--tokenizer", tokenizer_dir,
+         "--output-dir", str(tmp_path), "--model-preset", "tiny", "--max-tokens", "256", "--max-steps", "2",
+         "--validation-split", "null", "--log-interval", "1", "--no-tensorboard"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    expected = auto_precision("cpu")
+    assert f"Precision {expected.dtype_name} on cpu: {expected.reason}" in finished.stderr
+    assert len(training_losses(tmp_path)) == 2
