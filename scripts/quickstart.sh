@@ -19,7 +19,7 @@ fi
 echo "quickstart: $source_lang->$target_lang on $dataset, into $run"
 
 python3 -m pip install --quiet torch==2.13.0
-python3 -m pip install --quiet -e .
+python3 -m pip install --quiet -e ".[tensorboard]"
 python3 scripts/train.py --config configs/multi30k-small.yaml --dataset "$dataset" \
     --source-lang "$source_lang" --target-lang "$target_lang" --output-dir "$run"
 python3 scripts/select_checkpoint.py "$run" --dataset "$dataset" \
