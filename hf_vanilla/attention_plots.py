@@ -16,6 +16,7 @@ from matplotlib.figure import Figure
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from .decoding import paper_max_new_tokens
+from .files import atomic_file
 
 ATTENTION_KINDS = {
     "encoder": ("encoder self-attention", "source (query)", "source (key)"),
@@ -131,11 +132,7 @@ def save_attention_plots(
     for kind in kinds:
         for layer, weights in enumerate(attentions.weights[kind]):
             path = output_dir / f"{kind}_layer{layer}.png"
-            staging = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-            try:
+            with atomic_file(path) as staging:
                 plot_layer(weights, *axis_tokens[kind], kind, layer).savefig(staging, format="png", dpi=dpi)
-                os.replace(staging, path)
-            finally:
-                staging.unlink(missing_ok=True)
             paths.append(path)
     return paths

@@ -26,6 +26,7 @@ from transformers import PreTrainedTokenizerFast
 
 from .configuration_vanilla import SIZE_FIELDS, VanillaTransformerConfig
 from .export import convert_to_ctranslate2, export_to_marian, to_marian
+from .files import write_text_atomic
 from .modeling_vanilla import VanillaTransformerForConditionalGeneration
 
 BENCHMARK_VOCAB_SIZE = 8000  # the joint BPE size used on Multi30k
@@ -469,13 +470,8 @@ def _mib(value: int | None) -> str:
 
 
 def save_results(results: dict, path: str | os.PathLike) -> Path:
-    """Write the JSON through a temporary file, so a crash never leaves half a file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_text(json.dumps(results, indent=2))
-    temporary.replace(path)
-    return path
+    """Write the JSON atomically: a crash never leaves half a file."""
+    return write_text_atomic(path, json.dumps(results, indent=2))
 
 
 __all__ = [

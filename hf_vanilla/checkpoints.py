@@ -7,12 +7,11 @@ full `save_pretrained` directory that `AutoModelForSeq2SeqLM.from_pretrained` lo
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -20,8 +19,9 @@ from huggingface_hub import ModelCard
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from .files import STAGING_PREFIX, publish_directory
+
 NUMBERED_CHECKPOINT = re.compile(r"checkpoint_(\d+)")
-STAGING_PREFIX = ".staging-"
 CARD_FILE = "README.md"
 
 
@@ -33,39 +33,6 @@ def staging_directory(final: str | os.PathLike) -> Path:
     """
     final = Path(final)
     return final.parent / f"{STAGING_PREFIX}{final.name}"
-
-
-def publish_directory(staging: str | os.PathLike, final: str | os.PathLike) -> Path:
-    """Move the complete directory `staging` to `final`, replacing what was there.
-
-    A crash leaves either the old `final`, or (between the two renames) no `final` and the old one
-    under a dot-name: never a `final` that is half-written.
-    """
-    staging, final = Path(staging), Path(final)
-    if final.exists():
-        # A directory cannot be renamed over a non-empty one: move the old one aside first.
-        retired = final.parent / f"{STAGING_PREFIX}retired-{final.name}"
-        shutil.rmtree(retired, ignore_errors=True)
-        final.rename(retired)
-        staging.rename(final)
-        shutil.rmtree(retired)
-    else:
-        staging.rename(final)
-    return final
-
-
-@contextlib.contextmanager
-def atomic_directory(output_dir: str | os.PathLike) -> Iterator[Path]:
-    """Yield a private staging directory that replaces `output_dir` only when the block ends without error."""
-    output_dir = Path(output_dir)
-    output_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.tmp-", dir=output_dir.parent))
-    staging.chmod(0o755)  # mkdtemp's 0o700 would hide the result from other users
-    try:
-        yield staging
-        publish_directory(staging, output_dir)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
 
 
 def remove_stale_staging(run_dir: str | os.PathLike) -> None:

@@ -1,5 +1,9 @@
 """The paper's decoding settings (section 6.1) and the small helpers every decoder here shares.
 
+Beam 4, length penalty 0.6, output at most input length + 50. transformers' beam search ranks a finished
+hypothesis by sum(log p) / length**length_penalty, not by GNMT's ((5 + length) / 6)**alpha that the paper used,
+so the same 0.6 weighs length a little differently; we keep transformers' beam search rather than reimplement it.
+
 Kept free of data and scoring code: a saved checkpoint carries this file with the pipeline's, so that
 `pipeline("vanilla-translation", model=dir, trust_remote_code=True)` works without this package.
 """

@@ -21,8 +21,8 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer, GenerationConfig, MarianConfig, MarianMTModel, PreTrainedTokenizerBase
 
-from .checkpoints import atomic_directory
 from .configuration_vanilla import VanillaTransformerConfig
+from .files import atomic_directory
 from .modeling_vanilla import VanillaTransformerForConditionalGeneration
 
 MARIAN_LAYER_NORM_EPS = 1e-5  # nn.LayerNorm's default, which MarianMTModel does not let a config change

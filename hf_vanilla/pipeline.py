@@ -31,8 +31,8 @@ class VanillaTranslationPipeline(Pipeline):
 
     Decoding follows the paper (section 6.1) where the call, the pipeline's construction and the model's
     generation config leave it open: beam 4 with length penalty 0.6 (transformers' length penalty, not
-    GNMT's; see `hf_vanilla.evaluation`) unless num_beams or do_sample is set, and at most the batch's
-    source length + `extra_output_tokens` new tokens (each sentence its own) unless max_new_tokens or max_length is set. Any
+    GNMT's; see `hf_vanilla.decoding`) unless num_beams or do_sample is set, and each sentence at most its
+    source length + `extra_output_tokens` new tokens unless max_new_tokens or max_length is set. Any
     `generate` keyword (num_beams, max_new_tokens, do_sample, num_return_sequences, generation_config...)
     can be given at construction or per call. A blank input gives an empty translation.
     """

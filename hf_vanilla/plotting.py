@@ -6,6 +6,8 @@ import json
 import os
 from pathlib import Path
 
+from .files import atomic_file
+
 
 def read_training_log(path: str | os.PathLike) -> tuple[list[dict], list[dict]]:
     """The training records (with `loss`) and the validation records (with `val_loss`) of a log."""
@@ -42,9 +44,7 @@ def plot_training_log(log_path: str | os.PathLike, output_path: str | os.PathLik
         axes.grid(alpha=0.3)
     figure.suptitle(Path(log_path).parent.name)
     figure.tight_layout()
-    output_path = Path(output_path)
-    staging = output_path.with_name(f".{output_path.name}.tmp.png")
-    figure.savefig(staging, dpi=100)
+    with atomic_file(output_path) as staging:
+        figure.savefig(staging, dpi=100)
     plt.close(figure)
-    os.replace(staging, output_path)
-    return output_path
+    return Path(output_path)

@@ -9,7 +9,7 @@ from pathlib import Path
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
 
-from .checkpoints import atomic_directory
+from .files import atomic_directory
 
 PAD_TOKEN, BOS_TOKEN, EOS_TOKEN, UNK_TOKEN = "<pad>", "<s>", "</s>", "<unk>"
 # Trainers give special tokens the first ids in this order: <pad>=0, <s>=1, </s>=2, <unk>=3.

@@ -52,9 +52,10 @@ from .data import (
     make_collator,
     tokenize_pairs,
 )
-from .evaluation import score_translations, translate_sentences, write_text_atomic
+from .files import write_text_atomic
 from .modeling_vanilla import VanillaTransformerForConditionalGeneration
 from .precision import resolve_precision
+from .scoring import score_translations
 from .standalone import model_card, save_model_directory
 from .tokenization import (
     check_tokenizer_matches_model,
@@ -63,6 +64,7 @@ from .tokenization import (
     train_tokenizer,
 )
 from .training_args import TrainingConfig, TrainingError, load_training_config
+from .translation import translate_sentences
 
 logger = get_logger(__name__)  # logs on the main process only
 

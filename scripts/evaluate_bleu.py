@@ -19,7 +19,7 @@ from hf_vanilla.cli import (
     decoding_kwargs,
     runtime_kwargs,
 )
-from hf_vanilla.evaluation import evaluate_bleu
+from hf_vanilla.scoring import evaluate_bleu
 
 
 def main() -> None:

@@ -20,7 +20,7 @@ from hf_vanilla.cli import (
     runtime_kwargs,
 )
 from hf_vanilla.decoding import PAPER_GENERATION_KWARGS
-from hf_vanilla.evaluation import select_on_validation
+from hf_vanilla.selection import select_on_validation
 
 
 def main() -> None:

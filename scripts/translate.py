@@ -11,7 +11,7 @@ import logging
 import sys
 
 from hf_vanilla.cli import ArgumentParser, add_decoding_arguments, decoding_kwargs
-from hf_vanilla.evaluation import (
+from hf_vanilla.translation import (
     load_model_and_tokenizer,
     read_lines,
     translate_sentences,

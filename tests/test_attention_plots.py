@@ -6,7 +6,7 @@ import torch
 from conftest import SCRIPTS
 
 from hf_vanilla.attention_plots import save_attention_plots, sentence_attentions
-from hf_vanilla.evaluation import load_model_and_tokenizer, translate_sentences
+from hf_vanilla.translation import load_model_and_tokenizer, translate_sentences
 
 SOURCE = "Zwei junge Männer sind im Freien."
 TARGET = "Two young men are outside."

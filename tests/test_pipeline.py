@@ -1,8 +1,8 @@
 import pytest
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
 
-from hf_vanilla.evaluation import translate_sentences
 from hf_vanilla.pipeline import VanillaTranslationPipeline
+from hf_vanilla.translation import translate_sentences
 
 SOURCES = ["Ein Mann fährt Fahrrad.", "", "Zwei Hunde spielen im Schnee.", "Kinder."]
 

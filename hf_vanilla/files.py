@@ -1,0 +1,70 @@
+"""Atomic writes, the one way this package writes files: a crash leaves the old file or the new one, never half.
+
+Each writer works on a temporary sibling, which is renamed over the target only when the writing succeeded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+STAGING_PREFIX = ".staging-"
+
+
+@contextlib.contextmanager
+def atomic_file(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary path beside `path` to write; it replaces `path` when the block ends without error."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # The suffix stays last (savefig picks the format by it); our own name rather than mkstemp's, whose
+    # files are private (0600) rather than following the umask.
+    staging = path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")
+    try:
+        yield staging
+        os.replace(staging, path)
+    finally:
+        staging.unlink(missing_ok=True)
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
+    """Write `text` (UTF-8, line ends as given) to `path` atomically."""
+    with atomic_file(path) as staging:
+        staging.write_text(text, encoding="utf-8", newline="")
+    return Path(path)
+
+
+def publish_directory(staging: str | os.PathLike, final: str | os.PathLike) -> Path:
+    """Move the complete directory `staging` to `final`, replacing what was there.
+
+    A crash leaves either the old `final`, or (between the two renames) no `final` and the old one
+    under a dot-name: never a `final` that is half-written.
+    """
+    staging, final = Path(staging), Path(final)
+    if final.exists():
+        # A directory cannot be renamed over a non-empty one: move the old one aside first.
+        retired = final.parent / f"{STAGING_PREFIX}retired-{final.name}"
+        shutil.rmtree(retired, ignore_errors=True)
+        final.rename(retired)
+        staging.rename(final)
+        shutil.rmtree(retired)
+    else:
+        staging.rename(final)
+    return final
+
+
+@contextlib.contextmanager
+def atomic_directory(output_dir: str | os.PathLike) -> Iterator[Path]:
+    """Yield a private staging directory that replaces `output_dir` only when the block ends without error."""
+    output_dir = Path(output_dir)
+    output_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.tmp-", dir=output_dir.parent))
+    staging.chmod(0o755)  # mkdtemp's 0o700 would hide the result from other users
+    try:
+        yield staging
+        publish_directory(staging, output_dir)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)

@@ -1,0 +1,193 @@
+"""sacreBLEU scoring of translations: of sentences, and of a dataset split decoded with a saved model (section 6.1)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import datasets
+from sacrebleu.metrics import BLEU, CHRF, TER
+from transformers import (
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    set_seed,
+)
+
+from .data import load_translation_split
+from .decoding import (
+    DEFAULT_MAX_TOKENS,
+    PAPER_EXTRA_OUTPUT_TOKENS,
+    paper_decoding_defaults,
+)
+from .files import write_text_atomic
+from .translation import load_model_and_tokenizer, translate_sentences, write_lines_atomic
+
+logger = logging.getLogger(__name__)
+
+
+def score_translations(
+    hypotheses: Sequence[str],
+    references: Sequence[str],
+    lowercase: bool = False,
+    ter: bool = False,
+    target_lang: str = "",
+) -> dict[str, float | str]:
+    """Corpus sacreBLEU, chrF and optionally TER of `hypotheses` against one reference each.
+
+    Returns {"bleu", "bleu_signature", "chrf", "chrf_signature"} and, with `ter`, {"ter",
+    "ter_signature"}. `lowercase` scores case-insensitively (as most Multi30k / IWSLT papers report);
+    `target_lang` selects sacreBLEU's tokenizer for zh / ja / ko targets.
+    """
+    if len(hypotheses) != len(references):
+        raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references; they must pair up")
+    if not references:
+        raise ValueError("no references to score against")
+    metrics = {
+        "bleu": BLEU(lowercase=lowercase, trg_lang=target_lang),
+        "chrf": CHRF(lowercase=lowercase),
+    }
+    if ter:
+        metrics["ter"] = TER(case_sensitive=not lowercase)
+    scores: dict[str, float | str] = {}
+    for name, metric in metrics.items():
+        scores[name] = metric.corpus_score(list(hypotheses), [list(references)]).score
+        scores[f"{name}_signature"] = str(metric.get_signature())
+    return scores
+
+
+def load_evaluation_pairs(
+    dataset: str,
+    source_lang: str,
+    target_lang: str,
+    split: str,
+    config_name: str | None = None,
+    max_sentences: int | None = None,
+) -> datasets.Dataset:
+    """A split's `source` / `target` pairs, the first `max_sentences` of them when given."""
+    pairs = load_translation_split(dataset, source_lang, target_lang, split, config_name)
+    if max_sentences is not None:
+        pairs = pairs.select(range(min(max_sentences, len(pairs))))
+    return pairs
+
+
+def evaluate_translation(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    sources: Sequence[str],
+    references: Sequence[str | None],
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    ter: bool = False,
+    target_lang: str = "",
+    show_progress: bool = True,
+    **generate_kwargs,
+) -> tuple[list[str], dict[str, Any]]:
+    """Translate `sources` and score against `references`: (hypotheses, report).
+
+    The report holds "cased" and "lowercased" sacreBLEU / chrF (and TER with `ter`), each with its
+    signature, the number of sentences and of blank sources (translated to "", logged), the
+    generation settings and the speed. A missing or blank reference is an error: it would lower
+    the score silently.
+    """
+    if not sources:
+        raise ValueError("no sentences to evaluate")
+    if len(sources) != len(references):
+        raise ValueError(f"{len(sources)} sources but {len(references)} references; they must pair up")
+    missing = [
+        line for line, reference in enumerate(references, 1) if reference is None or not reference.strip()
+    ]
+    if missing:
+        raise ValueError(
+            f"{len(missing)} of {len(references)} references are missing or blank (first at line "
+            f"{missing[0]}); this split has no complete references to score against"
+        )
+    blank_sources = sum(not source.strip() for source in sources)
+    if blank_sources:
+        logger.warning(
+            "%d of %d source lines are blank; their translations are blank", blank_sources, len(sources)
+        )
+    started = time.perf_counter()
+    hypotheses = translate_sentences(
+        model, tokenizer, sources, max_tokens=max_tokens, show_progress=show_progress, **generate_kwargs
+    )
+    seconds = time.perf_counter() - started
+    report = {
+        "cased": score_translations(hypotheses, references, ter=ter, target_lang=target_lang),
+        "lowercased": score_translations(
+            hypotheses, references, lowercase=True, ter=ter, target_lang=target_lang
+        ),
+        "sentences": len(sources),
+        "blank_sources": blank_sources,
+        "generation": {
+            "max_new_tokens": f"source length + {PAPER_EXTRA_OUTPUT_TOKENS}, each sentence",
+            **generate_kwargs,
+            "max_tokens": max_tokens,
+        },
+        "device": str(model.device),
+        "dtype": str(model.dtype).removeprefix("torch."),
+        "seconds": round(seconds, 3),
+        "sentences_per_second": round(len(sources) / seconds, 2),
+    }
+    return hypotheses, report
+
+
+def evaluate_bleu(
+    model_name_or_path: str | os.PathLike,
+    dataset: str,
+    source_lang: str,
+    target_lang: str,
+    output_dir: str | os.PathLike,
+    split: str = "test",
+    config_name: str | None = None,
+    max_sentences: int | None = None,
+    device: str | None = None,
+    dtype: str = "float32",
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    ter: bool = False,
+    seed: int = 0,
+    show_progress: bool = True,
+    **generate_kwargs,
+) -> dict[str, Any]:
+    """Translate a dataset split with a saved model, score it, and write hypotheses and a JSON report.
+
+    Decodes with the paper's settings (beam 4, length penalty 0.6, input length + 50) unless
+    `generate_kwargs` say otherwise. Writes `{split}.{source_lang}-{target_lang}.hyp` (one
+    translation a line, in dataset order) and `.json` into `output_dir`, each atomically, and
+    returns the report.
+    """
+    pairs = load_evaluation_pairs(dataset, source_lang, target_lang, split, config_name, max_sentences)
+    model, tokenizer = load_model_and_tokenizer(model_name_or_path, device, dtype)
+    set_seed(seed)
+    hypotheses, report = evaluate_translation(
+        model,
+        tokenizer,
+        pairs["source"],
+        pairs["target"],
+        max_tokens=max_tokens,
+        ter=ter,
+        target_lang=target_lang,
+        show_progress=show_progress,
+        **paper_decoding_defaults(generate_kwargs),
+        **generate_kwargs,
+    )
+    stem = f"{split}.{source_lang}-{target_lang}"
+    hypotheses_path = write_lines_atomic(Path(output_dir) / f"{stem}.hyp", hypotheses)
+    report = {
+        "model": str(model_name_or_path),
+        "dataset": dataset,
+        "config_name": config_name,
+        "split": split,
+        "source_lang": source_lang,
+        "target_lang": target_lang,
+        **report,
+        "seed": seed,
+        "hypotheses_file": str(hypotheses_path),
+    }
+    write_text_atomic(
+        Path(output_dir) / f"{stem}.json", json.dumps(report, indent=2, ensure_ascii=False) + "\n"
+    )
+    return report

@@ -1,0 +1,148 @@
+"""Section 6.1's choice on the development set: checkpoint, beam size and length penalty, then test once."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from .decoding import (
+    DEFAULT_MAX_TOKENS,
+    PAPER_GENERATION_KWARGS,
+)
+from .files import write_text_atomic
+from .scoring import evaluate_bleu, evaluate_translation, load_evaluation_pairs
+from .translation import load_model_and_tokenizer
+
+RUN_CANDIDATES = ("checkpoint_best", "checkpoint_last", "checkpoint_average")
+
+
+def expand_candidates(paths: Sequence[str | os.PathLike]) -> list[Path]:
+    """Model directories to choose from: a training run directory stands for its best, last and average.
+
+    Directories holding the same weights (model.safetensors) as an earlier one are left out.
+    """
+    candidates = []
+    for path in map(Path, paths):
+        if (path / "config.json").is_file():
+            candidates.append(path)
+        elif any((path / name).is_dir() for name in RUN_CANDIDATES):
+            candidates.extend(path / name for name in RUN_CANDIDATES if (path / name).is_dir())
+        else:
+            raise FileNotFoundError(
+                f"{path} is neither a saved model directory nor a training run (with {', '.join(RUN_CANDIDATES)})"
+            )
+    if not candidates:
+        raise ValueError("no models to choose from")
+    # A run's best checkpoint is often its last one too: decode each set of weights once.
+    distinct = {}
+    for candidate in candidates:
+        weights = candidate / "model.safetensors"
+        key = hashlib.sha256(weights.read_bytes()).hexdigest() if weights.is_file() else candidate
+        distinct.setdefault(key, candidate)
+    return list(distinct.values())
+
+
+def select_on_validation(
+    models: Sequence[str | os.PathLike],
+    dataset: str,
+    source_lang: str,
+    target_lang: str,
+    output_dir: str | os.PathLike,
+    num_beams: Sequence[int] = (PAPER_GENERATION_KWARGS["num_beams"],),
+    length_penalties: Sequence[float] = (PAPER_GENERATION_KWARGS["length_penalty"],),
+    validation_split: str = "validation",
+    report_splits: Sequence[str] = ("test",),
+    config_name: str | None = None,
+    max_sentences: int | None = None,
+    device: str | None = None,
+    dtype: str = "float32",
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+) -> dict[str, Any]:
+    """Pick the model, beam size and length penalty with the best cased validation BLEU, then report other splits.
+
+    Every model of `models` (run directories expand to their best, last and average checkpoints) is
+    decoded on `validation_split` with every beam size and length penalty (greedy search, beam 1,
+    once: it has no length penalty). The winner alone is then evaluated on each of `report_splits`
+    with `evaluate_bleu`, so a test set is reported, never tuned on. `max_sentences` limits every split.
+    Writes `selection.json` (every validation score and the choice) and the reports into `output_dir`;
+    returns the same dictionary.
+    """
+    candidates = expand_candidates(models)
+    if not num_beams or not length_penalties or min(num_beams) < 1:
+        raise ValueError(
+            f"need beam sizes >= 1 and length penalties, got {list(num_beams)}, {list(length_penalties)}"
+        )
+    settings = [
+        {"num_beams": beams, **({"length_penalty": penalty} if beams > 1 else {})}
+        for beams in dict.fromkeys(num_beams)
+        for penalty in (dict.fromkeys(length_penalties) if beams > 1 else (None,))
+    ]
+    pairs = load_evaluation_pairs(
+        dataset, source_lang, target_lang, validation_split, config_name, max_sentences
+    )
+    rows = []
+    with tqdm(total=len(candidates) * len(settings), unit="decoding", desc="Validation") as progress:
+        for candidate in candidates:
+            model, tokenizer = load_model_and_tokenizer(candidate, device, dtype)
+            for setting in settings:
+                _, scores = evaluate_translation(
+                    model,
+                    tokenizer,
+                    pairs["source"],
+                    pairs["target"],
+                    max_tokens=max_tokens,
+                    target_lang=target_lang,
+                    show_progress=False,
+                    **setting,
+                )
+                rows.append(
+                    {
+                        "model": str(candidate),
+                        **setting,
+                        "bleu": scores["cased"]["bleu"],
+                        "bleu_lowercased": scores["lowercased"]["bleu"],
+                        "chrf": scores["cased"]["chrf"],
+                        "seconds": scores["seconds"],
+                    }
+                )
+                progress.update()
+    chosen = max(rows, key=lambda row: row["bleu"])  # the first of equals: models and settings in given order
+    decoding = {name: chosen[name] for name in ("num_beams", "length_penalty") if name in chosen}
+    reports = {
+        split: evaluate_bleu(
+            chosen["model"],
+            dataset,
+            source_lang,
+            target_lang,
+            output_dir,
+            split=split,
+            config_name=config_name,
+            max_sentences=max_sentences,
+            device=device,
+            dtype=dtype,
+            max_tokens=max_tokens,
+            **decoding,
+        )
+        for split in report_splits
+    }
+    selection = {
+        "validation_split": validation_split,
+        "validation_sentences": len(pairs),
+        "signature": scores["cased"]["bleu_signature"],
+        "validation": rows,
+        "chosen": chosen,
+        "reports": {
+            split: {case: report[case] for case in ("cased", "lowercased")}
+            for split, report in reports.items()
+        },
+    }
+    write_text_atomic(
+        Path(output_dir) / "selection.json", json.dumps(selection, indent=2, ensure_ascii=False) + "\n"
+    )
+    return selection

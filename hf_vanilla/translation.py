@@ -1,0 +1,134 @@
+"""Batched translation with `generate` (paper section 6.1), and the model, device and text files it works on."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+from transformers import (
+    AutoModelForSeq2SeqLM,
+    AutoTokenizer,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
+
+from .configuration_vanilla import VanillaTransformerConfig
+from .data import TokenBatchSampler
+from .decoding import (
+    DEFAULT_MAX_TOKENS,
+    PAPER_EXTRA_OUTPUT_TOKENS,
+    decode_translations,
+    paper_length_limit,
+)
+from .files import write_text_atomic
+from .precision import resolve_precision
+from .tokenization import check_tokenizer_matches_model
+
+
+def translate_sentences(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    sources: Sequence[str],
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    extra_output_tokens: int = PAPER_EXTRA_OUTPUT_TOKENS,
+    show_progress: bool = True,
+    **generate_kwargs,
+) -> list[str]:
+    """Translate `sources` and return the detokenized translations in the order of `sources`.
+
+    Sentences are sorted by length and batched so that sentences * longest source stays within
+    `max_tokens` (beam search multiplies the memory by num_beams). Unless `max_new_tokens` is among
+    `generate_kwargs`, each sentence may produce up to its source length + `extra_output_tokens` new
+    tokens (section 6.1), capped by the model's max_position_embeddings, whatever it is batched with. `generate_kwargs` (num_beams,
+    length_penalty, do_sample...) go to `model.generate`, over the model's generation config: pass
+    num_beams=1 for greedy search whatever the saved model says.
+    Blank or empty sources translate to "" without running the model; a line break inside a
+    translation becomes a space, so one line in gives one line out.
+    """
+    translations = [""] * len(sources)
+    nonblank = [index for index, source in enumerate(sources) if source.strip()]
+    if not nonblank:
+        return translations
+    input_ids = tokenizer([sources[index] for index in nonblank])["input_ids"]
+    sampler = TokenBatchSampler([len(ids) for ids in input_ids], max_tokens, shuffle=False)
+    model_was_training = model.training
+    model.eval()
+    try:
+        with (
+            torch.inference_mode(),
+            tqdm(total=len(nonblank), unit="sent", desc="Translating", disable=not show_progress) as progress,
+        ):
+            for batch in sampler:
+                batch_ids = [input_ids[position] for position in batch]
+                encoded = tokenizer.pad({"input_ids": batch_ids}, return_tensors="pt").to(model.device)
+                limit = (
+                    {}
+                    if "max_new_tokens" in generate_kwargs
+                    else paper_length_limit(model, encoded["attention_mask"], extra_output_tokens)
+                )
+                outputs = model.generate(**encoded, **limit, **generate_kwargs)
+                for position, text in zip(batch, decode_translations(tokenizer, outputs), strict=True):
+                    translations[nonblank[position]] = text
+                progress.update(len(batch))
+    finally:
+        model.train(model_was_training)
+    return translations
+
+
+def resolve_device(device: str | None = None) -> torch.device:
+    """`device`, or else the GPU if there is one and the CPU if not; an absent GPU asked for is an error."""
+    if device in (None, "auto"):
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    resolved = torch.device(device)
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} requested but torch sees no CUDA GPU; use --device cpu")
+    return resolved
+
+
+def load_model_and_tokenizer(
+    model_name_or_path: str | os.PathLike, device: str | None = None, dtype: str = "float32", **model_kwargs
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """A saved model directory (or Hub id) and its tokenizer, in eval mode on `device` in `dtype`.
+
+    `dtype` is "auto" (the precision the device runs natively, see `hf_vanilla.precision`), "float32",
+    "bfloat16" or "float16".
+
+    `model_kwargs` go to `from_pretrained` (e.g. attn_implementation="eager").
+    For our own model type the tokenizer's vocabulary size and special token ids must match the
+    model config (`check_tokenizer_matches_model`); other seq2seq models are taken as they are.
+    """
+    device = resolve_device(device)
+    torch_dtype = resolve_precision(dtype, device.type).dtype
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model_name_or_path)
+        model = AutoModelForSeq2SeqLM.from_pretrained(model_name_or_path, dtype=torch_dtype, **model_kwargs)
+    except OSError as err:
+        raise FileNotFoundError(
+            f"cannot load a model and tokenizer from {str(model_name_or_path)!r}: it is no saved model "
+            f"directory and could not be loaded from the Hub ({err})"
+        ) from err
+    if model.config.model_type == VanillaTransformerConfig.model_type:
+        check_tokenizer_matches_model(tokenizer, model.config)
+    return model.to(device).eval(), tokenizer
+
+
+def read_lines(path: str | os.PathLike | None = None) -> list[str]:
+    """The lines of a UTF-8 text file (stdin for None or "-"), split at "\n" only, line ends removed."""
+    data = sys.stdin.buffer.read() if path in (None, "-") else Path(path).read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path or 'stdin'} is not UTF-8 text: {err}") from err
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()  # the final line end, not an empty last line
+    return [line.removesuffix("\r") for line in lines]
+
+
+def write_lines_atomic(path: str | os.PathLike, lines: Sequence[str]) -> Path:
+    """One line per item, each ended by "\n", written atomically."""
+    return write_text_atomic(path, "".join(f"{line}\n" for line in lines))
