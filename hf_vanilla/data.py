@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import bisect
+import copy
 import logging
 from collections import Counter
 from collections.abc import Iterator, Sequence
+from itertools import chain, islice
 
 import datasets
 import numpy as np
@@ -255,3 +257,56 @@ def padding_efficiency(batch_sampler, lengths: Sequence[Sequence[int]] | np.ndar
         real += int(batch_lengths.sum())
         padded += len(batch) * int(batch_lengths.max(axis=0).sum())
     return real / padded
+
+
+class UpdateBatchSampler:
+    """This process's token batches, `accumulation_steps` in a row for each update.
+
+    The global batch of an update is `num_processes * accumulation_steps` consecutive batches of one
+    TokenBatchSampler split into that many replicas; process p takes replicas p*A .. p*A + A-1. So the
+    batches of an update are the same whichever way they are split: 2 processes x 1 step and 1 process x
+    2 steps train on the same batches. `set_epoch(epoch, first_update)` starts an epoch part-way (resume).
+    """
+
+    def __init__(
+        self,
+        lengths,
+        max_tokens: int,
+        accumulation_steps: int,
+        num_processes: int,
+        process_index: int,
+        seed: int,
+    ):
+        replicas = num_processes * accumulation_steps
+        try:
+            first = TokenBatchSampler(
+                lengths,
+                max_tokens,
+                shuffle=True,
+                seed=seed,
+                num_replicas=replicas,
+                rank=process_index * accumulation_steps,
+            )
+        except ValueError as err:
+            raise ValueError(f"training data too small for {replicas} batches per update: {err}") from err
+        # The replicas differ only in rank: share the sorted lengths rather than sort again.
+        self.samplers = [first]
+        for slot in range(1, accumulation_steps):
+            self.samplers.append(copy.copy(first))
+            self.samplers[-1].rank = first.rank + slot
+        self.first_update = 0
+
+    @property
+    def updates_per_epoch(self) -> int:
+        return len(self.samplers[0])
+
+    def set_epoch(self, epoch: int, first_update: int = 0) -> None:
+        for sampler in self.samplers:
+            sampler.set_epoch(epoch)
+        self.first_update = first_update
+
+    def __len__(self) -> int:
+        return (self.updates_per_epoch - self.first_update) * len(self.samplers)
+
+    def __iter__(self):
+        return chain.from_iterable(islice(zip(*self.samplers, strict=True), self.first_update, None))

@@ -48,44 +48,21 @@ def expand_candidates(paths: Sequence[str | os.PathLike]) -> list[Path]:
     return list(distinct.values())
 
 
-def select_on_validation(
-    models: Sequence[str | os.PathLike],
-    dataset: str,
-    source_lang: str,
-    target_lang: str,
-    output_dir: str | os.PathLike,
-    num_beams: Sequence[int] = (PAPER_GENERATION_KWARGS["num_beams"],),
-    length_penalties: Sequence[float] = (PAPER_GENERATION_KWARGS["length_penalty"],),
-    validation_split: str = "validation",
-    report_splits: Sequence[str] = ("test",),
-    config_name: str | None = None,
-    max_sentences: int | None = None,
-    device: str | None = None,
-    dtype: str = "float32",
-    max_tokens: int = DEFAULT_MAX_TOKENS,
-) -> dict[str, Any]:
-    """Pick the model, beam size and length penalty with the best cased validation BLEU, then report other splits.
-
-    Every model of `models` (run directories expand to their best, last and average checkpoints) is
-    decoded on `validation_split` with every beam size and length penalty (greedy search, beam 1,
-    once: it has no length penalty). The winner alone is then evaluated on each of `report_splits`
-    with `evaluate_bleu`, so a test set is reported, never tuned on. `max_sentences` limits every split.
-    Writes `selection.json` (every validation score and the choice) and the reports into `output_dir`;
-    returns the same dictionary.
-    """
-    candidates = expand_candidates(models)
+def decoding_grid(num_beams: Sequence[int], length_penalties: Sequence[float]) -> list[dict[str, Any]]:
+    """Every beam size with every length penalty; greedy search (beam 1) once, as it has no length penalty."""
     if not num_beams or not length_penalties or min(num_beams) < 1:
         raise ValueError(
             f"need beam sizes >= 1 and length penalties, got {list(num_beams)}, {list(length_penalties)}"
         )
-    settings = [
+    return [
         {"num_beams": beams, **({"length_penalty": penalty} if beams > 1 else {})}
         for beams in dict.fromkeys(num_beams)
         for penalty in (dict.fromkeys(length_penalties) if beams > 1 else (None,))
     ]
-    pairs = load_evaluation_pairs(
-        dataset, source_lang, target_lang, validation_split, config_name, max_sentences
-    )
+
+
+def _validation_rows(candidates, settings, pairs, target_lang, device, dtype, max_tokens):
+    """Each candidate decoded with each setting on `pairs`: the score rows, and the BLEU signature."""
     rows = []
     with tqdm(total=len(candidates) * len(settings), unit="decoding", desc="Validation") as progress:
         for candidate in candidates:
@@ -112,6 +89,40 @@ def select_on_validation(
                     }
                 )
                 progress.update()
+    return rows, scores["cased"]["bleu_signature"]
+
+
+def select_on_validation(
+    models: Sequence[str | os.PathLike],
+    dataset: str,
+    source_lang: str,
+    target_lang: str,
+    output_dir: str | os.PathLike,
+    num_beams: Sequence[int] = (PAPER_GENERATION_KWARGS["num_beams"],),
+    length_penalties: Sequence[float] = (PAPER_GENERATION_KWARGS["length_penalty"],),
+    validation_split: str = "validation",
+    report_splits: Sequence[str] = ("test",),
+    config_name: str | None = None,
+    max_sentences: int | None = None,
+    device: str | None = None,
+    dtype: str = "float32",
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+) -> dict[str, Any]:
+    """Pick the model, beam size and length penalty with the best cased validation BLEU, then report other splits.
+
+    Every model of `models` (run directories expand to their best, last and average checkpoints) is
+    decoded on `validation_split` with every beam size and length penalty (greedy search, beam 1,
+    once: it has no length penalty). The winner alone is then evaluated on each of `report_splits`
+    with `evaluate_bleu`, so a test set is reported, never tuned on. `max_sentences` limits every split.
+    Writes `selection.json` (every validation score and the choice) and the reports into `output_dir`;
+    returns the same dictionary.
+    """
+    candidates = expand_candidates(models)
+    settings = decoding_grid(num_beams, length_penalties)
+    pairs = load_evaluation_pairs(
+        dataset, source_lang, target_lang, validation_split, config_name, max_sentences
+    )
+    rows, signature = _validation_rows(candidates, settings, pairs, target_lang, device, dtype, max_tokens)
     chosen = max(rows, key=lambda row: row["bleu"])  # the first of equals: models and settings in given order
     decoding = {name: chosen[name] for name in ("num_beams", "length_penalty") if name in chosen}
     reports = {
@@ -134,7 +145,7 @@ def select_on_validation(
     selection = {
         "validation_split": validation_split,
         "validation_sentences": len(pairs),
-        "signature": scores["cased"]["bleu_signature"],
+        "signature": signature,
         "validation": rows,
         "chosen": chosen,
         "reports": {

@@ -16,7 +16,6 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from transformers.dynamic_module_utils import custom_object_save
 
-from .checkpoints import CARD_FILE
 from .configuration_vanilla import VanillaTransformerConfig
 from .modeling_vanilla import VanillaTransformerForConditionalGeneration, VanillaTransformerModel
 from .pipeline import TASK, VanillaTranslationPipeline
@@ -26,6 +25,8 @@ def _code_reference(cls: type) -> str:
     """How a saved config names a class of the code copied beside it: "module.Class"."""
     return f"{cls.__module__.rsplit('.', 1)[-1]}.{cls.__name__}"
 
+
+CARD_FILE = "README.md"
 
 AUTO_MAP = {
     "AutoConfig": _code_reference(VanillaTransformerConfig),
@@ -60,16 +61,8 @@ def save_model_directory(
     return directory
 
 
-def model_card(
-    config: VanillaTransformerConfig,
-    source_lang: str,
-    target_lang: str,
-    dataset: str,
-    summary: str,
-    validation: dict[str, float] | None = None,
-    validation_sentences: int | None = None,
-) -> ModelCard:
-    """A model card with the Hub's metadata (languages, license, dataset, task, validation scores) and usage."""
+def _card_metadata(source_lang, target_lang, dataset, validation, validation_sentences) -> ModelCardData:
+    """The card's YAML block: languages, license, task, dataset (a Hub one), validation scores as model-index."""
     public_dataset = not Path(dataset).exists()
     results = [
         EvalResult(
@@ -87,17 +80,31 @@ def model_card(
         )
         if validation and key in validation
     ]
-    name = f"hf_vanilla-{source_lang}-{target_lang}"
-    data = ModelCardData(
+    return ModelCardData(
         language=[source_lang, target_lang],
         license="apache-2.0",
         library_name="transformers",
         pipeline_tag="translation",
         tags=["translation", "hf_vanilla", "vanilla-transformer"],
         datasets=[dataset] if public_dataset else None,
-        model_name=name,
+        model_name=f"hf_vanilla-{source_lang}-{target_lang}",
         eval_results=results or None,
     )
+
+
+def model_card(
+    config: VanillaTransformerConfig,
+    source_lang: str,
+    target_lang: str,
+    dataset: str,
+    summary: str,
+    validation: dict[str, float] | None = None,
+    validation_sentences: int | None = None,
+) -> ModelCard:
+    """A model card with the Hub's metadata (languages, license, dataset, task, validation scores) and usage."""
+    data = _card_metadata(source_lang, target_lang, dataset, validation, validation_sentences)
+    name = data.model_name
+    results = data.eval_results or []
     scores = (
         ", ".join(f"{result.metric_name} {result.metric_value}" for result in results)
         if results

@@ -12,40 +12,22 @@ of the mean loss per target token however the batch is split between processes a
 
 from __future__ import annotations
 
-import copy
 import dataclasses
-import json
-import math
-import os
-import shutil
 import time
-from dataclasses import dataclass
-from itertools import chain, islice
+from itertools import chain
 from pathlib import Path
 
-import datasets
-import numpy as np
 import torch
 import yaml
 from accelerate import Accelerator, DataLoaderConfiguration, PartialState
 from accelerate.logging import get_logger
-from accelerate.utils import gather_object, is_tensorboard_available, parse_flag_from_env, set_seed
-from huggingface_hub import ModelCard
-from torch.optim.lr_scheduler import LambdaLR
+from accelerate.utils import is_tensorboard_available, parse_flag_from_env, set_seed
 from torch.utils.data import DataLoader
-from tqdm.auto import tqdm
 from transformers import AutoTokenizer, GenerationConfig, PreTrainedTokenizerBase
 
-from .checkpoints import (
-    average_checkpoints,
-    numbered_checkpoints,
-    publish_directory,
-    remove_stale_staging,
-    staging_directory,
-)
 from .configuration_vanilla import SIZE_FIELDS, VanillaTransformerConfig
 from .data import (
-    TokenBatchSampler,
+    UpdateBatchSampler,
     clean_translation_pairs,
     example_lengths,
     load_translation_split,
@@ -55,159 +37,30 @@ from .data import (
 from .files import write_text_atomic
 from .modeling_vanilla import VanillaTransformerForConditionalGeneration
 from .precision import resolve_precision
-from .scoring import score_translations
-from .standalone import model_card, save_model_directory
+from .run_directory import (
+    AVERAGE,
+    CONFIG_FILE,
+    LAST,
+    LOG_FILE,
+    TRAINING_STATE,
+    average_run_checkpoints,
+    remove_stale_staging,
+    truncate_log,
+)
+from .schedule import LearningRateSchedule, make_lr_scheduler, peak_learning_rate
 from .tokenization import (
     check_tokenizer_matches_model,
     config_kwargs_from_tokenizer,
     save_tokenizer,
     train_tokenizer,
 )
-from .training_args import TrainingConfig, TrainingError, load_training_config
-from .translation import translate_sentences
+from .trainer import Trainer, TrainingProgress, ValidationSet
+from .training_args import TrainingConfig, TrainingError
 
 logger = get_logger(__name__)  # logs on the main process only
 
-LOG_FILE = "train_log.jsonl"
-CONFIG_FILE = "training_config.yaml"
-LAST, BEST, AVERAGE = "checkpoint_last", "checkpoint_best", "checkpoint_average"
-TRAINING_STATE = "training_state"
 # A checkpoint only resumes into a model whose weights have the same shapes.
 SHAPE_FIELDS = (*SIZE_FIELDS, "pre_layernorm")
-
-
-# Learning rate (section 5.3)
-
-
-def inverse_sqrt_factor(step: int, warmup: int) -> float:
-    """The schedule relative to its peak at `warmup`: linear warm-up, then decay with 1/sqrt(step)."""
-    step = max(step, 1)
-    return min(step / warmup, math.sqrt(warmup / step))
-
-
-def peak_learning_rate(d_model: int, warmup: int, lr_scale: float = 1.0, lr: float | None = None) -> float:
-    """`lr` when given (fairseq's inverse_sqrt), else the paper's lrate at step `warmup`, times `lr_scale`."""
-    return lr if lr is not None else lr_scale * d_model**-0.5 * warmup**-0.5
-
-
-class LearningRateSchedule:
-    """The learning rate relative to its peak after `updates_done` updates: inverse_sqrt_factor, times a linear
-    cooldown to 0 over the last `cooldown` share of the budget (the training loop sets the updates and clock)."""
-
-    def __init__(self, warmup: int, cooldown: float = 0.0, total_updates: int | None = None):
-        self.warmup = warmup
-        self.cooldown = cooldown
-        self.total_updates = total_updates
-        self.clock_spent = 0.0  # share of max_minutes spent
-
-    def budget_spent(self, updates_done: int) -> float:
-        """The larger of the shares of the updates and of the clock spent."""
-        return max(self.clock_spent, updates_done / self.total_updates if self.total_updates else 0.0)
-
-    def __call__(self, updates_done: int) -> float:
-        factor = inverse_sqrt_factor(updates_done + 1, self.warmup)
-        if self.cooldown:
-            factor *= min(1.0, max(0.0, 1.0 - self.budget_spent(updates_done)) / self.cooldown)
-        return factor
-
-
-def make_lr_scheduler(optimizer: torch.optim.Optimizer, schedule: LearningRateSchedule) -> LambdaLR:
-    """LambdaLR scaling the optimizer's learning rate (the peak): update s (counted from 1) uses peak * factor(s).
-
-    With the paper's peak and no cooldown this is lrate = lr_scale * d_model^-0.5 * min(s^-0.5, s * warmup^-1.5).
-    """
-    # A plain function, not the schedule object: LambdaLR would save and restore the object's fields.
-    return LambdaLR(optimizer, lambda updates_done: schedule(updates_done))
-
-
-# Batches
-
-
-class UpdateBatchSampler:
-    """This process's token batches, `accumulation_steps` in a row for each update.
-
-    The global batch of an update is `num_processes * accumulation_steps` consecutive batches of one
-    TokenBatchSampler split into that many replicas; process p takes replicas p*A .. p*A + A-1. So the
-    batches of an update are the same whichever way they are split: 2 processes x 1 step and 1 process x
-    2 steps train on the same batches. `set_epoch(epoch, first_update)` starts an epoch part-way (resume).
-    """
-
-    def __init__(
-        self,
-        lengths,
-        max_tokens: int,
-        accumulation_steps: int,
-        num_processes: int,
-        process_index: int,
-        seed: int,
-    ):
-        replicas = num_processes * accumulation_steps
-        try:
-            first = TokenBatchSampler(
-                lengths,
-                max_tokens,
-                shuffle=True,
-                seed=seed,
-                num_replicas=replicas,
-                rank=process_index * accumulation_steps,
-            )
-        except ValueError as err:
-            raise TrainingError(f"training data too small for {replicas} batches per update: {err}") from err
-        # The replicas differ only in rank: share the sorted lengths rather than sort again.
-        self.samplers = [first]
-        for slot in range(1, accumulation_steps):
-            self.samplers.append(copy.copy(first))
-            self.samplers[-1].rank = first.rank + slot
-        self.first_update = 0
-
-    @property
-    def updates_per_epoch(self) -> int:
-        return len(self.samplers[0])
-
-    def set_epoch(self, epoch: int, first_update: int = 0) -> None:
-        for sampler in self.samplers:
-            sampler.set_epoch(epoch)
-        self.first_update = first_update
-
-    def __len__(self) -> int:
-        return (self.updates_per_epoch - self.first_update) * len(self.samplers)
-
-    def __iter__(self):
-        return chain.from_iterable(islice(zip(*self.samplers, strict=True), self.first_update, None))
-
-
-@dataclass
-class TrainingProgress:
-    """Where a run stands; saved with the training state so that a resumed run continues from there."""
-
-    step: int = 0
-    epoch: int = 0
-    updates_in_epoch: int = 0
-    elapsed_seconds: float = 0.0
-    last_save_seconds: float = 0.0
-    best_metric: float | None = None
-    # Totals since the last log record, so that a resumed run logs the same averages.
-    interval_loss: float = 0.0
-    interval_tokens: int = 0
-    interval_seconds: float = 0.0
-
-    def state_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    def load_state_dict(self, state: dict) -> None:
-        for name, value in state.items():
-            setattr(self, name, value)
-
-
-@dataclass
-class ValidationSet:
-    tokenized: datasets.Dataset  # input_ids and labels
-    lengths: np.ndarray
-    sources: list[str]
-    references: list[str]
-
-
-# The run
 
 
 def train(config: TrainingConfig, resume: bool = False) -> Path:
@@ -219,69 +72,23 @@ def train(config: TrainingConfig, resume: bool = False) -> Path:
     config.check()
     run_started = time.monotonic()
     output_dir = Path(config.output_dir)
-    # The device accelerate will train on (ACCELERATE_USE_CPU, as Accelerator reads it, keeps a GPU machine on CPU).
-    device_type = PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU")).device.type
-    precision = resolve_precision(config.mixed_precision, device_type)
-    if config.tensorboard and not is_tensorboard_available():
-        logger.warning(
-            "TensorBoard logging is off: the tensorboard package is not installed (pip install tensorboard); "
-            "the log is in %s",
-            output_dir / LOG_FILE,
-        )
-    accelerator = Accelerator(
-        mixed_precision=precision.mixed_precision,
-        # Our batches are already global per update: one scheduler step per optimizer step, not one per process.
-        dataloader_config=DataLoaderConfiguration(split_batches=True),
-        log_with="tensorboard" if config.tensorboard and is_tensorboard_available() else None,
-        project_dir=str(output_dir),
-    )
-    logger.info("Precision %s on %s: %s", precision.dtype_name, accelerator.device, precision.reason)
-    accumulation_steps = max(
-        1, round((config.tokens_per_update or 0) / (config.max_tokens * accelerator.num_processes))
-    )
-    accelerator.gradient_accumulation_steps = accumulation_steps
+    accelerator = _make_accelerator(config, output_dir)
     set_seed(config.seed)
-
     with accelerator.main_process_first():
         tokenizer = _load_or_train_tokenizer(config)
         model_config = _model_config(config, tokenizer)
         train_data, validation = _load_data(config, tokenizer, model_config.max_position_embeddings)
     _prepare_output_dir(config, output_dir, resume, model_config, tokenizer, accelerator)
+    sampler = _update_sampler(config, train_data, accelerator)
 
     model = _initial_model(config, model_config)
     model.generation_config = generation_config(config, model_config)
-    optimizer = torch.optim.Adam(
-        model.parameters(),
-        lr=peak_learning_rate(model_config.d_model, config.warmup, config.lr_scale, config.lr),
-        betas=(config.adam_beta1, config.adam_beta2),
-        eps=config.adam_eps,
-        weight_decay=config.weight_decay,
-    )
-    schedule = LearningRateSchedule(config.warmup, config.lr_cooldown)
+    optimizer = _adam(config, model)
+    schedule = LearningRateSchedule(config.warmup, config.lr_cooldown, _planned_updates(config, sampler))
     scheduler = make_lr_scheduler(optimizer, schedule)
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
-    progress = TrainingProgress()
-    accelerator.register_for_checkpointing(progress)
-    if resume:
-        accelerator.load_state(str(output_dir / LAST / TRAINING_STATE))
-        logger.info("Resumed %s at update %d", output_dir, progress.step)
-    else:
-        # Dropout draws differ between processes; the initial weights above do not.
-        set_seed(config.seed, device_specific=True)
-    if accelerator.is_main_process:
-        _truncate_log(output_dir / LOG_FILE, progress.step)
-    if accelerator.log_with:
-        accelerator.init_trackers("tensorboard")
-
-    sampler = UpdateBatchSampler(
-        example_lengths(train_data),
-        config.max_tokens,
-        accumulation_steps,
-        accelerator.num_processes,
-        accelerator.process_index,
-        config.seed,
-    )
-    # Not prepared by accelerate: the sampler already shards, and batches are moved to the device below.
+    progress = _start_or_resume(config, accelerator, output_dir, resume)
+    # Not prepared by accelerate: the sampler already shards, and batches are moved to the device by the loop.
     # Its own generator: drawing its base seed from the global one would shift dropout after a resume.
     loader = DataLoader(
         train_data, batch_sampler=sampler, collate_fn=make_collator(tokenizer), generator=torch.Generator()
@@ -290,12 +97,12 @@ def train(config: TrainingConfig, resume: bool = False) -> Path:
         "%d parameters; %d updates an epoch of %d batches x %d processes x %d accumulation steps, <= %d tokens each",
         sum(parameter.numel() for parameter in model.parameters()),
         sampler.updates_per_epoch,
-        accumulation_steps * accelerator.num_processes,
+        accelerator.gradient_accumulation_steps * accelerator.num_processes,
         accelerator.num_processes,
-        accumulation_steps,
+        accelerator.gradient_accumulation_steps,
         config.max_tokens,
     )
-    session = _Session(
+    trainer = Trainer(
         config,
         accelerator,
         model,
@@ -307,7 +114,7 @@ def train(config: TrainingConfig, resume: bool = False) -> Path:
         progress,
         run_started,
     )
-    session.run(loader, sampler)
+    trainer.run(loader, sampler)
     if accelerator.is_main_process and config.average_last:
         checkpoints = average_run_checkpoints(output_dir, config.average_last, config)
         logger.info("Averaged %s into %s", ", ".join(path.name for path in checkpoints), output_dir / AVERAGE)
@@ -317,284 +124,78 @@ def train(config: TrainingConfig, resume: bool = False) -> Path:
     return output_dir
 
 
-@dataclass
-class _Session:
-    """The training loop and its saves, over the objects `train` prepared."""
-
-    config: TrainingConfig
-    accelerator: Accelerator
-    model: torch.nn.Module
-    optimizer: torch.optim.Optimizer
-    scheduler: LambdaLR  # as accelerate wraps it
-    schedule: LearningRateSchedule  # the scheduler's function, which reads the budget this loop sets
-    tokenizer: PreTrainedTokenizerBase
-    validation: ValidationSet
-    progress: TrainingProgress
-    run_started: float
-
-    def __post_init__(self):
-        self.output_dir = Path(self.config.output_dir)
-        # Seconds already spent in earlier sessions of this run count against max_minutes.
-        self.clock_offset = self.progress.elapsed_seconds - self.run_started
-        self.saved_step = self.progress.step if self.progress.step else None
-        self.in_early_dropout = False  # the model was built with the configured dropout
-
-    def elapsed(self) -> float:
-        return self.clock_offset + time.monotonic()
-
-    def run(self, loader: DataLoader, sampler: UpdateBatchSampler) -> None:
-        config, progress, accelerator = self.config, self.progress, self.accelerator
-        accumulation_steps = accelerator.gradient_accumulation_steps
-        # The updates the run will make, when a step or epoch budget says (the smaller when both do).
-        budgets = [config.max_steps, config.max_epochs and config.max_epochs * sampler.updates_per_epoch]
-        total = min((budget for budget in budgets if budget), default=None)
-        self.schedule.total_updates = total
-        bar = tqdm(
-            total=total,
-            initial=progress.step,
-            unit="update",
-            disable=not accelerator.is_main_process,
-            mininterval=1,
+def _make_accelerator(config: TrainingConfig, output_dir: Path) -> Accelerator:
+    """accelerate's Accelerator in the precision chosen for the device, with the run's accumulation steps."""
+    # The device accelerate will train on (ACCELERATE_USE_CPU, as Accelerator reads it, keeps a GPU machine on CPU).
+    device_type = PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU")).device.type
+    precision = resolve_precision(config.mixed_precision, device_type)
+    tensorboard = config.tensorboard and is_tensorboard_available()
+    if config.tensorboard and not tensorboard:
+        logger.warning(
+            "TensorBoard logging is off: the tensorboard package is not installed (pip install tensorboard); "
+            "the log is in %s",
+            output_dir / LOG_FILE,
         )
-        # A resumed run may have reached its limits already (every process reads the same progress).
-        stop = self._epochs_done() or self._steps_done() or self._over_time()
-        self._set_clock_spent(progress.elapsed_seconds)
-        while not stop:
-            sampler.set_epoch(progress.epoch, first_update=progress.updates_in_epoch)
-            batches = iter(loader)
-            while not stop:
-                started = time.monotonic()
-                group = list(islice(batches, accumulation_steps))
-                if not group:
-                    break
-                learning_rate = self.scheduler.get_last_lr()[0]
-                self._set_dropout_phase()
-                loss_sum, tokens = self._update(group)
-                progress.step += 1
-                progress.updates_in_epoch += 1
-                progress.elapsed_seconds = self.elapsed()
-                # One reduction per update carries the main process's clock and its decisions to every process.
-                save_due = (
-                    config.save_interval_minutes is not None
-                    and progress.elapsed_seconds - progress.last_save_seconds
-                    >= 60 * config.save_interval_minutes
-                )
-                clock = torch.tensor(
-                    [float(self._over_time()), float(save_due), progress.elapsed_seconds],
-                    device=accelerator.device,
-                )
-                clock = accelerator.reduce(clock * accelerator.is_main_process, "sum").tolist()
-                self._set_clock_spent(clock[2])
-                loss = loss_sum / tokens
-                if not math.isfinite(loss):
-                    raise TrainingError(
-                        f"loss is {loss} at update {progress.step}: training diverged (lower lr, set clip_grad_norm "
-                        f"or use bf16 instead of fp16); the checkpoints in {self.output_dir} are from before"
-                    )
-                progress.interval_loss += loss_sum
-                progress.interval_tokens += tokens
-                progress.interval_seconds += time.monotonic() - started
-                bar.update()
-                if progress.step % config.log_interval == 0:
-                    self._log_training(learning_rate, sampler.updates_per_epoch, bar)
-                stop = bool(clock[0]) or self._steps_done()
-                if (
-                    stop
-                    or clock[1]
-                    or (config.save_interval_updates and progress.step % config.save_interval_updates == 0)
-                ):
-                    self.save(sampler.updates_per_epoch)
-            if not stop:
-                progress.epoch += 1
-                progress.updates_in_epoch = 0
-                stop = self._epochs_done()
-        bar.close()
-        if self.saved_step != progress.step:
-            self.save(sampler.updates_per_epoch)
+    accelerator = Accelerator(
+        mixed_precision=precision.mixed_precision,
+        # Our batches are already global per update: one scheduler step per optimizer step, not one per process.
+        dataloader_config=DataLoaderConfiguration(split_batches=True),
+        log_with="tensorboard" if tensorboard else None,
+        project_dir=str(output_dir),
+    )
+    logger.info("Precision %s on %s: %s", precision.dtype_name, accelerator.device, precision.reason)
+    accelerator.gradient_accumulation_steps = max(
+        1, round((config.tokens_per_update or 0) / (config.max_tokens * accelerator.num_processes))
+    )
+    return accelerator
 
-    def _set_dropout_phase(self) -> None:
-        """Early dropout for the first early_dropout_updates updates, the configured dropout after (late dropout)."""
-        config = self.config
-        early = self.progress.step < config.early_dropout_updates
-        if early == self.in_early_dropout:
-            return
-        model = self.accelerator.unwrap_model(self.model)
-        if early:
-            model.set_dropout(config.early_dropout, 0.0, 0.0)
-        else:
-            model.set_dropout(config.dropout, config.attention_dropout, config.activation_dropout)
-            logger.info(
-                "Update %d: dropout %s from now on (late dropout)", self.progress.step + 1, config.dropout
-            )
-        self.in_early_dropout = early
 
-    def _epochs_done(self) -> bool:
-        return self.config.max_epochs is not None and self.progress.epoch >= self.config.max_epochs
+def _adam(config: TrainingConfig, model: torch.nn.Module) -> torch.optim.Adam:
+    """Adam(0.9, 0.98, 1e-9) at the schedule's peak learning rate (section 5.3), which the scheduler scales."""
+    return torch.optim.Adam(
+        model.parameters(),
+        lr=peak_learning_rate(model.config.d_model, config.warmup, config.lr_scale, config.lr),
+        betas=(config.adam_beta1, config.adam_beta2),
+        eps=config.adam_eps,
+        weight_decay=config.weight_decay,
+    )
 
-    def _steps_done(self) -> bool:
-        return self.config.max_steps is not None and self.progress.step >= self.config.max_steps
 
-    def _set_clock_spent(self, elapsed_seconds: float) -> None:
-        if self.config.max_minutes is not None:
-            self.schedule.clock_spent = elapsed_seconds / (60 * self.config.max_minutes)
-
-    def _over_time(self) -> bool:
-        return (
-            self.config.max_minutes is not None
-            and self.progress.elapsed_seconds >= 60 * self.config.max_minutes
+def _update_sampler(config: TrainingConfig, train_data, accelerator: Accelerator) -> UpdateBatchSampler:
+    try:
+        return UpdateBatchSampler(
+            example_lengths(train_data),
+            config.max_tokens,
+            accelerator.gradient_accumulation_steps,
+            accelerator.num_processes,
+            accelerator.process_index,
+            config.seed,
         )
+    except ValueError as err:
+        raise TrainingError(str(err)) from err
 
-    def _update(self, group: list[dict]) -> tuple[float, int]:
-        """One optimizer step over this process's batches of the update: (summed loss, target tokens) of all processes."""
-        accelerator = self.accelerator
-        group = [{name: tensor.to(accelerator.device) for name, tensor in batch.items()} for batch in group]
-        local_tokens = sum(int((batch["labels"] != -100).sum()) for batch in group)
-        tokens = accelerator.reduce(torch.tensor(local_tokens, device=accelerator.device), "sum")
-        # The model divides each micro-batch's summed loss by this; accelerate then divides by the
-        # accumulation steps and DDP averages over processes, which together make sum / global tokens.
-        num_items = tokens.float() / (len(group) * accelerator.num_processes)
-        loss_sum = torch.zeros((), dtype=torch.float64, device=accelerator.device)
-        for batch in group:
-            with accelerator.accumulate(self.model):
-                loss = self.model(**batch, num_items_in_batch=num_items).loss
-                accelerator.backward(loss)
-                if self.config.clip_grad_norm and accelerator.sync_gradients:
-                    accelerator.clip_grad_norm_(self.model.parameters(), self.config.clip_grad_norm)
-                self.optimizer.step()
-                self.scheduler.step()
-                self.optimizer.zero_grad()
-            loss_sum += loss.detach().double() * num_items
-        return float(accelerator.reduce(loss_sum, "sum")), int(tokens)
 
-    def _log_training(self, learning_rate: float, updates_per_epoch: int, bar: tqdm) -> None:
-        progress = self.progress
-        record = {
-            **self._position(updates_per_epoch),
-            "loss": progress.interval_loss / progress.interval_tokens,
-            "lr": learning_rate,
-            # Target tokens (without padding) of all processes per second of training, batching included
-            # and validation and saving left out.
-            "tokens_per_second": progress.interval_tokens / progress.interval_seconds,
-        }
-        progress.interval_loss, progress.interval_tokens, progress.interval_seconds = 0.0, 0, 0.0
-        bar.set_postfix(
-            loss=f"{record['loss']:.3f}",
-            lr=f"{learning_rate:.2e}",
-            tok_s=f"{record['tokens_per_second']:.0f}",
-        )
-        self._write_log(record)
+def _planned_updates(config: TrainingConfig, sampler: UpdateBatchSampler) -> int | None:
+    """The updates the run will make, when a step or epoch budget says (the smaller when both do)."""
+    budgets = [config.max_steps, config.max_epochs and config.max_epochs * sampler.updates_per_epoch]
+    return min((budget for budget in budgets if budget), default=None)
 
-    def _position(self, updates_per_epoch: int) -> dict:
-        progress = self.progress
-        return {
-            "step": progress.step,
-            "epoch": round(progress.epoch + progress.updates_in_epoch / updates_per_epoch, 4),
-            "elapsed_seconds": round(self.elapsed(), 2),
-        }
 
-    def _write_log(self, record: dict) -> None:
-        if self.accelerator.is_main_process:
-            with open(self.output_dir / LOG_FILE, "a") as log:
-                log.write(json.dumps(record) + "\n")
-        self.accelerator.log(
-            {name: value for name, value in record.items() if name != "step"}, step=record["step"]
-        )
-
-    def save(self, updates_per_epoch: int) -> None:
-        """Validate, then write checkpoint_<step>, checkpoint_best (if it is) and checkpoint_last with the training state."""
-        accelerator, progress = self.accelerator, self.progress
-        is_best, metrics = False, None
-        if self.validation is not None:
-            metrics = self._validate()
-            if accelerator.is_main_process:
-                metric = metrics.get("val_bleu", -metrics["val_loss"])
-                is_best = progress.best_metric is None or metric > progress.best_metric
-                progress.best_metric = max(metric, progress.best_metric or -math.inf)
-                self._write_log({**self._position(updates_per_epoch), **metrics})
-                tqdm.write(
-                    f"update {progress.step}: "
-                    + ", ".join(f"{name} {value:.3f}" for name, value in metrics.items())
-                    + (" (best)" if is_best else "")
-                )
-        numbered = self.output_dir / f"checkpoint_{progress.step}"
-        self._save_model(numbered, metrics)
-        if accelerator.is_main_process and is_best:
-            staging = staging_directory(self.output_dir / BEST)
-            shutil.rmtree(staging, ignore_errors=True)
-            shutil.copytree(numbered, staging)
-            publish_directory(staging, self.output_dir / BEST)
-        progress.last_save_seconds = progress.elapsed_seconds = self.elapsed()
-        staging = self._save_model(self.output_dir / LAST, metrics, publish=False)
-        accelerator.save_state(str(staging / TRAINING_STATE))
-        accelerator.wait_for_everyone()
-        if accelerator.is_main_process:
-            publish_directory(staging, self.output_dir / LAST)
-            if self.config.keep_checkpoints:
-                for old in numbered_checkpoints(self.output_dir)[: -self.config.keep_checkpoints]:
-                    shutil.rmtree(old)
-        accelerator.wait_for_everyone()
-        self.saved_step = progress.step
-
-    def _save_model(self, final: Path, metrics: dict[str, float] | None, publish: bool = True) -> Path:
-        """A standalone model directory (model, generation config, tokenizer, pipeline code, model card)
-        written into staging, then `final`."""
-        accelerator = self.accelerator
-        staging = staging_directory(final)
-        state_dict = accelerator.get_state_dict(self.model)  # a collective under FSDP / DeepSpeed
-        if accelerator.is_main_process:
-            shutil.rmtree(staging, ignore_errors=True)
-            model = accelerator.unwrap_model(self.model)
-            card = run_model_card(
-                self.config,
-                model.config,
-                f"Checkpoint after {self.progress.step} updates ({self.progress.elapsed_seconds / 60:.1f} minutes).",
-                metrics,
-            )
-            save_model_directory(model, self.tokenizer, staging, card, state_dict=state_dict)
-            if publish:
-                publish_directory(staging, final)
-        accelerator.wait_for_everyone()
-        return staging
-
-    def _validate(self) -> dict[str, float]:
-        """Label-smoothed loss per target token and greedy sacreBLEU, each process taking a share."""
-        accelerator, validation = self.accelerator, self.validation
-        model = accelerator.unwrap_model(self.model)
-        model.eval()
-        sampler = TokenBatchSampler(
-            validation.lengths,
-            self.config.max_tokens,
-            shuffle=False,
-            num_replicas=accelerator.num_processes,
-            rank=accelerator.process_index,
-        )
-        totals = torch.zeros(2, dtype=torch.float64, device=accelerator.device)
-        with torch.no_grad():
-            for batch in DataLoader(
-                validation.tokenized, batch_sampler=sampler, collate_fn=make_collator(self.tokenizer)
-            ):
-                batch = {name: tensor.to(accelerator.device) for name, tensor in batch.items()}
-                totals[0] += model(**batch, num_items_in_batch=1).loss.double()
-                totals[1] += int((batch["labels"] != -100).sum())
-        model.train()
-        loss_sum, tokens = accelerator.reduce(totals, "sum").tolist()
-        metrics = {"val_loss": loss_sum / tokens}
-        if self.config.validation_bleu:
-            share = range(accelerator.process_index, len(validation.sources), accelerator.num_processes)
-            translations = translate_sentences(
-                model,
-                self.tokenizer,
-                [validation.sources[index] for index in share],
-                max_tokens=self.config.max_tokens,
-                show_progress=False,
-                num_beams=1,
-                do_sample=False,
-            )
-            indexed = sorted(gather_object(list(zip(share, translations, strict=True))))
-            metrics["val_bleu"] = score_translations([text for _, text in indexed], validation.references)[
-                "bleu"
-            ]
-        return metrics
+def _start_or_resume(config: TrainingConfig, accelerator: Accelerator, output_dir: Path, resume: bool):
+    """The run's progress, restored with the whole training state from checkpoint_last when resuming."""
+    progress = TrainingProgress()
+    accelerator.register_for_checkpointing(progress)
+    if resume:
+        accelerator.load_state(str(output_dir / LAST / TRAINING_STATE))
+        logger.info("Resumed %s at update %d", output_dir, progress.step)
+    else:
+        # Dropout draws differ between processes; the initial weights do not.
+        set_seed(config.seed, device_specific=True)
+    if accelerator.is_main_process:
+        truncate_log(output_dir, progress.step)
+    if accelerator.log_with:
+        accelerator.init_trackers("tensorboard")
+    return progress
 
 
 # Inputs
@@ -687,41 +288,6 @@ def _model_config(config: TrainingConfig, tokenizer: PreTrainedTokenizerBase) ->
     return model_config
 
 
-def average_run_checkpoints(
-    output_dir: str | os.PathLike, count: int, config: TrainingConfig | None = None, target=None
-) -> list[Path]:
-    """Average the run's last `count` numbered checkpoints into `target` (default checkpoint_average), with a
-    model card of its own; return the checkpoints averaged. `config` defaults to the run's saved one."""
-    output_dir = Path(output_dir)
-    checkpoints = numbered_checkpoints(output_dir)[-count:]
-    if len(checkpoints) < count:
-        raise TrainingError(f"{output_dir} holds {len(checkpoints)} numbered checkpoints, fewer than {count}")
-    config = config or load_training_config(output_dir / CONFIG_FILE)
-    summary = f"The average of the weights of {', '.join(path.name for path in checkpoints)} (section 6.1)."
-    model_config = VanillaTransformerConfig.from_pretrained(checkpoints[-1])
-    card = run_model_card(config, model_config, summary, metrics=None)
-    try:
-        average_checkpoints(checkpoints, target or output_dir / AVERAGE, card)
-    except ValueError as err:
-        raise TrainingError(str(err)) from err
-    return checkpoints
-
-
-def run_model_card(
-    config: TrainingConfig, model_config: VanillaTransformerConfig, summary: str, metrics: dict[str, float] | None
-) -> ModelCard:
-    """The README.md of a checkpoint of this run, with its validation scores when it was validated."""
-    return model_card(
-        model_config,
-        config.source_lang,
-        config.target_lang,
-        config.dataset,
-        summary,
-        metrics,
-        config.validation_max_sentences,
-    )
-
-
 def generation_config(config: TrainingConfig, model_config: VanillaTransformerConfig) -> GenerationConfig:
     """The decoding defaults a checkpoint carries: beam size and length penalty (section 6.1), special tokens.
 
@@ -796,13 +362,3 @@ def _prepare_output_dir(config, output_dir: Path, resume: bool, model_config, to
             raise TrainingError(f"output_dir {output_dir} is not writable: {err.strerror or err}") from err
         remove_stale_staging(output_dir)
     accelerator.wait_for_everyone()
-
-
-def _truncate_log(path: Path, step: int) -> None:
-    """Keep the log records up to `step`: a resumed run rewrites what the stopped one logged after its checkpoint."""
-    kept = []
-    if path.exists() and step:
-        kept = [
-            line for line in path.read_text().splitlines(keepends=True) if json.loads(line)["step"] <= step
-        ]
-    write_text_atomic(path, "".join(kept))

@@ -4,7 +4,7 @@ import sys
 from pathlib import Path
 
 from hf_vanilla.cli import ArgumentParser
-from hf_vanilla.training import average_run_checkpoints
+from hf_vanilla.run_directory import average_run_checkpoints
 from hf_vanilla.training_args import TrainingError
 
 

@@ -13,20 +13,18 @@ from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from hf_vanilla import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-from hf_vanilla.checkpoints import average_checkpoints, numbered_checkpoints
 from hf_vanilla.plotting import plot_training_log
 from hf_vanilla.precision import auto_precision
-from hf_vanilla.training import (
-    LOG_FILE,
+from hf_vanilla.run_directory import LOG_FILE, average_checkpoints, numbered_checkpoints
+from hf_vanilla.schedule import (
     LearningRateSchedule,
-    TrainingError,
-    _Session,
     inverse_sqrt_factor,
     make_lr_scheduler,
     peak_learning_rate,
-    train,
 )
-from hf_vanilla.training_args import load_training_config
+from hf_vanilla.trainer import Trainer
+from hf_vanilla.training import train
+from hf_vanilla.training_args import TrainingError, load_training_config
 
 CONFIGS = sorted((REPO / "configs").glob("*.yaml"))
 
@@ -120,7 +118,7 @@ def test_resume_after_a_kill_equals_an_uninterrupted_run(tiny_dataset, tokenizer
     train(tiny_config(tiny_dataset, tokenizer_dir, uninterrupted, log_interval=4))
 
     killed = tmp_path / "killed"
-    real_update = _Session._update
+    real_update = Trainer._update
     calls = []
 
     def update_then_die(session, group):
@@ -129,10 +127,10 @@ def test_resume_after_a_kill_equals_an_uninterrupted_run(tiny_dataset, tokenizer
         calls.append(1)
         return real_update(session, group)
 
-    monkeypatch.setattr(_Session, "_update", update_then_die)
+    monkeypatch.setattr(Trainer, "_update", update_then_die)
     with pytest.raises(KeyboardInterrupt):
         train(tiny_config(tiny_dataset, tokenizer_dir, killed, log_interval=4))
-    monkeypatch.setattr(_Session, "_update", real_update)
+    monkeypatch.setattr(Trainer, "_update", real_update)
     assert [step for step, _ in training_losses(killed)] == [4, 8]
     with pytest.raises(TrainingError, match="already holds a run"):
         train(tiny_config(tiny_dataset, tokenizer_dir, killed, log_interval=4))

@@ -1,12 +1,15 @@
-"""Checkpoint directories of a training run: atomic writes, fairseq-style names, averaging (section 6.1).
+"""Everything a run directory is: its checkpoints (fairseq-style names, averaging, section 6.1), its log, its config.
 
 A run directory holds `checkpoint_<step>` (numbered, one per save), `checkpoint_last` (also carrying the
-training state for `--resume`), `checkpoint_best` and, after averaging, `checkpoint_average`. Each is a
-full `save_pretrained` directory that `AutoModelForSeq2SeqLM.from_pretrained` loads.
+training state for `--resume`), `checkpoint_best` and, after averaging, `checkpoint_average`, each a standalone
+`save_pretrained` directory (see `standalone.py`); `train_log.jsonl`, one JSON record a line; and
+`training_config.yaml`. Every directory is written under a staging name and renamed into place, so a crash
+never leaves one that looks complete but is not.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -19,10 +22,16 @@ from huggingface_hub import ModelCard
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from .files import STAGING_PREFIX, publish_directory
+from .configuration_vanilla import VanillaTransformerConfig
+from .files import STAGING_PREFIX, publish_directory, write_text_atomic
+from .standalone import CARD_FILE, model_card
+from .training_args import TrainingConfig, TrainingError, load_training_config
 
 NUMBERED_CHECKPOINT = re.compile(r"checkpoint_(\d+)")
-CARD_FILE = "README.md"
+LOG_FILE = "train_log.jsonl"
+CONFIG_FILE = "training_config.yaml"
+LAST, BEST, AVERAGE = "checkpoint_last", "checkpoint_best", "checkpoint_average"
+TRAINING_STATE = "training_state"
 
 
 def staging_directory(final: str | os.PathLike) -> Path:
@@ -125,3 +134,72 @@ def _mean_tensors(paths: Sequence[Path]) -> dict[str, torch.Tensor]:
         key: (tensor / len(paths)).to(dtypes[key]) if key in averaged else tensor
         for key, tensor in sums.items()
     }
+
+
+def copy_checkpoint(source: Path, final: Path) -> None:
+    """Copy the checkpoint directory `source` to `final` (e.g. checkpoint_best), through its staging name."""
+    staging = staging_directory(final)
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.copytree(source, staging)
+    publish_directory(staging, final)
+
+
+def remove_old_checkpoints(run_dir: str | os.PathLike, keep: int) -> None:
+    """Delete all but the `keep` latest numbered checkpoints."""
+    for old in numbered_checkpoints(run_dir)[:-keep]:
+        shutil.rmtree(old)
+
+
+def append_log(run_dir: str | os.PathLike, record: dict) -> None:
+    """Add one record to the run's log."""
+    with open(Path(run_dir) / LOG_FILE, "a") as log:
+        log.write(json.dumps(record) + "\n")
+
+
+def truncate_log(run_dir: str | os.PathLike, step: int) -> None:
+    """Keep the log records up to `step`: a resumed run rewrites what the stopped one logged after its checkpoint."""
+    path = Path(run_dir) / LOG_FILE
+    kept = []
+    if path.exists() and step:
+        kept = [
+            line for line in path.read_text().splitlines(keepends=True) if json.loads(line)["step"] <= step
+        ]
+    write_text_atomic(path, "".join(kept))
+
+
+def average_run_checkpoints(
+    output_dir: str | os.PathLike, count: int, config: TrainingConfig | None = None, target=None
+) -> list[Path]:
+    """Average the run's last `count` numbered checkpoints into `target` (default checkpoint_average), with a
+    model card of its own; return the checkpoints averaged. `config` defaults to the run's saved one."""
+    output_dir = Path(output_dir)
+    checkpoints = numbered_checkpoints(output_dir)[-count:]
+    if len(checkpoints) < count:
+        raise TrainingError(f"{output_dir} holds {len(checkpoints)} numbered checkpoints, fewer than {count}")
+    config = config or load_training_config(output_dir / CONFIG_FILE)
+    summary = f"The average of the weights of {', '.join(path.name for path in checkpoints)} (section 6.1)."
+    model_config = VanillaTransformerConfig.from_pretrained(checkpoints[-1])
+    card = run_model_card(config, model_config, summary, metrics=None)
+    try:
+        average_checkpoints(checkpoints, target or output_dir / AVERAGE, card)
+    except ValueError as err:
+        raise TrainingError(str(err)) from err
+    return checkpoints
+
+
+def run_model_card(
+    config: TrainingConfig,
+    model_config: VanillaTransformerConfig,
+    summary: str,
+    metrics: dict[str, float] | None,
+) -> ModelCard:
+    """The README.md of a checkpoint of this run, with its validation scores when it was validated."""
+    return model_card(
+        model_config,
+        config.source_lang,
+        config.target_lang,
+        config.dataset,
+        summary,
+        metrics,
+        config.validation_max_sentences,
+    )

@@ -1,0 +1,427 @@
+"""The update loop: batches in, updates, logs, validation and checkpoints out, until the budget is spent.
+
+`train` (training.py) prepares everything and hands it to `Trainer`. Each update's decisions (stop, save) are
+made on the main process, from its clock, and shared with every process in one reduction as `TrainerControl`,
+so that all processes stop and save at the same update.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from itertools import islice
+from pathlib import Path
+
+import datasets
+import numpy as np
+import torch
+from accelerate import Accelerator
+from accelerate.logging import get_logger
+from accelerate.utils import gather_object
+from torch.optim.lr_scheduler import LambdaLR
+from torch.utils.data import DataLoader
+from tqdm.auto import tqdm
+from transformers import PreTrainedTokenizerBase
+
+from .data import TokenBatchSampler, UpdateBatchSampler, make_collator
+from .files import publish_directory
+from .run_directory import (
+    BEST,
+    LAST,
+    TRAINING_STATE,
+    append_log,
+    copy_checkpoint,
+    remove_old_checkpoints,
+    run_model_card,
+    staging_directory,
+)
+from .schedule import LearningRateSchedule, dropout_for_update
+from .scoring import score_translations
+from .standalone import save_model_directory
+from .training_args import TrainingConfig, TrainingError
+from .translation import translate_sentences
+
+logger = get_logger(__name__)  # logs on the main process only
+
+
+@dataclass
+class TrainingProgress:
+    """Where a run stands; saved with the training state so that a resumed run continues from there."""
+
+    step: int = 0
+    epoch: int = 0
+    updates_in_epoch: int = 0
+    elapsed_seconds: float = 0.0
+    last_save_seconds: float = 0.0
+    best_metric: float | None = None
+    # Totals since the last log record, so that a resumed run logs the same averages.
+    interval_loss: float = 0.0
+    interval_tokens: int = 0
+    interval_seconds: float = 0.0
+
+    def state_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def load_state_dict(self, state: dict) -> None:
+        for name, value in state.items():
+            setattr(self, name, value)
+
+
+@dataclass
+class ValidationSet:
+    tokenized: datasets.Dataset  # input_ids and labels
+    lengths: np.ndarray
+    sources: list[str]
+    references: list[str]
+
+
+@dataclass
+class TrainerControl:
+    """What to do after an update, decided on the main process (as transformers' `TrainerControl` names it)."""
+
+    should_stop: bool = False  # the clock or the step budget is spent
+    should_save: bool = False  # a save interval has come round
+    elapsed_seconds: float = 0.0  # the main process's clock, which the cooldown follows
+
+    def shared(self, accelerator: Accelerator) -> TrainerControl:
+        """The main process's decisions, on every process: one reduction per update."""
+        values = torch.tensor(
+            [float(self.should_stop), float(self.should_save), self.elapsed_seconds],
+            device=accelerator.device,
+        )
+        stop, save, elapsed = accelerator.reduce(values * accelerator.is_main_process, "sum").tolist()
+        return TrainerControl(bool(stop), bool(save), elapsed)
+
+
+@dataclass
+class Trainer:
+    """The training loop and its saves, over the objects `train` prepared."""
+
+    config: TrainingConfig
+    accelerator: Accelerator
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: LambdaLR  # as accelerate wraps it
+    schedule: LearningRateSchedule  # the scheduler's function; it follows the clock this loop reads
+    tokenizer: PreTrainedTokenizerBase
+    validation: ValidationSet | None
+    progress: TrainingProgress
+    run_started: float
+
+    def __post_init__(self):
+        self.output_dir = Path(self.config.output_dir)
+        # Seconds already spent in earlier sessions of this run count against max_minutes.
+        self.clock_offset = self.progress.elapsed_seconds - self.run_started
+        self.saved_step = self.progress.step if self.progress.step else None
+        self.checkpoints = CheckpointWriter(self.config, self.accelerator, self.tokenizer)
+        self.log = RunLog(self.accelerator, self.output_dir, self.progress, self.elapsed)
+        config = self.config  # the model was built with the configured dropout
+        self.dropout = (config.dropout, config.attention_dropout, config.activation_dropout)
+
+    def elapsed(self) -> float:
+        return self.clock_offset + time.monotonic()
+
+    def run(self, loader: DataLoader, sampler: UpdateBatchSampler) -> None:
+        """Update until a budget (steps, epochs, minutes) is spent, saving at the intervals and at the end."""
+        progress = self.progress
+        self.log.updates_per_epoch = sampler.updates_per_epoch
+        bar = tqdm(
+            total=self.schedule.total_updates,
+            initial=progress.step,
+            unit="update",
+            disable=not self.accelerator.is_main_process,
+            mininterval=1,
+        )
+        # A resumed run may have reached its limits already (every process reads the same progress).
+        stop = self._epochs_done() or self._steps_done() or self._over_time()
+        self._follow_clock(progress.elapsed_seconds)
+        while not stop:
+            sampler.set_epoch(progress.epoch, first_update=progress.updates_in_epoch)
+            batches = iter(loader)
+            while not stop:
+                started = time.monotonic()
+                group = list(islice(batches, self.accelerator.gradient_accumulation_steps))
+                if not group:
+                    break
+                self._train_update(group, started, bar)
+                control = self._decide().shared(self.accelerator)
+                self._follow_clock(control.elapsed_seconds)
+                stop = control.should_stop or self._steps_done()
+                if stop or control.should_save:
+                    self.save()
+            if not stop:
+                progress.epoch += 1
+                progress.updates_in_epoch = 0
+                stop = self._epochs_done()
+        bar.close()
+        if self.saved_step != progress.step:
+            self.save()
+
+    def _train_update(self, group: list[dict], started: float, bar: tqdm) -> None:
+        """One update over `group`, counted, checked and logged."""
+        progress = self.progress
+        learning_rate = self.scheduler.get_last_lr()[0]
+        self._set_dropout()
+        loss_sum, tokens = self._update(group)
+        progress.step += 1
+        progress.updates_in_epoch += 1
+        progress.elapsed_seconds = self.elapsed()
+        loss = loss_sum / tokens
+        if not math.isfinite(loss):
+            raise TrainingError(
+                f"loss is {loss} at update {progress.step}: training diverged (lower lr, set clip_grad_norm "
+                f"or use bf16 instead of fp16); the checkpoints in {self.output_dir} are from before"
+            )
+        progress.interval_loss += loss_sum
+        progress.interval_tokens += tokens
+        progress.interval_seconds += time.monotonic() - started
+        bar.update()
+        if progress.step % self.config.log_interval == 0:
+            self.log.training(learning_rate, bar)
+
+    def _decide(self) -> TrainerControl:
+        """This process's view of what the update just made calls for; the main process's view is shared."""
+        config, progress = self.config, self.progress
+        minutes_since_save = (progress.elapsed_seconds - progress.last_save_seconds) / 60
+        return TrainerControl(
+            should_stop=self._over_time(),
+            should_save=bool(
+                (
+                    config.save_interval_minutes is not None
+                    and minutes_since_save >= config.save_interval_minutes
+                )
+                or (config.save_interval_updates and progress.step % config.save_interval_updates == 0)
+            ),
+            elapsed_seconds=progress.elapsed_seconds,
+        )
+
+    def _set_dropout(self) -> None:
+        """The dropout of the coming update (late dropout changes it once)."""
+        config = self.config
+        wanted = dropout_for_update(
+            self.progress.step,
+            config.early_dropout_updates,
+            config.early_dropout,
+            config.dropout,
+            config.attention_dropout,
+            config.activation_dropout,
+        )
+        if wanted == self.dropout:
+            return
+        self.accelerator.unwrap_model(self.model).set_dropout(*wanted)
+        if self.progress.step >= config.early_dropout_updates:
+            logger.info("Update %d: dropout %s from now on (late dropout)", self.progress.step + 1, wanted[0])
+        self.dropout = wanted
+
+    def _epochs_done(self) -> bool:
+        return self.config.max_epochs is not None and self.progress.epoch >= self.config.max_epochs
+
+    def _steps_done(self) -> bool:
+        return self.config.max_steps is not None and self.progress.step >= self.config.max_steps
+
+    def _over_time(self) -> bool:
+        return (
+            self.config.max_minutes is not None
+            and self.progress.elapsed_seconds >= 60 * self.config.max_minutes
+        )
+
+    def _follow_clock(self, elapsed_seconds: float) -> None:
+        if self.config.max_minutes is not None:
+            self.schedule.clock_spent = elapsed_seconds / (60 * self.config.max_minutes)
+
+    def _update(self, group: list[dict]) -> tuple[float, int]:
+        return optimizer_update(
+            self.accelerator, self.model, self.optimizer, self.scheduler, group, self.config.clip_grad_norm
+        )
+
+    def save(self) -> None:
+        """Validate, log, then write checkpoint_<step>, checkpoint_best (if it is) and checkpoint_last."""
+        accelerator, progress = self.accelerator, self.progress
+        metrics = None
+        if self.validation is not None:
+            metrics = validate(accelerator, self.model, self.tokenizer, self.validation, self.config)
+        is_best = accelerator.is_main_process and metrics is not None and self.log.validation(metrics)
+        progress.last_save_seconds = progress.elapsed_seconds = self.elapsed()
+        self.checkpoints.save(self.model, progress, metrics, is_best)
+        self.saved_step = progress.step
+
+
+@dataclass
+class RunLog:
+    """The run's log records: train_log.jsonl (main process) and the trackers (TensorBoard), plus the console."""
+
+    accelerator: Accelerator
+    output_dir: Path
+    progress: TrainingProgress
+    elapsed: Callable[[], float]  # the run's clock, earlier sessions included
+    updates_per_epoch: int = 1
+
+    def training(self, learning_rate: float, bar: tqdm) -> None:
+        """The mean loss, learning rate and speed since the last record."""
+        progress = self.progress
+        record = {
+            **self._position(),
+            "loss": progress.interval_loss / progress.interval_tokens,
+            "lr": learning_rate,
+            # Target tokens (without padding) of all processes per second of training, batching included
+            # and validation and saving left out.
+            "tokens_per_second": progress.interval_tokens / progress.interval_seconds,
+        }
+        progress.interval_loss, progress.interval_tokens, progress.interval_seconds = 0.0, 0, 0.0
+        bar.set_postfix(
+            loss=f"{record['loss']:.3f}",
+            lr=f"{learning_rate:.2e}",
+            tok_s=f"{record['tokens_per_second']:.0f}",
+        )
+        self._write(record)
+
+    def validation(self, metrics: dict[str, float]) -> bool:
+        """Log the validation `metrics` (main process); whether they are the best so far (BLEU, else loss)."""
+        progress = self.progress
+        metric = metrics.get("val_bleu", -metrics["val_loss"])
+        is_best = progress.best_metric is None or metric > progress.best_metric
+        progress.best_metric = max(metric, progress.best_metric or -math.inf)
+        self._write({**self._position(), **metrics})
+        tqdm.write(
+            f"update {progress.step}: "
+            + ", ".join(f"{name} {value:.3f}" for name, value in metrics.items())
+            + (" (best)" if is_best else "")
+        )
+        return is_best
+
+    def _position(self) -> dict:
+        progress = self.progress
+        return {
+            "step": progress.step,
+            "epoch": round(progress.epoch + progress.updates_in_epoch / self.updates_per_epoch, 4),
+            "elapsed_seconds": round(self.elapsed(), 2),
+        }
+
+    def _write(self, record: dict) -> None:
+        if self.accelerator.is_main_process:
+            append_log(self.output_dir, record)
+        self.accelerator.log(
+            {name: value for name, value in record.items() if name != "step"}, step=record["step"]
+        )
+
+
+@dataclass
+class CheckpointWriter:
+    """Writes a run's checkpoints: numbered, best, and last with the training state for --resume."""
+
+    config: TrainingConfig
+    accelerator: Accelerator
+    tokenizer: PreTrainedTokenizerBase
+
+    def save(self, model: torch.nn.Module, progress: TrainingProgress, metrics: dict | None, is_best: bool):
+        accelerator, output_dir = self.accelerator, Path(self.config.output_dir)
+        numbered = output_dir / f"checkpoint_{progress.step}"
+        self._save_model(model, numbered, progress, metrics)
+        if is_best:
+            copy_checkpoint(numbered, output_dir / BEST)
+        staging = self._save_model(model, output_dir / LAST, progress, metrics, publish=False)
+        accelerator.save_state(str(staging / TRAINING_STATE))
+        accelerator.wait_for_everyone()
+        if accelerator.is_main_process:
+            publish_directory(staging, output_dir / LAST)
+            if self.config.keep_checkpoints:
+                remove_old_checkpoints(output_dir, self.config.keep_checkpoints)
+        accelerator.wait_for_everyone()
+
+    def _save_model(
+        self, model, final: Path, progress: TrainingProgress, metrics, publish: bool = True
+    ) -> Path:
+        """A standalone model directory (model, generation config, tokenizer, pipeline code, model card)
+        written into staging, then `final`."""
+        accelerator = self.accelerator
+        staging = staging_directory(final)
+        state_dict = accelerator.get_state_dict(model)  # a collective under FSDP / DeepSpeed
+        if accelerator.is_main_process:
+            shutil.rmtree(staging, ignore_errors=True)
+            model = accelerator.unwrap_model(model)
+            summary = (
+                f"Checkpoint after {progress.step} updates ({progress.elapsed_seconds / 60:.1f} minutes)."
+            )
+            card = run_model_card(self.config, model.config, summary, metrics)
+            save_model_directory(model, self.tokenizer, staging, card, state_dict=state_dict)
+            if publish:
+                publish_directory(staging, final)
+        accelerator.wait_for_everyone()
+        return staging
+
+
+def optimizer_update(
+    accelerator: Accelerator,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: LambdaLR,
+    group: list[dict],
+    clip_grad_norm: float | None,
+) -> tuple[float, int]:
+    """One optimizer step over this process's batches of the update: (summed loss, target tokens) of all processes."""
+    group = [{name: tensor.to(accelerator.device) for name, tensor in batch.items()} for batch in group]
+    local_tokens = sum(int((batch["labels"] != -100).sum()) for batch in group)
+    tokens = accelerator.reduce(torch.tensor(local_tokens, device=accelerator.device), "sum")
+    # The model divides each micro-batch's summed loss by this; accelerate then divides by the
+    # accumulation steps and DDP averages over processes, which together make sum / global tokens.
+    num_items = tokens.float() / (len(group) * accelerator.num_processes)
+    loss_sum = torch.zeros((), dtype=torch.float64, device=accelerator.device)
+    for batch in group:
+        with accelerator.accumulate(model):
+            loss = model(**batch, num_items_in_batch=num_items).loss
+            accelerator.backward(loss)
+            if clip_grad_norm and accelerator.sync_gradients:
+                accelerator.clip_grad_norm_(model.parameters(), clip_grad_norm)
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad()
+        loss_sum += loss.detach().double() * num_items
+    return float(accelerator.reduce(loss_sum, "sum")), int(tokens)
+
+
+def validate(
+    accelerator: Accelerator,
+    model: torch.nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    validation: ValidationSet,
+    config: TrainingConfig,
+) -> dict[str, float]:
+    """Loss per target token and greedy sacreBLEU on the validation set, each process taking a share."""
+    model = accelerator.unwrap_model(model)
+    model.eval()
+    sampler = TokenBatchSampler(
+        validation.lengths,
+        config.max_tokens,
+        shuffle=False,
+        num_replicas=accelerator.num_processes,
+        rank=accelerator.process_index,
+    )
+    totals = torch.zeros(2, dtype=torch.float64, device=accelerator.device)
+    with torch.no_grad():
+        for batch in DataLoader(
+            validation.tokenized, batch_sampler=sampler, collate_fn=make_collator(tokenizer)
+        ):
+            batch = {name: tensor.to(accelerator.device) for name, tensor in batch.items()}
+            totals[0] += model(**batch, num_items_in_batch=1).loss.double()
+            totals[1] += int((batch["labels"] != -100).sum())
+    model.train()
+    loss_sum, tokens = accelerator.reduce(totals, "sum").tolist()
+    metrics = {"val_loss": loss_sum / tokens}
+    if config.validation_bleu:
+        share = range(accelerator.process_index, len(validation.sources), accelerator.num_processes)
+        translations = translate_sentences(
+            model,
+            tokenizer,
+            [validation.sources[index] for index in share],
+            max_tokens=config.max_tokens,
+            show_progress=False,
+            num_beams=1,
+            do_sample=False,
+        )
+        indexed = sorted(gather_object(list(zip(share, translations, strict=True))))
+        metrics["val_bleu"] = score_translations([text for _, text in indexed], validation.references)["bleu"]
+    return metrics
