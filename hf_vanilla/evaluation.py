@@ -33,6 +33,7 @@ from transformers import (
 
 from .configuration_vanilla import VanillaTransformerConfig
 from .data import TokenBatchSampler, load_translation_split
+from .modeling_vanilla import AUTO_ATTENTION
 from .tokenization import check_tokenizer_matches_model
 
 logger = logging.getLogger(__name__)
@@ -229,7 +230,7 @@ def load_model_and_tokenizer(
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """A saved model directory (or Hub id) and its tokenizer, in eval mode on `device` in `dtype`.
 
-    `model_kwargs` go to `from_pretrained` (e.g. attn_implementation="eager").
+    `model_kwargs` go to `from_pretrained` (e.g. attn_implementation="eager"; ours default to AUTO_ATTENTION).
     For our own model type the tokenizer's vocabulary size and special token ids must match the
     model config (`check_tokenizer_matches_model`); other seq2seq models are taken as they are.
     """
@@ -246,6 +247,8 @@ def load_model_and_tokenizer(
         ) from err
     if model.config.model_type == VanillaTransformerConfig.model_type:
         check_tokenizer_matches_model(tokenizer, model.config)
+        if "attn_implementation" not in model_kwargs:
+            model.set_attn_implementation(AUTO_ATTENTION)
     return model.to(device).eval(), tokenizer
 
 

@@ -54,7 +54,11 @@ from .data import (
     tokenize_pairs,
 )
 from .evaluation import score_translations, translate_sentences, write_text_atomic
-from .modeling_vanilla import VanillaTransformerForConditionalGeneration
+from .modeling_vanilla import (
+    AUTO_ATTENTION,
+    VanillaTransformerForConditionalGeneration,
+    label_smoothed_cross_entropy,
+)
 from .tokenization import (
     check_tokenizer_matches_model,
     config_kwargs_from_tokenizer,
@@ -283,6 +287,21 @@ def make_lr_scheduler(optimizer: torch.optim.Optimizer, schedule: LearningRateSc
     return LambdaLR(optimizer, lambda updates_done: schedule(updates_done))
 
 
+# Loss (section 5.4)
+
+
+def label_smoothed_loss(
+    model: torch.nn.Module, batch: dict[str, torch.Tensor], smoothing: float, divisor: float | torch.Tensor
+) -> torch.Tensor:
+    """5.4 Label-smoothed cross-entropy of a collated batch (with decoder_input_ids), summed, then / divisor.
+
+    From the logits: the model's own loss is plain cross-entropy, so it is not asked for.
+    """
+    inputs = {name: tensor for name, tensor in batch.items() if name != "labels"}
+    logits = model(**inputs, use_cache=False).logits
+    return label_smoothed_cross_entropy(logits.flatten(0, 1), batch["labels"].flatten(), smoothing, divisor)
+
+
 # Batches
 
 
@@ -402,6 +421,7 @@ def train(config: TrainingConfig, resume: bool = False) -> Path:
     _prepare_output_dir(config, output_dir, resume, model_config, tokenizer, accelerator)
 
     model = VanillaTransformerForConditionalGeneration(model_config)
+    model.set_attn_implementation(AUTO_ATTENTION)
     model.generation_config = GenerationConfig(
         num_beams=config.num_beams,
         length_penalty=config.length_penalty,
@@ -445,7 +465,10 @@ def train(config: TrainingConfig, resume: bool = False) -> Path:
     # Not prepared by accelerate: the sampler already shards, and batches are moved to the device below.
     # Its own generator: drawing its base seed from the global one would shift dropout after a resume.
     loader = DataLoader(
-        train_data, batch_sampler=sampler, collate_fn=make_collator(tokenizer), generator=torch.Generator()
+        train_data,
+        batch_sampler=sampler,
+        collate_fn=make_collator(tokenizer, accelerator.unwrap_model(model)),
+        generator=torch.Generator(),
     )
     logger.info(
         "%d parameters; %d updates an epoch of %d batches x %d processes x %d accumulation steps, <= %d tokens each",
@@ -618,7 +641,7 @@ class _Session:
         loss_sum = torch.zeros((), dtype=torch.float64, device=accelerator.device)
         for batch in group:
             with accelerator.accumulate(self.model):
-                loss = self.model(**batch, num_items_in_batch=num_items).loss
+                loss = label_smoothed_loss(self.model, batch, self.config.label_smoothing, num_items)
                 accelerator.backward(loss)
                 if self.config.clip_grad_norm and accelerator.sync_gradients:
                     accelerator.clip_grad_norm_(self.model.parameters(), self.config.clip_grad_norm)
@@ -726,10 +749,10 @@ class _Session:
         totals = torch.zeros(2, dtype=torch.float64, device=accelerator.device)
         with torch.no_grad():
             for batch in DataLoader(
-                validation.tokenized, batch_sampler=sampler, collate_fn=make_collator(self.tokenizer)
+                validation.tokenized, batch_sampler=sampler, collate_fn=make_collator(self.tokenizer, model)
             ):
                 batch = {name: tensor.to(accelerator.device) for name, tensor in batch.items()}
-                totals[0] += model(**batch, num_items_in_batch=1).loss.double()
+                totals[0] += label_smoothed_loss(model, batch, self.config.label_smoothing, 1).double()
                 totals[1] += int((batch["labels"] != -100).sum())
         model.train()
         loss_sum, tokens = accelerator.reduce(totals, "sum").tolist()
@@ -814,7 +837,6 @@ def _model_config(config: TrainingConfig, tokenizer: PreTrainedTokenizerBase) ->
         "dropout": config.dropout,
         "attention_dropout": config.attention_dropout,
         "activation_dropout": config.activation_dropout,
-        "label_smoothing": config.label_smoothing,
         **config.model_overrides,
     }
     try:
