@@ -36,10 +36,13 @@ SIZE_FIELDS = (
 class VanillaTransformerConfig(PreTrainedConfig):
     r"""
     The paper's encoder-decoder with one embedding matrix shared by the encoder input, the decoder input and the
-    pre-softmax projection. Defaults are the base model (N=6, d_model=512, d_ff=2048, h=8, P_drop=0.1,
-    label smoothing 0.1); `VanillaTransformerConfig.from_preset("big")` gives table 3's big model.
+    pre-softmax projection. Defaults are the base model (N=6, d_model=512, d_ff=2048, h=8, P_drop=0.1);
+    `VanillaTransformerConfig.from_preset("big")` gives table 3's big model. Label smoothing (5.4) is a training
+    setting (`hf_vanilla.training.TrainingConfig.label_smoothing`); the model's own loss is plain cross-entropy.
 
     Departures from the paper are switches that are off by default:
+    - `tie_word_embeddings=False`: a pre-softmax projection of its own; the encoder and decoder inputs still share
+      one embedding matrix.
     - `pre_layernorm`: LayerNorm before each sublayer (x + Sublayer(LayerNorm(x))) and after each stack, which
       trains more stably at depth (Xiong et al., 2020). The paper is post-LN: LayerNorm(x + Sublayer(x)).
     - `attention_dropout` / `activation_dropout`: dropout on attention probabilities / after the ReLU, which the
@@ -60,7 +63,6 @@ class VanillaTransformerConfig(PreTrainedConfig):
     dropout: float | int = 0.1
     attention_dropout: float | int = 0.0
     activation_dropout: float | int = 0.0
-    label_smoothing: float | int = 0.1
     max_position_embeddings: int = 1024
     layer_norm_eps: float = 1e-6
     pre_layernorm: bool = False
@@ -89,7 +91,7 @@ class VanillaTransformerConfig(PreTrainedConfig):
             raise ValueError(
                 f"d_model must be even for the sinusoidal positional encoding, got {self.d_model}"
             )
-        for name in ("dropout", "attention_dropout", "activation_dropout", "label_smoothing"):
+        for name in ("dropout", "attention_dropout", "activation_dropout"):
             if not 0 <= getattr(self, name) < 1:
                 raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
         if self.layer_norm_eps <= 0:
@@ -99,10 +101,6 @@ class VanillaTransformerConfig(PreTrainedConfig):
                 raise ValueError(
                     f"{name} must be in [0, vocab_size={self.vocab_size}), got {getattr(self, name)}"
                 )
-        if not self.tie_word_embeddings:
-            raise ValueError(
-                "tie_word_embeddings must be True: the model has one shared embedding matrix (3.4)"
-            )
 
     @property
     def head_dim(self) -> int:

@@ -35,6 +35,8 @@ def marian_config_from_vanilla(config: VanillaTransformerConfig) -> MarianConfig
             "pre_layernorm models cannot be exported to Marian: MarianMTModel normalises after each "
             "residual (post-LN) and has no final LayerNorm after the stacks"
         )
+    if not config.tie_word_embeddings:
+        raise ValueError("untied models cannot be exported to Marian: the export writes one shared embedding matrix")
     return MarianConfig(
         vocab_size=config.vocab_size,
         decoder_vocab_size=config.vocab_size,

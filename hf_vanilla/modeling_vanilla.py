@@ -13,7 +13,13 @@ from torch import nn
 from transformers import initialization as init
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
 from transformers.generation import GenerationMixin
-from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import (
+    AttentionMaskInterface,
+    create_bidirectional_mask,
+    create_causal_mask,
+    sdpa_mask,
+)
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
     BaseModelOutput,
@@ -21,8 +27,9 @@ from transformers.modeling_outputs import (
     Seq2SeqLMOutput,
     Seq2SeqModelOutput,
 )
-from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
-from transformers.utils import can_return_tuple, is_torchdynamo_compiling
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, AttentionInterface, PreTrainedModel
+from transformers.processing_utils import Unpack
+from transformers.utils import TransformersKwargs, can_return_tuple, is_torchdynamo_compiling
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_vanilla import VanillaTransformerConfig
@@ -42,7 +49,7 @@ def scaled_dot_product_attention(
     scores = torch.matmul(query, key.transpose(2, 3)) * scaling
     if attention_mask is not None:
         scores = scores + attention_mask
-    weights = F.softmax(scores, dim=-1)
+    weights = F.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
     weights = F.dropout(weights, p=dropout, training=module.training)
     return torch.matmul(weights, value).transpose(1, 2).contiguous(), weights
 
@@ -56,8 +63,8 @@ def sdpa_by_matmuls(
     scaling: float,
     dropout: float = 0.0,
     **kwargs,
-) -> tuple[torch.Tensor, None]:
-    """The "sdpa" attention, same masks (boolean, or none with `module.is_causal`), computed by 3.2.1's matmuls."""
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The "sdpa" attention, same masks (boolean, or none with `module.is_causal`), by 3.2.1's matmuls: out, weights."""
     query_length, key_length = query.shape[2], key.shape[2]
     if attention_mask is None and module.is_causal and query_length > 1:
         attention_mask = torch.ones(query_length, key_length, dtype=torch.bool, device=query.device)
@@ -65,7 +72,7 @@ def sdpa_by_matmuls(
     if attention_mask is not None and attention_mask.dtype == torch.bool:
         additive = torch.zeros_like(attention_mask, dtype=query.dtype)
         attention_mask = additive.masked_fill_(~attention_mask, torch.finfo(query.dtype).min)
-    return scaled_dot_product_attention(module, query, key, value, attention_mask, scaling, dropout)[0], None
+    return scaled_dot_product_attention(module, query, key, value, attention_mask, scaling, dropout)
 
 
 def matmuls_beat_fused_cpu_kernel(query: torch.Tensor, key: torch.Tensor) -> bool:
@@ -77,6 +84,29 @@ def matmuls_beat_fused_cpu_kernel(query: torch.Tensor, key: torch.Tensor) -> boo
     if query.device.type != "cpu" or key.shape[2] > 512:
         return False
     return query.dtype != torch.float32 or (query.shape[2] == 1 and query.shape[0] >= 16)
+
+
+def sdpa_where_fastest(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """torch's SDPA, or sdpa_by_matmuls where matmuls_beat_fused_cpu_kernel says those are faster."""
+    attention = sdpa_by_matmuls if matmuls_beat_fused_cpu_kernel(query, key) else sdpa_attention_forward
+    return attention(module, query, key, value, attention_mask, **kwargs)
+
+
+# Two `attn_implementation` names next to transformers' own, both on "sdpa" masks. A model's default stays "sdpa",
+# torch's kernel, as for every model in transformers; hf_vanilla's training, evaluation and benchmark ask for
+# AUTO_ATTENTION by name.
+MATMUL_ATTENTION, AUTO_ATTENTION = "vanilla_sdpa_matmuls", "vanilla_sdpa_auto"
+for _name, _function in ((MATMUL_ATTENTION, sdpa_by_matmuls), (AUTO_ATTENTION, sdpa_where_fastest)):
+    AttentionInterface.register(_name, _function)
+    AttentionMaskInterface.register(_name, sdpa_mask)
+SDPA_MASKED = ("sdpa", MATMUL_ATTENTION, AUTO_ATTENTION)
 
 
 class MultiHeadAttention(nn.Module):
@@ -113,7 +143,7 @@ class MultiHeadAttention(nn.Module):
         key_value_states: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
         past_key_values: Cache | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         if self.is_cross_attention:
             (query,) = self._split_heads(self.q_proj(hidden_states), 1)
@@ -136,8 +166,8 @@ class MultiHeadAttention(nn.Module):
         attention: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
             implementation, scaled_dot_product_attention
         )
-        if implementation == "sdpa" and matmuls_beat_fused_cpu_kernel(query, key):
-            attention = sdpa_by_matmuls
+        if implementation in SDPA_MASKED and kwargs.get("output_attentions", self.config.output_attentions):
+            attention = sdpa_by_matmuls  # the one "sdpa" path that returns the weights asked for
         output, weights = attention(
             self,
             query,
@@ -224,7 +254,7 @@ class EncoderLayer(GradientCheckpointingLayer):
         self.feed_forward_residual = ResidualConnection(config)
 
     def forward(
-        self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None, **kwargs
+        self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None, **kwargs: Unpack[TransformersKwargs]
     ) -> torch.Tensor:
         hidden_states = self.self_attn_residual(
             hidden_states, lambda x: self.self_attn(x, attention_mask=attention_mask, **kwargs)[0]
@@ -251,7 +281,7 @@ class DecoderLayer(GradientCheckpointingLayer):
         encoder_hidden_states: torch.Tensor,
         encoder_attention_mask: torch.Tensor | None = None,
         past_key_values: Cache | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> torch.Tensor:
         hidden_states = self.self_attn_residual(
             hidden_states,
@@ -297,10 +327,10 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
             init.copy_(module.table, sinusoidal_positions(*module.table.shape))
 
     def set_dropout(self, dropout: float, attention_dropout: float, activation_dropout: float) -> None:
-        """5.4 Change the dropout probabilities of a built model and its config (late dropout switches them mid-run)."""
-        self.config.dropout = dropout
-        self.config.attention_dropout = attention_dropout
-        self.config.activation_dropout = activation_dropout
+        """5.4 Change the dropout probabilities of the built modules for a while (late dropout switches them mid-run).
+
+        The config keeps the model's own values, so a checkpoint saved meanwhile loads with those.
+        """
         for module in self.modules():
             if isinstance(module, (ResidualConnection, TokenEmbedding)):
                 module.dropout = dropout
@@ -311,7 +341,7 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
 
 
 class TokenEmbedding(nn.Module):
-    """3.4 Embedding * sqrt(d_model) plus 3.5 positional encoding, then dropout: ids (B,L) -> (B,L,D)."""
+    """3.4 Embedding * sqrt(d_model) plus 3.5 positional encoding, then dropout: ids (B,L) or embeddings (B,L,D) -> (B,L,D)."""
 
     def __init__(self, config: VanillaTransformerConfig):
         super().__init__()
@@ -321,23 +351,31 @@ class TokenEmbedding(nn.Module):
         self.embed_positions = SinusoidalPositionalEncoding(config)
         self.dropout = config.dropout
 
-    def forward(self, input_ids: torch.Tensor, offset: int = 0) -> torch.Tensor:
+    def forward(
+        self, input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None = None, offset: int = 0
+    ) -> torch.Tensor:
+        """`inputs_embeds` replace the lookup `embed_tokens(input_ids)` (scaled and positioned all the same)."""
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("pass exactly one of input_ids and inputs_embeds")
         if not is_torchdynamo_compiling():
-            self._check_inputs(input_ids, offset)
-        embeddings = self.embed_tokens(input_ids) * self.embed_scale
-        embeddings = embeddings + self.embed_positions(input_ids.shape[1], offset)
+            self._check_inputs(input_ids, inputs_embeds, offset)
+        if inputs_embeds is None:
+            inputs_embeds = self.embed_tokens(input_ids)
+        embeddings = inputs_embeds * self.embed_scale + self.embed_positions(inputs_embeds.shape[1], offset)
         return F.dropout(embeddings, p=self.dropout, training=self.training)
 
-    def _check_inputs(self, input_ids: torch.Tensor, offset: int):
+    def _check_inputs(self, input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None, offset: int):
         """Name the problem here rather than fail with an index error deep inside torch."""
-        if input_ids.numel() and (input_ids.min() < 0 or input_ids.max() >= self.config.vocab_size):
+        if input_ids is not None and input_ids.numel():
+            if input_ids.min() < 0 or input_ids.max() >= self.config.vocab_size:
+                raise ValueError(
+                    f"token ids must be in [0, vocab_size={self.config.vocab_size}), got ids from "
+                    f"{input_ids.min().item()} to {input_ids.max().item()}: does the tokenizer match the model?"
+                )
+        length = offset + (input_ids if inputs_embeds is None else inputs_embeds).shape[1]
+        if length > self.config.max_position_embeddings:
             raise ValueError(
-                f"token ids must be in [0, vocab_size={self.config.vocab_size}), got ids from "
-                f"{input_ids.min().item()} to {input_ids.max().item()}: does the tokenizer match the model?"
-            )
-        if offset + input_ids.shape[1] > self.config.max_position_embeddings:
-            raise ValueError(
-                f"sequence of {offset + input_ids.shape[1]} tokens is longer than max_position_embeddings="
+                f"sequence of {length} tokens is longer than max_position_embeddings="
                 f"{self.config.max_position_embeddings}; truncate the input or raise max_position_embeddings"
             )
 
@@ -371,9 +409,13 @@ class VanillaTransformerEncoder(LayerStack):
 
     @capture_outputs
     def forward(
-        self, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None = None, **kwargs
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutput:
-        hidden_states = self.embeddings(input_ids)
+        hidden_states = self.embeddings(input_ids, inputs_embeds)
         attention_mask = create_bidirectional_mask(
             config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask
         )
@@ -399,20 +441,25 @@ class VanillaTransformerDecoder(LayerStack):
     @capture_outputs
     def forward(
         self,
-        input_ids: torch.LongTensor,
-        encoder_hidden_states: torch.Tensor,
+        input_ids: torch.LongTensor | None = None,
+        encoder_hidden_states: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
         encoder_attention_mask: torch.Tensor | None = None,
-        past_key_values: EncoderDecoderCache | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPastAndCrossAttentions:
+        use_cache = self.config.use_cache if use_cache is None else use_cache
         if use_cache and past_key_values is None:
             past_key_values = EncoderDecoderCache(
                 DynamicCache(config=self.config), DynamicCache(config=self.config)
             )
+        elif past_key_values is not None and not isinstance(past_key_values, EncoderDecoderCache):
+            # A plain cache holds the self-attention keys and values; cross-attention ones are computed anew.
+            past_key_values = EncoderDecoderCache(past_key_values, DynamicCache(config=self.config))
         past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
-        hidden_states = self.embeddings(input_ids, offset=past_length)
+        hidden_states = self.embeddings(input_ids, inputs_embeds, offset=past_length)
         causal_mask = create_causal_mask(
             config=self.config,
             inputs_embeds=hidden_states,
@@ -464,6 +511,12 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
         self.encoder.set_input_embeddings(value)
         self.decoder.set_input_embeddings(value)
 
+    def get_expanded_tied_weights_keys(self, all_submodels: bool = False) -> dict:
+        """3.4 Both stacks read `shared`, whatever tie_word_embeddings (which unties the output projection only)."""
+        if all_submodels:
+            return super().get_expanded_tied_weights_keys(all_submodels=True)
+        return dict(self._tied_weights_keys)
+
     @can_return_tuple
     def forward(
         self,
@@ -472,17 +525,26 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
         decoder_input_ids: torch.LongTensor | None = None,
         decoder_attention_mask: torch.Tensor | None = None,
         encoder_outputs: BaseModelOutput | tuple | None = None,
-        past_key_values: EncoderDecoderCache | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqModelOutput:
+        r"""
+        inputs_embeds, decoder_inputs_embeds (`torch.Tensor` of shape `(batch_size, length, d_model)`): in place of
+            `input_ids` / `decoder_input_ids`, what `get_input_embeddings()` gives for them (the model scales them
+            by sqrt(d_model) and adds positions, as it does for ids).
+        """
         if encoder_outputs is None:
-            if input_ids is None:
-                raise ValueError("pass input_ids (the source tokens) or encoder_outputs")
-            encoder_outputs = self.encoder(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+            if input_ids is None and inputs_embeds is None:
+                raise ValueError("pass input_ids (the source tokens), inputs_embeds or encoder_outputs")
+            encoder_outputs = self.encoder(
+                input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, **kwargs
+            )
         elif not isinstance(encoder_outputs, BaseModelOutput):
             encoder_outputs = BaseModelOutput(*encoder_outputs)
-        if decoder_input_ids is None:
+        if decoder_input_ids is None and decoder_inputs_embeds is None:
             raise ValueError("pass decoder_input_ids or labels (decoder inputs are labels shifted right)")
         decoder_outputs = self.decoder(
             input_ids=decoder_input_ids,
@@ -490,6 +552,7 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
             attention_mask=decoder_attention_mask,
             encoder_attention_mask=attention_mask,
             past_key_values=past_key_values,
+            inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
             **kwargs,
         )
@@ -508,7 +571,7 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
 def label_smoothed_cross_entropy(
     logits: torch.Tensor, labels: torch.Tensor, smoothing: float, divisor: int | torch.Tensor
 ) -> torch.Tensor:
-    """5.4 label-smoothed cross-entropy of logits (N, V) and labels (N,), -100 ignored: summed, then / divisor.
+    """5.4 label-smoothed (0: plain) cross-entropy of logits (N, V), labels (N,), -100 ignored: summed, / divisor.
 
     On CPU, F.cross_entropy runs over float32 row blocks of 1 MiB whose log-probabilities and gradients stay in
     cache: 1.5-3x faster than one call over 4k x 8k logits, for the same per-token values and gradients.
@@ -529,7 +592,7 @@ def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_to
 
 
 class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedModel, GenerationMixin):
-    """3.4 The model plus the pre-softmax projection, which is the shared embedding matrix: -> logits (B,T,V)."""
+    """3.4 The model plus the pre-softmax projection, the shared embedding matrix unless untied: -> logits (B,T,V)."""
 
     _tied_weights_keys = {"lm_head.weight": "model.shared.weight"}
     accepts_loss_kwargs = True
@@ -548,23 +611,28 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         decoder_input_ids: torch.LongTensor | None = None,
         decoder_attention_mask: torch.Tensor | None = None,
         encoder_outputs: BaseModelOutput | tuple | None = None,
-        past_key_values: EncoderDecoderCache | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,
         use_cache: bool | None = None,
         num_items_in_batch: int | torch.Tensor | None = None,
         logits_to_keep: int | torch.Tensor = 0,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqLMOutput:
         r"""
+        inputs_embeds, decoder_inputs_embeds (`torch.Tensor` of shape `(batch_size, length, d_model)`): see
+            `VanillaTransformerModel.forward`.
         labels (`torch.LongTensor` of shape `(batch_size, target_length)`): target ids, -100 where ignored. When
-            given, decoder inputs default to the labels shifted right and the loss is label-smoothed cross-entropy
-            (section 5.4) averaged over the labelled tokens, or summed and divided by `num_items_in_batch`.
+            given, decoder inputs default to the labels shifted right and the loss is cross-entropy averaged over
+            the labelled tokens, or summed and divided by `num_items_in_batch`. The paper's label smoothing
+            (section 5.4) is a training setting: `hf_vanilla.training` applies it to the logits.
         logits_to_keep (`int` or `torch.Tensor`): project only the last `logits_to_keep` positions (0: all), or
             these target positions, to the vocabulary; `generate` asks for the last one.
         """
         if labels is not None:
             use_cache = False
-            if decoder_input_ids is None:
+            if decoder_input_ids is None and decoder_inputs_embeds is None:
                 decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
         outputs = self.model(
             input_ids,
@@ -573,6 +641,8 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             decoder_attention_mask=decoder_attention_mask,
             encoder_outputs=encoder_outputs,
             past_key_values=past_key_values,
+            inputs_embeds=inputs_embeds,
+            decoder_inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
             **kwargs,
         )
@@ -583,7 +653,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             loss = label_smoothed_cross_entropy(
                 logits.flatten(0, 1),
                 labels.flatten(),
-                self.config.label_smoothing,
+                0.0,
                 (labels != -100).sum() if num_items_in_batch is None else num_items_in_batch,
             )
         return Seq2SeqLMOutput(

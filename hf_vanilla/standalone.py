@@ -76,7 +76,7 @@ def _card_metadata(source_lang, target_lang, dataset, validation, validation_sen
         )
         for key, metric, name in (
             ("val_bleu", "bleu", "sacreBLEU, greedy"),
-            ("val_loss", "loss", "cross-entropy per target token"),
+            ("val_loss", "loss", "label-smoothed cross-entropy per target token"),
         )
         if validation and key in validation
     ]

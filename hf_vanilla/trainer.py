@@ -29,6 +29,7 @@ from transformers import PreTrainedTokenizerBase
 
 from .data import TokenBatchSampler, UpdateBatchSampler, make_collator
 from .files import publish_directory
+from .modeling_vanilla import label_smoothed_cross_entropy
 from .run_directory import (
     BEST,
     LAST,
@@ -235,7 +236,13 @@ class Trainer:
 
     def _update(self, group: list[dict]) -> tuple[float, int]:
         return optimizer_update(
-            self.accelerator, self.model, self.optimizer, self.scheduler, group, self.config.clip_grad_norm
+            self.accelerator,
+            self.model,
+            self.optimizer,
+            self.scheduler,
+            group,
+            self.config.label_smoothing,
+            self.config.clip_grad_norm,
         )
 
     def save(self) -> None:
@@ -354,12 +361,25 @@ class CheckpointWriter:
         return staging
 
 
+def label_smoothed_loss(
+    model: torch.nn.Module, batch: dict[str, torch.Tensor], smoothing: float, divisor: float | torch.Tensor
+) -> torch.Tensor:
+    """5.4 Label-smoothed cross-entropy of a collated batch (with decoder_input_ids), summed, then / divisor.
+
+    From the logits: the model's own loss is plain cross-entropy, so it is not asked for.
+    """
+    inputs = {name: tensor for name, tensor in batch.items() if name != "labels"}
+    logits = model(**inputs, use_cache=False).logits
+    return label_smoothed_cross_entropy(logits.flatten(0, 1), batch["labels"].flatten(), smoothing, divisor)
+
+
 def optimizer_update(
     accelerator: Accelerator,
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
     scheduler: LambdaLR,
     group: list[dict],
+    label_smoothing: float,
     clip_grad_norm: float | None,
 ) -> tuple[float, int]:
     """One optimizer step over this process's batches of the update: (summed loss, target tokens) of all processes."""
@@ -372,7 +392,7 @@ def optimizer_update(
     loss_sum = torch.zeros((), dtype=torch.float64, device=accelerator.device)
     for batch in group:
         with accelerator.accumulate(model):
-            loss = model(**batch, num_items_in_batch=num_items).loss
+            loss = label_smoothed_loss(model, batch, label_smoothing, num_items)
             accelerator.backward(loss)
             if clip_grad_norm and accelerator.sync_gradients:
                 accelerator.clip_grad_norm_(model.parameters(), clip_grad_norm)
@@ -403,10 +423,10 @@ def validate(
     totals = torch.zeros(2, dtype=torch.float64, device=accelerator.device)
     with torch.no_grad():
         for batch in DataLoader(
-            validation.tokenized, batch_sampler=sampler, collate_fn=make_collator(tokenizer)
+            validation.tokenized, batch_sampler=sampler, collate_fn=make_collator(tokenizer, model)
         ):
             batch = {name: tensor.to(accelerator.device) for name, tensor in batch.items()}
-            totals[0] += model(**batch, num_items_in_batch=1).loss.double()
+            totals[0] += label_smoothed_loss(model, batch, config.label_smoothing, 1).double()
             totals[1] += int((batch["labels"] != -100).sum())
     model.train()
     loss_sum, tokens = accelerator.reduce(totals, "sum").tolist()

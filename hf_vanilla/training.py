@@ -35,7 +35,7 @@ from .data import (
     tokenize_pairs,
 )
 from .files import write_text_atomic
-from .modeling_vanilla import VanillaTransformerForConditionalGeneration
+from .modeling_vanilla import AUTO_ATTENTION, VanillaTransformerForConditionalGeneration
 from .precision import resolve_precision
 from .run_directory import (
     AVERAGE,
@@ -91,7 +91,10 @@ def train(config: TrainingConfig, resume: bool = False) -> Path:
     # Not prepared by accelerate: the sampler already shards, and batches are moved to the device by the loop.
     # Its own generator: drawing its base seed from the global one would shift dropout after a resume.
     loader = DataLoader(
-        train_data, batch_sampler=sampler, collate_fn=make_collator(tokenizer), generator=torch.Generator()
+        train_data,
+        batch_sampler=sampler,
+        collate_fn=make_collator(tokenizer, accelerator.unwrap_model(model)),
+        generator=torch.Generator(),
     )
     logger.info(
         "%d parameters; %d updates an epoch of %d batches x %d processes x %d accumulation steps, <= %d tokens each",
@@ -277,7 +280,6 @@ def _model_config(config: TrainingConfig, tokenizer: PreTrainedTokenizerBase) ->
         "dropout": config.dropout,
         "attention_dropout": config.attention_dropout,
         "activation_dropout": config.activation_dropout,
-        "label_smoothing": config.label_smoothing,
         **config.model_overrides,
     }
     try:
@@ -313,13 +315,17 @@ def generation_config(config: TrainingConfig, model_config: VanillaTransformerCo
 def _initial_model(config: TrainingConfig, model_config: VanillaTransformerConfig):
     """A new model with `model_config`, or with the weights of `config.init_from` (fine-tuning)."""
     if not config.init_from:
-        return VanillaTransformerForConditionalGeneration(model_config)
+        model = VanillaTransformerForConditionalGeneration(model_config)
+        model.set_attn_implementation(AUTO_ATTENTION)
+        return model
     try:
         saved = VanillaTransformerConfig.from_pretrained(config.init_from)
     except OSError as err:
         raise TrainingError(f"init_from {config.init_from!r}: no saved model there ({err})") from err
     _check_same_shape(saved, model_config, f"init_from {config.init_from}")
-    model = VanillaTransformerForConditionalGeneration.from_pretrained(config.init_from, config=model_config)
+    model = VanillaTransformerForConditionalGeneration.from_pretrained(
+        config.init_from, config=model_config, attn_implementation=AUTO_ATTENTION
+    )
     logger.info("Initialized the weights from %s", config.init_from)
     return model
 

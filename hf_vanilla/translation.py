@@ -25,6 +25,7 @@ from .decoding import (
     paper_length_limit,
 )
 from .files import write_text_atomic
+from .modeling_vanilla import AUTO_ATTENTION
 from .precision import resolve_precision
 from .tokenization import check_tokenizer_matches_model
 
@@ -97,7 +98,7 @@ def load_model_and_tokenizer(
     `dtype` is "auto" (the precision the device runs natively, see `hf_vanilla.precision`), "float32",
     "bfloat16" or "float16".
 
-    `model_kwargs` go to `from_pretrained` (e.g. attn_implementation="eager").
+    `model_kwargs` go to `from_pretrained` (e.g. attn_implementation="eager"; ours default to AUTO_ATTENTION).
     For our own model type the tokenizer's vocabulary size and special token ids must match the
     model config (`check_tokenizer_matches_model`); other seq2seq models are taken as they are.
     """
@@ -113,6 +114,8 @@ def load_model_and_tokenizer(
         ) from err
     if model.config.model_type == VanillaTransformerConfig.model_type:
         check_tokenizer_matches_model(tokenizer, model.config)
+        if "attn_implementation" not in model_kwargs:
+            model.set_attn_implementation(AUTO_ATTENTION)
     return model.to(device).eval(), tokenizer
 
 

@@ -1,14 +1,13 @@
 """Benchmark our model against a MarianMTModel of identical shape: training, generation, CTranslate2, memory."""
 
-import argparse
-
 import torch
 
 from hf_vanilla.benchmark import format_table, run_benchmark, save_results
+from hf_vanilla.cli import ArgumentParser
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = ArgumentParser(description=__doc__)
     parser.add_argument(
         "--size", default="small", choices=["tiny", "small", "base", "big"], help="model preset"
     )
@@ -20,10 +19,22 @@ def main() -> None:
     )
     parser.add_argument("--new-tokens", type=int, default=30, help="tokens generated a sentence")
     parser.add_argument(
-        "--dtypes", nargs="+", default=["float32", "bfloat16"], choices=["float32", "bfloat16"]
+        "--dtypes",
+        nargs="+",
+        default=["float32", "bfloat16"],
+        choices=["float32", "bfloat16"],
+        help="precisions to measure",
     )
-    parser.add_argument("--attn", nargs="+", default=["eager", "sdpa"], choices=["eager", "sdpa"])
-    parser.add_argument("--generation-batch-sizes", nargs="+", type=int, default=[64, 1])
+    parser.add_argument(
+        "--attn",
+        nargs="+",
+        default=["eager", "sdpa"],
+        choices=["eager", "sdpa"],
+        help="attention implementations",
+    )
+    parser.add_argument(
+        "--generation-batch-sizes", nargs="+", type=int, default=[64, 1], help="sentences decoded together"
+    )
     parser.add_argument(
         "--ctranslate2", nargs="*", default=["int8", "float32"], help="quantizations; none: skip"
     )

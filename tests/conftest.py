@@ -29,6 +29,12 @@ def multi30k_path() -> str:
     return str(MULTI30K)
 
 
+def pytest_configure(config):
+    """The marks transformers' own tests (test_transformers_common.py) use, which its conftest.py declares."""
+    for mark in ("slow", "accelerate_tests", "torch_compile_test", "flash_attn_test", "flash_attn_3_test", "flash_attn_4_test"):
+        config.addinivalue_line("markers", f"{mark}: a mark of transformers' model tests")
+
+
 @pytest.fixture(scope="session", autouse=True)
 def one_thread():
     """Tiny models gain nothing from a second thread, and on a busy 2-core machine two threads crawl

@@ -20,7 +20,7 @@ from hf_vanilla.benchmark import (
     training_batch,
     training_flops,
 )
-from hf_vanilla.modeling_vanilla import label_smoothed_cross_entropy
+from hf_vanilla.modeling_vanilla import AUTO_ATTENTION, label_smoothed_cross_entropy
 
 
 @pytest.fixture(scope="module")
@@ -134,12 +134,12 @@ def test_sdpa_by_matmuls_in_bfloat16_training_matches_eager(matmul_path_calls):
     )
     batch = padded_batch(6)
     logits = {}
-    for implementation in ("eager", "sdpa"):
+    for implementation in ("eager", "sdpa", AUTO_ATTENTION):
         model.set_attn_implementation(implementation)
         with torch.autocast("cpu", dtype=torch.bfloat16):
             logits[implementation] = model.eval()(**batch).logits.float()
-    torch.testing.assert_close(logits["sdpa"], logits["eager"], atol=2e-2, rtol=0)
-    assert len(matmul_path_calls) == 6  # every attention of the 2 + 2 layers
+    torch.testing.assert_close(logits[AUTO_ATTENTION], logits["eager"], atol=2e-2, rtol=0)
+    assert len(matmul_path_calls) == 6  # every attention of the 2 + 2 layers, and none of "sdpa"'s
 
 
 def test_sdpa_by_matmuls_when_decoding_a_batch_matches_eager(matmul_path_calls):
@@ -149,13 +149,13 @@ def test_sdpa_by_matmuls_when_decoding_a_batch_matches_eager(matmul_path_calls):
     batch = padded_batch(20)  # 20 sequences: float32 decoding steps take the matmul path
     del batch["decoder_input_ids"]
     runs = {}
-    for implementation in ("eager", "sdpa"):
+    for implementation in ("eager", AUTO_ATTENTION):
         model.set_attn_implementation(implementation)
         runs[implementation] = model.eval().generate(
             **batch, max_new_tokens=6, do_sample=False, output_scores=True, return_dict_in_generate=True
         )
-    assert torch.equal(runs["sdpa"].sequences, runs["eager"].sequences)
-    torch.testing.assert_close(torch.stack(runs["sdpa"].scores), torch.stack(runs["eager"].scores))
+    assert torch.equal(runs[AUTO_ATTENTION].sequences, runs["eager"].sequences)
+    torch.testing.assert_close(torch.stack(runs[AUTO_ATTENTION].scores), torch.stack(runs["eager"].scores))
     assert matmul_path_calls
 
 

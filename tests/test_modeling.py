@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 from safetensors import safe_open
 from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
+from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
 from hf_vanilla import (
     VanillaTransformerConfig,
@@ -39,16 +40,13 @@ def test_forward_shapes_and_loss():
     assert out.loss.ndim == 0 and torch.isfinite(out.loss)
 
 
-def test_loss_is_label_smoothed_cross_entropy_ignoring_minus_100():
-    model = tiny_model(label_smoothing=0.1)
+def test_loss_is_plain_cross_entropy_ignoring_minus_100():
+    model = tiny_model()
     source, labels = random_ids(2, 6), random_ids(2, 5)
     labels[1, 3:] = -100
     out = model(input_ids=source, labels=labels)
-    log_probs = out.logits.log_softmax(-1)
     keep = labels != -100
-    nll = -log_probs[keep].gather(-1, labels[keep].unsqueeze(-1)).squeeze(-1)
-    smooth = -log_probs[keep].mean(-1)
-    expected = (0.9 * nll + 0.1 * smooth).mean()
+    expected = F.cross_entropy(out.logits[keep], labels[keep])
     torch.testing.assert_close(out.loss, expected)
     summed = model(input_ids=source, labels=labels, num_items_in_batch=keep.sum() * 2).loss
     torch.testing.assert_close(summed, expected / 2)
@@ -244,9 +242,7 @@ def test_sampling_and_multiple_return_sequences():
         (dict(num_attention_heads=0), "num_attention_heads"),
         (dict(encoder_layers=-1), "encoder_layers"),
         (dict(dropout=1.0), "dropout"),
-        (dict(label_smoothing=-0.1), "label_smoothing"),
         (dict(pad_token_id=VOCAB), "pad_token_id"),
-        (dict(tie_word_embeddings=False), "tie_word_embeddings"),
     ],
 )
 def test_invalid_config_raises_value_error_naming_the_field(overrides, field):
@@ -269,7 +265,7 @@ def test_presets_are_the_papers_models():
         0.1,
     )
     assert (big.d_model, big.d_ff, big.num_attention_heads, big.dropout) == (1024, 4096, 16, 0.3)
-    assert base.label_smoothing == 0.1 and not base.pre_layernorm and base.tie_word_embeddings
+    assert not base.pre_layernorm and base.tie_word_embeddings
 
 
 def test_token_ids_outside_the_vocabulary_raise_a_clear_error():
@@ -288,7 +284,7 @@ def test_learns_to_copy_random_sequences():
     """The copy task of the Annotated Transformer: a real learning test, greedy decoding must copy exactly."""
     torch.manual_seed(0)
     config = VanillaTransformerConfig.from_preset(
-        "tiny", vocab_size=14, d_model=64, d_ff=128, dropout=0.0, label_smoothing=0.0
+        "tiny", vocab_size=14, d_model=64, d_ff=128, dropout=0.0
     )
     model = VanillaTransformerForConditionalGeneration(config)
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3, betas=(0.9, 0.98), eps=1e-9)
@@ -320,8 +316,47 @@ def test_gradients_reach_every_parameter_once_through_the_shared_embedding():
     ] == ["model.shared.weight"]
 
 
-def test_label_smoothing_zero_is_plain_cross_entropy():
-    model = tiny_model(label_smoothing=0.0)
-    source, labels = random_ids(2, 5), random_ids(2, 4)
-    out = model(input_ids=source, labels=labels)
-    torch.testing.assert_close(out.loss, F.cross_entropy(out.logits.flatten(0, 1), labels.flatten()))
+def test_untied_output_projection_is_its_own_matrix_and_reloads(tmp_path):
+    model = tiny_model(tie_word_embeddings=False)
+    assert model.lm_head.weight is not model.model.shared.weight
+    assert model.model.encoder.embeddings.embed_tokens.weight is model.model.shared.weight
+    assert model.model.decoder.embeddings.embed_tokens.weight is model.model.shared.weight
+    model.save_pretrained(tmp_path)
+    with safe_open(tmp_path / "model.safetensors", framework="pt") as saved:
+        assert {"lm_head.weight", "model.shared.weight"} <= set(saved.keys())
+    reloaded = VanillaTransformerForConditionalGeneration.from_pretrained(tmp_path)
+    batch = {"input_ids": random_ids(2, 5), "decoder_input_ids": random_ids(2, 4)}
+    torch.testing.assert_close(reloaded(**batch).logits, model(**batch).logits)
+
+
+def test_config_json_with_the_former_label_smoothing_key_loads(tmp_path):
+    tiny_model().config.save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**saved, "label_smoothing": 0.1}))
+    assert VanillaTransformerConfig.from_pretrained(tmp_path).d_model == 32
+
+
+@pytest.mark.parametrize("implementation", ["sdpa", "vanilla_sdpa_matmuls", "vanilla_sdpa_auto"])
+def test_output_attentions_with_sdpa_masks_gives_the_eager_weights(implementation):
+    model = tiny_model()
+    batch = {"input_ids": random_ids(2, 5), "decoder_input_ids": random_ids(2, 4)}
+    batch["attention_mask"] = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]])
+    outputs = {}
+    for name in ("eager", implementation):
+        model.set_attn_implementation(name)
+        outputs[name] = model(**batch, output_attentions=True)
+    for field in ("encoder_attentions", "decoder_attentions", "cross_attentions", "logits"):
+        torch.testing.assert_close(getattr(outputs[implementation], field), getattr(outputs["eager"], field))
+
+
+def test_plain_forward_honours_config_use_cache_and_accepts_a_dynamic_cache():
+    model = tiny_model()
+    source, target = random_ids(2, 5), random_ids(2, 4)
+    assert model(input_ids=source, decoder_input_ids=target).past_key_values.get_seq_length() == 4
+    model.config.use_cache = False
+    assert model(input_ids=source, decoder_input_ids=target).past_key_values is None
+    full = model(input_ids=source, decoder_input_ids=target).logits
+    first = model(input_ids=source, decoder_input_ids=target[:, :3], past_key_values=DynamicCache(), use_cache=True)
+    assert isinstance(first.past_key_values, EncoderDecoderCache)
+    last = model(input_ids=source, decoder_input_ids=target[:, 3:], past_key_values=first.past_key_values)
+    torch.testing.assert_close(last.logits, full[:, 3:])
