@@ -10,10 +10,13 @@ never leaves one that looks complete but is not.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
+import socket
 import tempfile
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -27,11 +30,18 @@ from .files import STAGING_PREFIX, publish_directory, write_text_atomic
 from .standalone import CARD_FILE, model_card
 from .training_args import TrainingConfig, TrainingError, load_training_config
 
+logger = logging.getLogger(__name__)
+
 NUMBERED_CHECKPOINT = re.compile(r"checkpoint_(\d+)")
 LOG_FILE = "train_log.jsonl"
 CONFIG_FILE = "training_config.yaml"
 LAST, BEST, AVERAGE = "checkpoint_last", "checkpoint_best", "checkpoint_average"
 TRAINING_STATE = "training_state"
+PROGRESS_FILE = "progress.json"  # inside TRAINING_STATE: where the run stands, as JSON (never a pickle)
+LOCK_FILE = ".lock"
+RETIRED_LAST = (
+    f"{STAGING_PREFIX}retired-{LAST}"  # where publish_directory moves the old checkpoint_last aside
+)
 
 
 def staging_directory(final: str | os.PathLike) -> Path:
@@ -151,20 +161,126 @@ def remove_old_checkpoints(run_dir: str | os.PathLike, keep: int) -> None:
 
 
 def append_log(run_dir: str | os.PathLike, record: dict) -> None:
-    """Add one record to the run's log."""
+    """Add one record to the run's log, the whole line in one write, flushed: a crash tears at most the last line."""
     with open(Path(run_dir) / LOG_FILE, "a") as log:
         log.write(json.dumps(record) + "\n")
+        log.flush()
+        os.fsync(log.fileno())
 
 
 def truncate_log(run_dir: str | os.PathLike, step: int) -> None:
-    """Keep the log records up to `step`: a resumed run rewrites what the stopped one logged after its checkpoint."""
+    """Keep the log records up to `step`: a resumed run rewrites what the stopped one logged after its checkpoint.
+
+    A last line a crash cut short is dropped with a warning; any other unreadable line is an error.
+    """
     path = Path(run_dir) / LOG_FILE
     kept = []
-    if path.exists() and step:
-        kept = [
-            line for line in path.read_text().splitlines(keepends=True) if json.loads(line)["step"] <= step
-        ]
+    lines = path.read_text().splitlines(keepends=True) if path.exists() and step else []
+    for number, line in enumerate(lines, 1):
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            if number < len(lines):
+                raise ValueError(f"{path} line {number} is not a JSON record") from None
+            logger.warning("%s: dropped its last line, cut short by a crash: %r", path, line[:80])
+            continue
+        if record["step"] <= step:
+            kept.append(line if line.endswith("\n") else line + "\n")
     write_text_atomic(path, "".join(kept))
+
+
+def read_progress(state_dir: str | os.PathLike) -> dict:
+    """The saved progress of a run; refuses a training state that holds pickled objects (they could run code)."""
+    state_dir = Path(state_dir)
+    pickled = sorted(path.name for path in state_dir.glob("custom_checkpoint_*.pkl"))
+    if pickled:
+        raise ValueError(
+            f"{state_dir} holds pickled objects ({', '.join(pickled)}), which loading would run as code; "
+            "this version saves its progress as JSON and will not unpickle them"
+        )
+    return json.loads((state_dir / PROGRESS_FILE).read_text())
+
+
+def run_traces(run_dir: str | os.PathLike) -> list[str]:
+    """What an earlier run left in `run_dir`: checkpoints, its log and config, staged or set-aside copies."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        return []
+    return sorted(
+        path.name
+        for path in run_dir.iterdir()
+        if path.name in (LOG_FILE, CONFIG_FILE) or path.name.startswith(("checkpoint_", STAGING_PREFIX))
+    )
+
+
+def remove_run(run_dir: str | os.PathLike) -> None:
+    """Delete an earlier run's traces (`--overwrite-output-dir`); other files in the directory stay."""
+    for name in run_traces(run_dir):
+        path = Path(run_dir) / name
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+
+
+def recover_interrupted_save(run_dir: str | os.PathLike) -> bool:
+    """Put checkpoint_last back where a crash between the two renames of its save left it aside."""
+    run_dir = Path(run_dir)
+    retired = run_dir / RETIRED_LAST
+    if (run_dir / LAST).exists() or not (retired / TRAINING_STATE).is_dir():
+        return False
+    retired.rename(run_dir / LAST)
+    logger.warning(
+        "%s: restored %s from %s, where an interrupted save had left it", run_dir, LAST, RETIRED_LAST
+    )
+    return True
+
+
+class RunDirectoryInUse(Exception):
+    """Another live process holds the run directory's lock."""
+
+
+def acquire_lock(run_dir: str | os.PathLike) -> Path:
+    """Take the run directory's lock (a file naming this process); a lock whose process is gone is taken over."""
+    path = Path(run_dir) / LOCK_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    holder = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.strftime("%Y-%m-%d %H:%M:%S")}
+    for _ in range(2):
+        try:
+            descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            other = _lock_holder(path)
+            if other is not None and _alive(other):
+                raise RunDirectoryInUse(
+                    f"{run_dir} is in use by process {other['pid']} on {other['host']} (since {other['since']}); "
+                    f"wait for it, or delete {path} if that process is gone"
+                ) from None
+            logger.warning(
+                "%s: taking over the lock of process %s, which is gone", run_dir, (other or {}).get("pid")
+            )
+            path.unlink(missing_ok=True)
+            continue
+        with os.fdopen(descriptor, "w") as lock:
+            json.dump(holder, lock)
+        return path
+    raise RunDirectoryInUse(f"{run_dir}: another process took the lock at the same time")
+
+
+def _lock_holder(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None  # torn by a crash while it was written
+
+
+def _alive(holder: dict) -> bool:
+    """Whether the lock's process still runs (one on another host is taken to)."""
+    if holder.get("host") != socket.gethostname():
+        return True
+    try:
+        os.kill(int(holder["pid"]), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def average_run_checkpoints(

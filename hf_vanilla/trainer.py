@@ -8,6 +8,7 @@ so that all processes stop and save at the same update.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import shutil
 import time
@@ -28,11 +29,12 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerBase
 
 from .data import TokenBatchSampler, UpdateBatchSampler, make_collator
-from .files import publish_directory
+from .files import publish_directory, write_text_atomic
 from .modeling_vanilla import label_smoothed_cross_entropy
 from .run_directory import (
     BEST,
     LAST,
+    PROGRESS_FILE,
     TRAINING_STATE,
     append_log,
     copy_checkpoint,
@@ -250,7 +252,11 @@ class Trainer:
         accelerator, progress = self.accelerator, self.progress
         metrics = None
         if self.validation is not None:
-            metrics = validate(accelerator, self.model, self.tokenizer, self.validation, self.config)
+            # Its own random state: the training trajectory must not depend on when validation runs.
+            with torch.random.fork_rng(
+                devices=[accelerator.device] if accelerator.device.type == "cuda" else []
+            ):
+                metrics = validate(accelerator, self.model, self.tokenizer, self.validation, self.config)
         is_best = accelerator.is_main_process and metrics is not None and self.log.validation(metrics)
         progress.last_save_seconds = progress.elapsed_seconds = self.elapsed()
         self.checkpoints.save(self.model, progress, metrics, is_best)
@@ -332,6 +338,8 @@ class CheckpointWriter:
             copy_checkpoint(numbered, output_dir / BEST)
         staging = self._save_model(model, output_dir / LAST, progress, metrics, publish=False)
         accelerator.save_state(str(staging / TRAINING_STATE))
+        if accelerator.is_main_process:
+            write_text_atomic(staging / TRAINING_STATE / PROGRESS_FILE, json.dumps(progress.state_dict()))
         accelerator.wait_for_everyone()
         if accelerator.is_main_process:
             publish_directory(staging, output_dir / LAST)

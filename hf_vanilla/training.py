@@ -12,7 +12,9 @@ of the mean loss per target token however the batch is split between processes a
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import pickle
 import time
 from itertools import chain
 from pathlib import Path
@@ -21,7 +23,14 @@ import torch
 import yaml
 from accelerate import Accelerator, DataLoaderConfiguration, PartialState
 from accelerate.logging import get_logger
-from accelerate.utils import is_tensorboard_available, parse_flag_from_env, set_seed
+from accelerate.utils import (
+    RNG_STATE_NAME,
+    broadcast_object_list,
+    is_tensorboard_available,
+    parse_flag_from_env,
+    set_seed,
+)
+from accelerate.utils.other import load as load_tensors
 from torch.utils.data import DataLoader
 from transformers import AutoTokenizer, GenerationConfig, PreTrainedTokenizerBase
 
@@ -43,8 +52,14 @@ from .run_directory import (
     LAST,
     LOG_FILE,
     TRAINING_STATE,
+    RunDirectoryInUse,
+    acquire_lock,
     average_run_checkpoints,
+    read_progress,
+    recover_interrupted_save,
+    remove_run,
     remove_stale_staging,
+    run_traces,
     truncate_log,
 )
 from .schedule import LearningRateSchedule, make_lr_scheduler, peak_learning_rate
@@ -63,22 +78,37 @@ logger = get_logger(__name__)  # logs on the main process only
 SHAPE_FIELDS = (*SIZE_FIELDS, "pre_layernorm")
 
 
-def train(config: TrainingConfig, resume: bool = False) -> Path:
+def train(config: TrainingConfig, resume: bool = False, overwrite_output_dir: bool = False) -> Path:
     """Train, saving checkpoints into `config.output_dir`; return that directory.
 
-    Raises TrainingError for known problems (missing dataset or language, tokenizer/model mismatch,
-    unwritable output, an existing run without `resume`, a NaN loss); nothing half-written is left.
+    The directory holds one run: a plain run stops if it finds any trace of another, `resume` continues it,
+    `overwrite_output_dir` replaces it; while training, a lock keeps other runs out. Raises TrainingError for
+    known problems (missing dataset or language, tokenizer/model mismatch, unwritable output, a NaN loss);
+    nothing half-written is left.
     """
     config.check()
+    if resume and overwrite_output_dir:
+        raise TrainingError("pass --resume or --overwrite-output-dir, not both")
     run_started = time.monotonic()
     output_dir = Path(config.output_dir)
     accelerator = _make_accelerator(config, output_dir)
+    with _run_lock(output_dir, accelerator):
+        return _train(config, accelerator, resume, overwrite_output_dir, run_started)
+
+
+def _train(
+    config, accelerator: Accelerator, resume: bool, overwrite_output_dir: bool, run_started: float
+) -> Path:
+    """`train` with the run directory locked."""
+    output_dir = Path(config.output_dir)
     set_seed(config.seed)
     with accelerator.main_process_first():
         tokenizer = _load_or_train_tokenizer(config)
         model_config = _model_config(config, tokenizer)
         train_data, validation = _load_data(config, tokenizer, model_config.max_position_embeddings)
-    _prepare_output_dir(config, output_dir, resume, model_config, tokenizer, accelerator)
+    _prepare_output_dir(
+        config, output_dir, resume, overwrite_output_dir, model_config, tokenizer, accelerator
+    )
     sampler = _update_sampler(config, train_data, accelerator)
 
     model = _initial_model(config, model_config)
@@ -125,6 +155,27 @@ def train(config: TrainingConfig, resume: bool = False) -> Path:
     accelerator.end_training()
     logger.info("Checkpoints in %s", output_dir)
     return output_dir
+
+
+@contextlib.contextmanager
+def _run_lock(output_dir: Path, accelerator: Accelerator):
+    """The run directory's lock, taken by the main process for the whole run; every process stops if it is held."""
+    lock, refusal = None, None
+    if accelerator.is_main_process:
+        try:
+            lock = acquire_lock(output_dir)
+        except RunDirectoryInUse as err:
+            refusal = str(err)
+        except OSError as err:
+            refusal = f"output_dir {output_dir} is not writable: {err.strerror or err}"
+    refusal = broadcast_object_list([refusal])[0]
+    if refusal:
+        raise TrainingError(refusal)
+    try:
+        yield
+    finally:
+        if lock is not None:
+            lock.unlink(missing_ok=True)
 
 
 def _make_accelerator(config: TrainingConfig, output_dir: Path) -> Accelerator:
@@ -187,15 +238,25 @@ def _planned_updates(config: TrainingConfig, sampler: UpdateBatchSampler) -> int
 def _start_or_resume(config: TrainingConfig, accelerator: Accelerator, output_dir: Path, resume: bool):
     """The run's progress, restored with the whole training state from checkpoint_last when resuming."""
     progress = TrainingProgress()
-    accelerator.register_for_checkpointing(progress)
     if resume:
-        accelerator.load_state(str(output_dir / LAST / TRAINING_STATE))
+        state_dir = output_dir / LAST / TRAINING_STATE
+        try:
+            progress.load_state_dict(read_progress(state_dir))
+            # accelerate loads with torch.load(weights_only=True), which refuses pickled code, but skips random
+            # states it cannot load without a word: load them first, so that a bad file stops the resume.
+            load_tensors(state_dir / f"{RNG_STATE_NAME}_{accelerator.process_index}.pkl")
+            accelerator.load_state(str(state_dir))
+        except (ValueError, OSError, RuntimeError, pickle.UnpicklingError) as err:
+            raise TrainingError(f"cannot resume from {state_dir}: {str(err).splitlines()[0]}") from err
         logger.info("Resumed %s at update %d", output_dir, progress.step)
     else:
         # Dropout draws differ between processes; the initial weights do not.
         set_seed(config.seed, device_specific=True)
     if accelerator.is_main_process:
-        truncate_log(output_dir, progress.step)
+        try:
+            truncate_log(output_dir, progress.step)
+        except ValueError as err:
+            raise TrainingError(str(err)) from err
     if accelerator.log_with:
         accelerator.init_trackers("tensorboard")
     return progress
@@ -275,6 +336,10 @@ def _load_data(config: TrainingConfig, tokenizer: PreTrainedTokenizerBase, max_l
 
 
 def _model_config(config: TrainingConfig, tokenizer: PreTrainedTokenizerBase) -> VanillaTransformerConfig:
+    known = {field.name for field in dataclasses.fields(VanillaTransformerConfig)}
+    unknown = sorted(set(config.model_overrides) - known)
+    if unknown:
+        raise TrainingError(f"unknown model_overrides keys {unknown}; model config fields: {sorted(known)}")
     fields = {
         **config_kwargs_from_tokenizer(tokenizer),
         "dropout": config.dropout,
@@ -343,10 +408,15 @@ def _check_same_shape(saved: VanillaTransformerConfig, configured: VanillaTransf
         )
 
 
-def _prepare_output_dir(config, output_dir: Path, resume: bool, model_config, tokenizer, accelerator) -> None:
-    """Check the output directory against `resume` and make it; raise TrainingError when it cannot serve."""
+def _prepare_output_dir(
+    config, output_dir: Path, resume: bool, overwrite: bool, model_config, tokenizer, accelerator
+) -> None:
+    """Check the output directory against `resume` / `overwrite` and make it; raise TrainingError when it cannot serve."""
     last = output_dir / LAST
     if resume:
+        if accelerator.is_main_process:
+            recover_interrupted_save(output_dir)
+        accelerator.wait_for_everyone()
         if not (last / TRAINING_STATE).is_dir():
             raise TrainingError(f"nothing to resume: {last / TRAINING_STATE} does not exist")
         saved = VanillaTransformerConfig.from_pretrained(last)
@@ -355,10 +425,13 @@ def _prepare_output_dir(config, output_dir: Path, resume: bool, model_config, to
         except ValueError as err:
             raise TrainingError(f"{last}: {err}") from err
         _check_same_shape(saved, model_config, last)
-    elif last.exists():
+    elif run_traces(output_dir) and not overwrite:
         raise TrainingError(
-            f"{output_dir} already holds a run ({LAST}); pass --resume to continue it or choose another output_dir"
+            f"{output_dir} already holds a run ({', '.join(run_traces(output_dir)[:4])}); pass --resume to continue "
+            "it or --overwrite-output-dir to replace it"
         )
+    elif overwrite and accelerator.is_main_process:
+        remove_run(output_dir)
     if accelerator.is_main_process:
         try:
             write_text_atomic(

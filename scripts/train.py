@@ -24,6 +24,12 @@ def build_parser():
     parser.add_argument(
         "--resume", action="store_true", help="continue the run in output_dir from checkpoint_last"
     )
+    parser.add_argument(
+        "--overwrite-output-dir",
+        "--overwrite_output_dir",
+        action="store_true",
+        help="replace the run in output_dir (its checkpoints, log and config)",
+    )
     return parser
 
 
@@ -36,9 +42,9 @@ def main() -> None:
         logging.ERROR
     )  # "Removed shared tensor": tied weights
     transformers.utils.logging.disable_progress_bar()
-    config_path, resume = args.pop("config"), args.pop("resume")
+    config_path, resume, overwrite = args.pop("config"), args.pop("resume"), args.pop("overwrite_output_dir")
     try:
-        train(load_training_config(config_path, **args), resume=resume)
+        train(load_training_config(config_path, **args), resume=resume, overwrite_output_dir=overwrite)
     except TrainingError as err:
         sys.exit(f"error: {err}")
 

@@ -54,4 +54,5 @@ def test_train_flags_override_the_config_file_in_either_spelling(monkeypatch, tm
         "tensorboard": False,
         "config": None,
         "resume": False,
+        "overwrite_output_dir": False,
     }

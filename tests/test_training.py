@@ -1,7 +1,10 @@
 import json
 import math
 import os
+import pickle
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +19,14 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 from hf_vanilla import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from hf_vanilla.plotting import plot_training_log
 from hf_vanilla.precision import auto_precision
-from hf_vanilla.run_directory import LOG_FILE, average_checkpoints, numbered_checkpoints
+from hf_vanilla.run_directory import (
+    LOCK_FILE,
+    LOG_FILE,
+    RETIRED_LAST,
+    average_checkpoints,
+    numbered_checkpoints,
+    run_traces,
+)
 from hf_vanilla.schedule import (
     LearningRateSchedule,
     inverse_sqrt_factor,
@@ -402,3 +412,106 @@ def test_auto_precision_is_chosen_for_this_cpu_and_logged(tiny_dataset, tokenize
     expected = auto_precision("cpu")
     assert f"Precision {expected.dtype_name} on cpu: {expected.reason}" in finished.stderr
     assert len(training_losses(tmp_path)) == 2
+
+
+def test_a_second_run_into_a_locked_directory_stops_naming_the_holder(tiny_dataset, tokenizer_dir, tmp_path):
+    output_dir = tmp_path / "run"
+    output_dir.mkdir()
+    holder = {"pid": os.getpid(), "host": socket.gethostname(), "since": "2026-01-01 00:00:00"}
+    (output_dir / LOCK_FILE).write_text(json.dumps(holder))  # this test's own process: alive
+    with pytest.raises(TrainingError, match=rf"is in use by process {os.getpid()} on "):
+        train(tiny_config(tiny_dataset, tokenizer_dir, output_dir, max_steps=2))
+    assert run_traces(output_dir) == []
+    finished = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    holder["pid"] = int(finished.stdout)  # a process that has ended: its lock is stale
+    (output_dir / LOCK_FILE).write_text(json.dumps(holder))
+    train(tiny_config(tiny_dataset, tokenizer_dir, output_dir, max_steps=2, save_interval_updates=None))
+    assert not (output_dir / LOCK_FILE).exists()  # released at the end
+    assert (output_dir / "checkpoint_last").is_dir()
+
+
+def test_a_plain_run_never_destroys_an_earlier_runs_traces(
+    trained_run, tiny_dataset, tokenizer_dir, tmp_path
+):
+    # A save that crashed between its two renames: checkpoint_last moved aside, the new one not yet in place.
+    run = tmp_path / "crashed"
+    shutil.copytree(trained_run, run)
+    (run / "checkpoint_last").rename(run / RETIRED_LAST)
+    log_before = (run / LOG_FILE).read_text()
+    config = tiny_config(
+        tiny_dataset, tokenizer_dir, run, max_steps=32, save_interval_updates=10, average_last=2
+    )
+    with pytest.raises(TrainingError, match=r"already holds a run .*--resume .*--overwrite-output-dir"):
+        train(config)
+    assert (run / RETIRED_LAST / "training_state").is_dir() and (run / LOG_FILE).read_text() == log_before
+    train(config, resume=True)  # recovers checkpoint_last from where the crash left it
+    assert [step for step, _ in training_losses(run)] == list(range(1, 33))
+    assert training_losses(run)[:30] == training_losses(trained_run)
+    # Any trace counts, a log alone too; --overwrite-output-dir replaces the run.
+    only_log = tmp_path / "only_log"
+    only_log.mkdir()
+    (only_log / LOG_FILE).write_text(log_before)
+    with pytest.raises(TrainingError, match="already holds a run"):
+        train(tiny_config(tiny_dataset, tokenizer_dir, only_log, max_steps=2))
+    train(
+        tiny_config(tiny_dataset, tokenizer_dir, only_log, max_steps=2, save_interval_updates=None),
+        overwrite_output_dir=True,
+    )
+    assert [step for step, _ in training_losses(only_log)] == [1, 2]
+
+
+def test_resume_refuses_pickles_and_drops_a_torn_last_log_line(
+    trained_run, tmp_path, tiny_dataset, tokenizer_dir
+):
+    run = tmp_path / "run"
+    shutil.copytree(trained_run, run)
+    state = run / "checkpoint_last" / "training_state"
+    assert json.loads((state / "progress.json").read_text())["step"] == 30
+    assert not list(state.glob("custom_checkpoint_*"))
+    config = tiny_config(tiny_dataset, tokenizer_dir, run, max_steps=31, save_interval_updates=10)
+    marker = tmp_path / "code_ran"
+
+    class Exploit:
+        def __reduce__(self):
+            return (Path.touch, (marker,))
+
+    original = (state / "random_states_0.pkl").read_bytes()
+    (state / "random_states_0.pkl").write_bytes(pickle.dumps(Exploit()))
+    with pytest.raises(TrainingError, match="cannot resume from"):
+        train(config, resume=True)
+    (state / "random_states_0.pkl").write_bytes(original)
+    (state / "custom_checkpoint_0.pkl").write_bytes(pickle.dumps(Exploit()))
+    with pytest.raises(TrainingError, match="pickled objects .*custom_checkpoint_0.pkl"):
+        train(config, resume=True)
+    assert not marker.exists()
+    (state / "custom_checkpoint_0.pkl").unlink()
+    with open(run / LOG_FILE, "a") as log:
+        log.write('{"step": 31, "lo')  # a crash in the middle of a line
+    train(config, resume=True)
+    records = [json.loads(line) for line in (run / LOG_FILE).read_text().splitlines()]
+    assert [record["step"] for record in records if "loss" in record] == list(range(1, 32))
+
+
+def test_validation_and_saving_do_not_change_the_training_trajectory(tiny_dataset, tokenizer_dir, tmp_path):
+    every_5 = tiny_config(tiny_dataset, tokenizer_dir, tmp_path / "five", save_interval_updates=5)
+    every_10 = tiny_config(tiny_dataset, tokenizer_dir, tmp_path / "ten", save_interval_updates=10)
+    train(every_5)
+    train(every_10)
+    assert training_losses(tmp_path / "five") == training_losses(tmp_path / "ten")
+
+
+def test_unknown_model_override_keys_are_refused(tiny_dataset, tokenizer_dir, tmp_path):
+    with pytest.raises(TrainingError, match=r"unknown model_overrides keys \['d_modle'\]"):
+        train(tiny_config(tiny_dataset, tokenizer_dir, tmp_path, model_overrides={"d_modle": 64}))
+
+
+def test_num_beams_1_with_the_default_length_penalty_trains_and_saves(tiny_dataset, tokenizer_dir, tmp_path):
+    train(
+        tiny_config(
+            tiny_dataset, tokenizer_dir, tmp_path, max_steps=2, num_beams=1, save_interval_updates=None
+        )
+    )
+    saved = json.loads((tmp_path / "checkpoint_last" / "generation_config.json").read_text())
+    assert saved.get("num_beams", 1) == 1 and "length_penalty" not in saved

@@ -1,0 +1,122 @@
+"""A run killed with SIGKILL anywhere (an update, each part of a save, averaging) and resumed ends bit-identical
+to a run never interrupted, and no directory ever looks complete that is not."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+from conftest import tiny_config
+from safetensors.torch import load_file
+
+from hf_vanilla.training import train
+
+SETTINGS = {"max_steps": 12, "save_interval_updates": 4, "average_last": 2, "log_interval": 1}
+
+# Runs training in a fresh process that kills itself (SIGKILL: no cleanup of any kind) at the chosen point.
+KILLED_RUN = """
+import json, os, signal, sys
+from pathlib import Path
+import torch
+torch.set_num_threads(1)  # as the tests' own process (conftest): the same arithmetic, the same weights
+from hf_vanilla import files, run_directory, standalone, trainer
+from hf_vanilla.training import train
+from hf_vanilla.training_args import load_training_config
+
+point, nth, values = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
+calls = []
+
+def die():
+    os.kill(os.getpid(), signal.SIGKILL)
+
+def kill_at(module, name, when=lambda *args: True, after=False):
+    real = getattr(module, name)
+    def wrapper(*args, **kwargs):
+        if when(*args):
+            calls.append(name)
+            if len(calls) == nth and not after:
+                die()
+        result = real(*args, **kwargs)
+        if after and len(calls) == nth:
+            die()
+        return result
+    setattr(module, name, wrapper)
+
+def publish_first_rename_only(staging, final):
+    if Path(final).exists():  # the old directory moved aside, the new one not yet in place
+        Path(final).rename(Path(final).parent / f"{files.STAGING_PREFIX}retired-{Path(final).name}")
+        die()
+    return real_publish(staging, final)
+
+if point == "update":
+    kill_at(trainer, "optimizer_update")
+elif point == "model_files":  # weights written, the pipeline code and card not yet
+    kill_at(standalone, "custom_object_save")
+elif point == "training_state":  # accelerate's state written, the progress not yet
+    kill_at(trainer, "write_text_atomic")
+elif point == "between_renames":
+    real_publish = trainer.publish_directory
+    trainer.publish_directory = publish_first_rename_only
+elif point == "averaging":
+    kill_at(run_directory, "save_file")
+train(load_training_config(**values))
+"""
+
+
+def training_losses(run):
+    records = map(json.loads, (run / "train_log.jsonl").read_text().splitlines())
+    return [(record["step"], record["loss"]) for record in records if "loss" in record]
+
+
+def complete(directory):
+    names = {path.name for path in directory.iterdir()}
+    return {"config.json", "model.safetensors", "tokenizer.json", "pipeline.py", "README.md"} <= names
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tiny_dataset, tokenizer_dir, tmp_path_factory):
+    output_dir = tmp_path_factory.mktemp("uninterrupted") / "run"
+    train(tiny_config(tiny_dataset, tokenizer_dir, output_dir, **SETTINGS))
+    return output_dir
+
+
+@pytest.mark.parametrize(
+    ("point", "nth"),
+    [("update", 7), ("model_files", 3), ("training_state", 2), ("between_renames", 2), ("averaging", 1)],
+)
+def test_killed_anywhere_and_resumed_ends_bit_identical(
+    uninterrupted, tiny_dataset, tokenizer_dir, tmp_path, point, nth
+):
+    config = tiny_config(tiny_dataset, tokenizer_dir, tmp_path / "run", **SETTINGS)
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_RUN, point, str(nth), json.dumps(vars(config))],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert killed.returncode == -9, killed.stderr[-3000:]
+    run = tmp_path / "run"
+    for directory in run.glob("checkpoint_*"):  # visible names are complete; work in progress is hidden
+        assert complete(directory), f"{directory.name} looks complete but is not ({point})"
+    if (run / "checkpoint_last").exists() or (run / ".staging-retired-checkpoint_last").exists():
+        train(config, resume=True)
+    else:
+        train(config, overwrite_output_dir=True)  # killed before the first save: nothing to resume
+    assert training_losses(run) == training_losses(uninterrupted)
+    for name in (
+        "checkpoint_4",
+        "checkpoint_8",
+        "checkpoint_12",
+        "checkpoint_last",
+        "checkpoint_best",
+        "checkpoint_average",
+    ):
+        assert complete(run / name)
+        expected, resumed = (
+            load_file(uninterrupted / name / "model.safetensors"),
+            load_file(run / name / "model.safetensors"),
+        )
+        assert expected.keys() == resumed.keys()
+        assert all(torch.equal(expected[key], resumed[key]) for key in expected), name
+    assert not [path.name for path in run.iterdir() if path.name.startswith(".")]
