@@ -20,10 +20,29 @@ def main() -> None:
     )
     parser.add_argument("--new-tokens", type=int, default=30, help="tokens generated a sentence")
     parser.add_argument(
-        "--dtypes", nargs="+", default=["float32", "bfloat16"], choices=["float32", "bfloat16"]
+        "--dtypes",
+        nargs="+",
+        default=["auto"],
+        choices=["auto", "float32", "bfloat16", "float16"],
+        help="auto: bf16 where the CPU or GPU runs it natively, else fp32 (fp16 on a GPU without bf16)",
+    )
+    parser.add_argument(
+        "--device",
+        default="cuda" if torch.cuda.is_available() else "cpu",
+        choices=["cpu", "cuda"],
+        help="default: cuda when there is a GPU",
     )
     parser.add_argument("--attn", nargs="+", default=["eager", "sdpa"], choices=["eager", "sdpa"])
-    parser.add_argument("--generation-batch-sizes", nargs="+", type=int, default=[64, 1])
+    parser.add_argument(
+        "--generation-batch-sizes", nargs="*", type=int, default=[64, 1], help="none: skip generation"
+    )
+    parser.add_argument(
+        "--generation-cache",
+        nargs="+",
+        default=["cached", "uncached"],
+        choices=["cached", "uncached"],
+        help="generation with the key/value cache, without, or both",
+    )
     parser.add_argument(
         "--ctranslate2", nargs="*", default=["int8", "float32"], help="quantizations; none: skip"
     )
@@ -49,9 +68,11 @@ def main() -> None:
         "dtypes": tuple(args.dtypes),
         "attn_implementations": tuple(args.attn),
         "generation_batch_sizes": tuple(args.generation_batch_sizes),
+        "generation_caches": tuple(choice == "cached" for choice in args.generation_cache),
         "ctranslate2_quantizations": tuple(args.ctranslate2),
         "compile_model": args.compile,
         "clock": args.clock,
+        "device": args.device,
     }
     if args.quick:
         settings.update(
