@@ -239,7 +239,19 @@ def make_training_step(model, batch: dict[str, torch.Tensor], dtype: torch.dtype
     return step
 
 
-def make_generation(model, inputs: dict[str, torch.Tensor], num_beams: int, use_cache: bool, new_tokens: int):
+GENERATION_CACHES = ("cached", "uncached", "static")
+
+
+def make_generation(
+    model, inputs: dict[str, torch.Tensor], num_beams: int, cache: str | bool, new_tokens: int
+) -> Callable[[], None]:
+    """`cache`: "cached" (a dynamic key/value cache; also True), "uncached" (also False), or "static" (a
+    preallocated cache, with which `generate` compiles the decoding step on a GPU)."""
+    cache = {True: "cached", False: "uncached"}.get(cache, cache)
+    settings = {"use_cache": cache != "uncached"}
+    if cache == "static":
+        settings["cache_implementation"] = "static"
+
     def generate() -> None:
         with torch.inference_mode():
             model.generate(
@@ -248,7 +260,7 @@ def make_generation(model, inputs: dict[str, torch.Tensor], num_beams: int, use_
                 do_sample=False,
                 min_new_tokens=new_tokens,
                 max_new_tokens=new_tokens,
-                use_cache=use_cache,
+                **settings,
             )
 
     return generate
@@ -340,7 +352,7 @@ def run_benchmark(
     repeats: int = 5,
     new_tokens: int = 30,
     generation_batch_sizes: tuple[int, ...] = (64, 1),
-    generation_caches: tuple[bool, ...] = (True, False),
+    generation_caches: tuple[str, ...] = ("cached", "uncached"),
     dtypes: tuple[str, ...] = ("auto",),
     attn_implementations: tuple[str, ...] = ("eager", "sdpa"),
     ctranslate2_quantizations: tuple[str, ...] = ("int8", "float32"),
@@ -397,11 +409,11 @@ def run_benchmark(
     }
     training_cases = [(dtype, attn) for dtype in dtypes for attn in attn_implementations]
     generation_cases = [
-        (dtype, batch_size, num_beams, use_cache)
+        (dtype, batch_size, num_beams, cache)
         for dtype in dtypes
         for batch_size in generation_batch_sizes
         for num_beams in (1, 4)
-        for use_cache in generation_caches
+        for cache in generation_caches
     ]
     progress = tqdm(total=len(training_cases) + len(generation_cases), desc=f"benchmark {size}", unit="case")
 
@@ -436,20 +448,20 @@ def run_benchmark(
         batch_size: {k: v.to(device) for k, v in generation_inputs(config, batch_size, seed).items()}
         for batch_size in generation_batch_sizes
     }
-    for dtype, batch_size, num_beams, use_cache in generation_cases:
+    for dtype, batch_size, num_beams, cache in generation_cases:
         # Inference runs in the model's own dtype, as users run it: weights cast once, not autocast every step.
         runs = {
             name: make_generation(
                 prepare(model.to(getattr(torch, dtype)), "sdpa", False),
                 inputs[batch_size],
                 num_beams,
-                use_cache,
+                cache,
                 new_tokens,
             )
             for name, model in models.items()
         }
         seconds = interleaved_seconds(runs, repeats, clock=clock, device=device)
-        case = {"dtype": dtype, "batch_size": batch_size, "num_beams": num_beams, "use_cache": use_cache}
+        case = {"dtype": dtype, "batch_size": batch_size, "num_beams": num_beams, "cache": cache}
         for name in MODEL_NAMES:
             case[name] = _rates(batch_size * new_tokens, seconds[name])
             with peak_memory(device) as memory:
@@ -477,7 +489,7 @@ def _benchmark_ctranslate2(ours, inputs, new_tokens, repeats, quantizations, pre
         translators = _ctranslate2_runs(ours, shapes, new_tokens, Path(workdir), quantizations)
         model = prepare(ours, "sdpa", False)
         for batch_size, num_beams, source in shapes:
-            runs = {"ours": make_generation(model, source, num_beams, True, new_tokens)}
+            runs = {"ours": make_generation(model, source, num_beams, "cached", new_tokens)}
             runs.update({q: translators[(batch_size, num_beams, q)] for q in quantizations})
             seconds = interleaved_seconds(runs, repeats, clock=clock)
             case = {"batch_size": batch_size, "num_beams": num_beams}
@@ -553,7 +565,7 @@ def format_table(results: dict) -> str:
     for case in results["generation"]:
         name = f"{case['dtype']} batch {case['batch_size']} "
         name += "greedy" if case["num_beams"] == 1 else f"beam {case['num_beams']}"
-        name += " cached" if case["use_cache"] else " uncached"
+        name += f" {case['cache']}"
         ours, marian = case["ours"], case["marian"]
         lines.append(
             f"{name:34} {ours['per_second']:9.1f} {marian['per_second']:9.1f} {case['ratio']:6.2f} "
@@ -587,6 +599,7 @@ def save_results(results: dict, path: str | os.PathLike) -> Path:
 
 
 __all__ = [
+    "GENERATION_CACHES",
     "PeakMemory",
     "benchmark_config",
     "describe_environment",

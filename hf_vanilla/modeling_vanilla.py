@@ -209,8 +209,9 @@ class SinusoidalPositionalEncoding(nn.Module):
             "table", sinusoidal_positions(config.max_position_embeddings, config.d_model), persistent=False
         )
 
-    def forward(self, length: int, offset: int = 0) -> torch.Tensor:
-        return self.table[offset : offset + length]
+    def forward(self, length: int, offset: int | torch.Tensor = 0) -> torch.Tensor:
+        # Indexed, not sliced: a static cache gives its length as a tensor, which must not become a Python int.
+        return self.table[torch.arange(length, device=self.table.device) + offset]
 
 
 class EncoderLayer(GradientCheckpointingLayer):
@@ -321,16 +322,21 @@ class TokenEmbedding(nn.Module):
         self.embed_positions = SinusoidalPositionalEncoding(config)
         self.dropout = config.dropout
 
-    def forward(self, input_ids: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        if not is_torchdynamo_compiling():
+    def forward(self, input_ids: torch.Tensor, offset: int | torch.Tensor = 0) -> torch.Tensor:
+        if not is_torchdynamo_compiling() and isinstance(offset, int):  # a static cache's offset is a tensor
             self._check_inputs(input_ids, offset)
         embeddings = self.embed_tokens(input_ids) * self.embed_scale
         embeddings = embeddings + self.embed_positions(input_ids.shape[1], offset)
         return F.dropout(embeddings, p=self.dropout, training=self.training)
 
     def _check_inputs(self, input_ids: torch.Tensor, offset: int):
-        """Name the problem here rather than fail with an index error deep inside torch."""
-        if input_ids.numel() and (input_ids.min() < 0 or input_ids.max() >= self.config.vocab_size):
+        """Name the problem here rather than fail with an index error deep inside torch.
+
+        Ids are checked on the first call (offset 0) only: a decoding step's ids come from the model itself, and
+        their min/max would cost a device synchronisation every step.
+        """
+        ids = offset == 0 and input_ids.numel()
+        if ids and (input_ids.min() < 0 or input_ids.max() >= self.config.vocab_size):
             raise ValueError(
                 f"token ids must be in [0, vocab_size={self.config.vocab_size}), got ids from "
                 f"{input_ids.min().item()} to {input_ids.max().item()}: does the tokenizer match the model?"

@@ -4,7 +4,7 @@ import argparse
 
 import torch
 
-from hf_vanilla.benchmark import format_table, run_benchmark, save_results
+from hf_vanilla.benchmark import GENERATION_CACHES, format_table, run_benchmark, save_results
 
 
 def main() -> None:
@@ -40,8 +40,8 @@ def main() -> None:
         "--generation-cache",
         nargs="+",
         default=["cached", "uncached"],
-        choices=["cached", "uncached"],
-        help="generation with the key/value cache, without, or both",
+        choices=GENERATION_CACHES,
+        help="key/value cache: cached (dynamic), uncached, static (preallocated; generate compiles it on a GPU)",
     )
     parser.add_argument(
         "--ctranslate2", nargs="*", default=["int8", "float32"], help="quantizations; none: skip"
@@ -68,7 +68,7 @@ def main() -> None:
         "dtypes": tuple(args.dtypes),
         "attn_implementations": tuple(args.attn),
         "generation_batch_sizes": tuple(args.generation_batch_sizes),
-        "generation_caches": tuple(choice == "cached" for choice in args.generation_cache),
+        "generation_caches": tuple(args.generation_cache),
         "ctranslate2_quantizations": tuple(args.ctranslate2),
         "compile_model": args.compile,
         "clock": args.clock,

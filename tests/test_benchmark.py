@@ -39,6 +39,7 @@ def results():
         new_tokens=2,
         generation_batch_sizes=(2, 1),
         dtypes=DTYPES,
+        generation_caches=("cached", "uncached", "static"),
         ctranslate2_quantizations=("int8",),
         peak_seconds=0.02,
     )
@@ -60,10 +61,9 @@ def test_results_have_every_case_with_rates_ratios_mfu_and_memory(results):
             assert rates["mfu"] == pytest.approx(flops / statistics.median(rates["seconds"]) / peak)
             assert len(rates["seconds"]) == 1 and rates["first_step_seconds"] > 0
         assert case["ratio"] == pytest.approx(case["ours"]["per_second"] / case["marian"]["per_second"])
-    generation = {
-        (c["dtype"], c["batch_size"], c["num_beams"], c["use_cache"]) for c in results["generation"]
-    }
-    assert generation == {(d, b, n, c) for d in dtypes for b in (2, 1) for n in (1, 4) for c in (True, False)}
+    generation = {(c["dtype"], c["batch_size"], c["num_beams"], c["cache"]) for c in results["generation"]}
+    caches = ("cached", "uncached", "static")
+    assert generation == {(d, b, n, c) for d in dtypes for b in (2, 1) for n in (1, 4) for c in caches}
     assert all(case["ours"]["per_second"] > 0 and case["ratio"] > 0 for case in results["generation"])
 
 
@@ -221,3 +221,26 @@ def test_logits_to_keep_projects_only_the_last_positions():
     batch = padded_batch(3)
     full = model.eval()(**batch).logits
     torch.testing.assert_close(model(**batch, logits_to_keep=2).logits, full[:, -2:])
+
+
+@pytest.mark.parametrize("num_beams", [1, 4])
+def test_static_cache_generates_what_the_dynamic_cache_does(num_beams):
+    """The static cache (the one `generate` compiles on a GPU) gives positions as a tensor: same tokens, scores."""
+    model = VanillaTransformerForConditionalGeneration(
+        VanillaTransformerConfig.from_preset("tiny", vocab_size=40)
+    ).eval()
+    batch = padded_batch(5)
+    del batch["decoder_input_ids"]
+    runs = {}
+    for cache in ("dynamic", "static"):
+        runs[cache] = model.generate(
+            **batch,
+            num_beams=num_beams,
+            max_new_tokens=8,
+            do_sample=False,
+            output_scores=True,
+            return_dict_in_generate=True,
+            **({"cache_implementation": "static"} if cache == "static" else {}),
+        )
+    assert torch.equal(runs["static"].sequences, runs["dynamic"].sequences)
+    torch.testing.assert_close(torch.stack(runs["static"].scores), torch.stack(runs["dynamic"].scores))
