@@ -3,6 +3,8 @@
 The two models compute the same function (see `export.py`), so any difference in speed or memory is
 implementation. Runs are interleaved (ours, Marian, ours, Marian...) and summarised by their median, because the
 machine is shared and noisy; ratios are ours / Marian, above 1 meaning ours is faster (or uses more memory).
+Every report names what its numbers depend on: the CPU (model, vector capability, native bf16 or not), threads,
+the GPU, the dtype and the library versions. dtype "auto" is bf16 where the hardware runs it natively, else fp32.
 """
 
 from __future__ import annotations
@@ -10,7 +12,6 @@ from __future__ import annotations
 import ctypes
 import json
 import os
-import platform
 import statistics
 import tempfile
 import threading
@@ -28,6 +29,7 @@ from .configuration_vanilla import SIZE_FIELDS, VanillaTransformerConfig
 from .export import convert_to_ctranslate2, export_to_marian, to_marian
 from .files import write_text_atomic
 from .modeling_vanilla import AUTO_ATTENTION, VanillaTransformerForConditionalGeneration
+from .precision import cpu_description, resolve_precision
 
 BENCHMARK_VOCAB_SIZE = 8000  # the joint BPE size used on Multi30k
 SPECIAL_TOKENS = ("<pad>", "<s>", "</s>", "<unk>")
@@ -110,21 +112,47 @@ def training_flops(config: VanillaTransformerConfig, batch: dict[str, torch.Tens
     return int(3 * (2 * weights + 4 * d * pairs))
 
 
+def resolve_dtypes(dtypes: tuple[str, ...], device_type: str) -> tuple[str, ...]:
+    """dtype names ("auto", "float32", "bfloat16", "float16") as torch dtype names, "auto" by the hardware's rule."""
+    resolved = (resolve_precision(dtype, device_type).dtype_name for dtype in dtypes)
+    return tuple(dict.fromkeys(resolved))
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for the device's queued work, so that a host clock read after it counts that work."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def matmul_peak_flops(
-    dtype: torch.dtype, seconds: float = 0.5, repeats: int = 5, size: int = 2048, clock: str = "wall"
+    dtype: torch.dtype,
+    seconds: float = 0.5,
+    repeats: int = 5,
+    size: int | None = None,
+    clock: str = "wall",
+    device: str | torch.device = "cpu",
 ) -> float:
-    """FLOP/s of a square matmul in `dtype`, best of `repeats` runs: the roofline MFU is measured against."""
-    a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
-    a @ b
-    flops_per_call = 2 * size**3
-    calls = max(1, round(seconds * 2e11 / flops_per_call))
+    """FLOP/s of a square matmul in `dtype` on random data, best of `repeats` runs of about `seconds` each.
+
+    The roofline MFU is measured against; the size (2048 on CPU, 8192 on a GPU) fills the device.
+    """
+    device = torch.device(device)
+    size = size or (2048 if device.type == "cpu" else 8192)
+    a, b = (torch.randn(size, size, dtype=dtype, device=device) for _ in range(2))
     now = CLOCKS[clock]
+    a @ b  # warm-up
+    synchronize(device)
+    start = now()
+    a @ b
+    synchronize(device)
+    calls = max(1, round(seconds / max(now() - start, 1e-9)))
     best = 0.0
     for _ in range(repeats):
         start = now()
         for _ in range(calls):
             a @ b
-        best = max(best, calls * flops_per_call / (now() - start))
+        synchronize(device)
+        best = max(best, calls * 2 * size**3 / (now() - start))
     return best
 
 
@@ -162,6 +190,28 @@ class PeakMemory:
             self.peak_bytes = max(self._peak, self._resident()) - self._baseline
 
 
+class CudaPeakMemory:
+    """Peak CUDA memory allocated by torch above the level at entry (the allocator's own statistics)."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+
+    def __enter__(self) -> CudaPeakMemory:
+        synchronize(self.device)
+        torch.cuda.reset_peak_memory_stats(self.device)
+        self._baseline = torch.cuda.memory_allocated(self.device)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        synchronize(self.device)
+        self.peak_bytes = torch.cuda.max_memory_allocated(self.device) - self._baseline
+
+
+def peak_memory(device: torch.device) -> PeakMemory | CudaPeakMemory:
+    """What measures memory on `device`: CUDA allocator statistics on a GPU, resident memory on the CPU."""
+    return CudaPeakMemory(device) if device.type == "cuda" else PeakMemory()
+
+
 def _return_freed_memory() -> None:
     try:
         libc = ctypes.CDLL("libc.so.6")
@@ -171,16 +221,17 @@ def _return_freed_memory() -> None:
         pass
 
 
-def _autocast(dtype: torch.dtype):
-    return torch.autocast("cpu", dtype=dtype, enabled=dtype != torch.float32)
+def _autocast(dtype: torch.dtype, device_type: str = "cpu"):
+    return torch.autocast(device_type, dtype=dtype, enabled=dtype != torch.float32)
 
 
 def make_training_step(model, batch: dict[str, torch.Tensor], dtype: torch.dtype) -> Callable[[], None]:
     """One update: forward with the model's own loss, backward, fused Adam (the paper's betas) step."""
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=True)
+    device_type = batch["input_ids"].device.type
 
     def step() -> None:
-        with _autocast(dtype):
+        with _autocast(dtype, device_type):
             loss = model(**batch).loss
         loss.backward()
         optimizer.step()
@@ -189,7 +240,19 @@ def make_training_step(model, batch: dict[str, torch.Tensor], dtype: torch.dtype
     return step
 
 
-def make_generation(model, inputs: dict[str, torch.Tensor], num_beams: int, use_cache: bool, new_tokens: int):
+GENERATION_CACHES = ("cached", "uncached", "static")
+
+
+def make_generation(
+    model, inputs: dict[str, torch.Tensor], num_beams: int, cache: str | bool, new_tokens: int
+) -> Callable[[], None]:
+    """`cache`: "cached" (a dynamic key/value cache; also True), "uncached" (also False), or "static" (a
+    preallocated cache, with which `generate` compiles the decoding step on a GPU)."""
+    cache = {True: "cached", False: "uncached"}.get(cache, cache)
+    settings = {"use_cache": cache != "uncached"}
+    if cache == "static":
+        settings["cache_implementation"] = "static"
+
     def generate() -> None:
         with torch.inference_mode():
             model.generate(
@@ -198,31 +261,42 @@ def make_generation(model, inputs: dict[str, torch.Tensor], num_beams: int, use_
                 do_sample=False,
                 min_new_tokens=new_tokens,
                 max_new_tokens=new_tokens,
-                use_cache=use_cache,
+                **settings,
             )
 
     return generate
 
 
 def interleaved_seconds(
-    runs: dict[str, Callable[[], None]], repeats: int, warmup: int = 1, clock: str = "wall"
+    runs: dict[str, Callable[[], None]],
+    repeats: int,
+    warmup: int = 1,
+    clock: str = "wall",
+    device: str | torch.device = "cpu",
 ) -> dict[str, list]:
     """Seconds of each run, called in turn (A B A B ...) `repeats` times after `warmup` rounds.
 
     `clock` "wall" is elapsed time; "cpu" is this process's CPU time, which other processes on a shared machine
-    barely disturb (use it with one thread: threads spinning while they wait would count too).
+    barely disturb (use it with one thread: threads spinning while they wait would count too). On a GPU the
+    device is synchronised before each clock read.
     """
+    device = torch.device(device)
     for _ in range(warmup):
         for run in runs.values():
             run()
-    now = CLOCKS[clock]
     seconds = {name: [] for name in runs}
     for _ in range(repeats):
         for name, run in runs.items():
-            start = now()
-            run()
-            seconds[name].append(now() - start)
+            seconds[name].append(_seconds(run, CLOCKS[clock], device))
     return seconds
+
+
+def _seconds(run: Callable[[], None], now: Callable[[], float], device: torch.device) -> float:
+    synchronize(device)
+    start = now()
+    run()
+    synchronize(device)
+    return now() - start
 
 
 def _rates(work: float, seconds: list[float]) -> dict:
@@ -279,32 +353,40 @@ def run_benchmark(
     repeats: int = 5,
     new_tokens: int = 30,
     generation_batch_sizes: tuple[int, ...] = (64, 1),
-    dtypes: tuple[str, ...] = ("float32", "bfloat16"),
+    generation_caches: tuple[str, ...] = ("cached", "uncached"),
+    dtypes: tuple[str, ...] = ("auto",),
     attn_implementations: tuple[str, ...] = ("eager", "sdpa"),
     ctranslate2_quantizations: tuple[str, ...] = ("int8", "float32"),
     compile_model: bool = False,
     peak_seconds: float = 0.5,
     clock: str = "wall",
     seed: int = 0,
+    device: str = "cpu",
 ) -> dict:
     """Training and generation speed, MFU and peak memory of ours and Marian; see the module docstring.
 
-    `compile_model` compiles our model (torch.compile) and leaves Marian eager. CTranslate2 runs when it is
-    installed and `ctranslate2_quantizations` is not empty. `clock`: see `interleaved_seconds`.
+    `dtypes` may name "auto" (see `resolve_dtypes`). `compile_model` compiles our model (torch.compile) and leaves
+    Marian eager. CTranslate2 runs on CPU runs when it is installed and `ctranslate2_quantizations` is not empty.
+    `clock`: see `interleaved_seconds` ("wall" only on a GPU).
     """
+    device = torch.device(device)
+    if device.type != "cpu" and clock != "wall":
+        raise ValueError(f"clock {clock!r} does not see work queued on {device}; use the wall clock")
+    dtypes = resolve_dtypes(dtypes, device.type)
     torch.manual_seed(seed)
     config = benchmark_config(size)
     ours = VanillaTransformerForConditionalGeneration(config)
     marian = to_marian(ours)
-    models = {"ours": ours, "marian": marian}
+    models = {"ours": ours.to(device), "marian": marian.to(device)}
     batch = training_batch(config, target_tokens, seed)
     flops = training_flops(config, batch)
     labelled = int((batch["labels"] != -100).sum())
+    batch = {key: value.to(device) for key, value in batch.items()}
     results = {
         "size": size,
         "config": {name: getattr(config, name) for name in SIZE_FIELDS},
         "parameters": {name: sum(p.numel() for p in model.parameters()) for name, model in models.items()},
-        "environment": _environment(),
+        "environment": environment(device),
         "settings": {
             "target_tokens": labelled,
             "batch_size": batch["input_ids"].shape[0],
@@ -313,10 +395,14 @@ def run_benchmark(
             "compile": compile_model,
             "clock": clock,
             "threads": torch.get_num_threads(),
+            "device": str(device),
+            "dtypes": list(dtypes),
+            "memory": "CUDA max_memory_allocated" if device.type == "cuda" else "resident set (RSS)",
             "training_flops": flops,
         },
         "peak_flops": {
-            dtype: matmul_peak_flops(getattr(torch, dtype), peak_seconds, clock=clock) for dtype in dtypes
+            dtype: matmul_peak_flops(getattr(torch, dtype), peak_seconds, clock=clock, device=device)
+            for dtype in dtypes
         },
         "training": [],
         "generation": [],
@@ -324,10 +410,11 @@ def run_benchmark(
     }
     training_cases = [(dtype, attn) for dtype in dtypes for attn in attn_implementations]
     generation_cases = [
-        (batch_size, num_beams, use_cache)
+        (dtype, batch_size, num_beams, cache)
+        for dtype in dtypes
         for batch_size in generation_batch_sizes
         for num_beams in (1, 4)
-        for use_cache in (True, False)
+        for cache in generation_caches
     ]
     progress = tqdm(total=len(training_cases) + len(generation_cases), desc=f"benchmark {size}", unit="case")
 
@@ -344,12 +431,14 @@ def run_benchmark(
             name: make_training_step(prepare(model, attn, True), batch, getattr(torch, dtype))
             for name, model in models.items()
         }
-        seconds = interleaved_seconds(steps, repeats, clock=clock)
+        first_seconds = {name: _seconds(step, CLOCKS[clock], device) for name, step in steps.items()}
+        seconds = interleaved_seconds(steps, repeats, clock=clock, device=device)
         case = {"dtype": dtype, "attn_implementation": attn}
         for name in MODEL_NAMES:
             rates = _rates(labelled, seconds[name])
+            rates["first_step_seconds"] = first_seconds[name]  # with compilation, when compiling
             rates["mfu"] = flops / statistics.median(seconds[name]) / results["peak_flops"][dtype]
-            with PeakMemory() as memory:
+            with peak_memory(device) as memory:
                 steps[name]()
             rates["peak_memory_bytes"] = memory.peak_bytes
             case[name] = rates
@@ -358,20 +447,26 @@ def run_benchmark(
         progress.update()
 
     inputs = {
-        batch_size: generation_inputs(config, batch_size, seed) for batch_size in generation_batch_sizes
+        batch_size: {k: v.to(device) for k, v in generation_inputs(config, batch_size, seed).items()}
+        for batch_size in generation_batch_sizes
     }
-    for batch_size, num_beams, use_cache in generation_cases:
+    for dtype, batch_size, num_beams, cache in generation_cases:
+        # Inference runs in the model's own dtype, as users run it: weights cast once, not autocast every step.
         runs = {
             name: make_generation(
-                prepare(model, "sdpa", False), inputs[batch_size], num_beams, use_cache, new_tokens
+                prepare(model.to(getattr(torch, dtype)), "sdpa", False),
+                inputs[batch_size],
+                num_beams,
+                cache,
+                new_tokens,
             )
             for name, model in models.items()
         }
-        seconds = interleaved_seconds(runs, repeats, clock=clock)
-        case = {"batch_size": batch_size, "num_beams": num_beams, "use_cache": use_cache}
+        seconds = interleaved_seconds(runs, repeats, clock=clock, device=device)
+        case = {"dtype": dtype, "batch_size": batch_size, "num_beams": num_beams, "cache": cache}
         for name in MODEL_NAMES:
             case[name] = _rates(batch_size * new_tokens, seconds[name])
-            with PeakMemory() as memory:
+            with peak_memory(device) as memory:
                 runs[name]()
             case[name]["peak_memory_bytes"] = memory.peak_bytes
         case["ratio"] = case["ours"]["per_second"] / case["marian"]["per_second"]
@@ -379,15 +474,15 @@ def run_benchmark(
         progress.update()
     progress.close()
 
-    if ctranslate2_quantizations and _has_ctranslate2():
+    if ctranslate2_quantizations and device.type == "cpu" and _has_ctranslate2():
         results["ctranslate2"] = _benchmark_ctranslate2(
-            ours, inputs, new_tokens, repeats, ctranslate2_quantizations, prepare, clock
+            ours.float(), inputs, new_tokens, repeats, ctranslate2_quantizations, prepare, clock
         )
     return results
 
 
 def _benchmark_ctranslate2(ours, inputs, new_tokens, repeats, quantizations, prepare, clock) -> list[dict]:
-    """Cached generation of CTranslate2 (each quantization) interleaved with ours, same inputs and lengths."""
+    """Cached generation of CTranslate2 (each quantization) interleaved with ours (float32), same inputs."""
     cases = []
     with tempfile.TemporaryDirectory() as workdir:
         shapes = [
@@ -396,7 +491,7 @@ def _benchmark_ctranslate2(ours, inputs, new_tokens, repeats, quantizations, pre
         translators = _ctranslate2_runs(ours, shapes, new_tokens, Path(workdir), quantizations)
         model = prepare(ours, "sdpa", False)
         for batch_size, num_beams, source in shapes:
-            runs = {"ours": make_generation(model, source, num_beams, True, new_tokens)}
+            runs = {"ours": make_generation(model, source, num_beams, "cached", new_tokens)}
             runs.update({q: translators[(batch_size, num_beams, q)] for q in quantizations})
             seconds = interleaved_seconds(runs, repeats, clock=clock)
             case = {"batch_size": batch_size, "num_beams": num_beams}
@@ -414,40 +509,65 @@ def _has_ctranslate2() -> bool:
     return True
 
 
-def _environment() -> dict:
-    return {
+def environment(device: str | torch.device = "cpu") -> dict:
+    """What the numbers depend on: library versions, the CPU (model, capability, native bf16, threads), the GPU."""
+    device = torch.device(device)
+    described = {
         "torch": torch.__version__,
         "transformers": transformers.__version__,
-        "threads": torch.get_num_threads(),
-        "cpu": platform.processor() or platform.machine(),
+        "device": str(device),
+        **cpu_description(),
         "cpus": os.cpu_count(),
     }
+    if device.type == "cuda":
+        properties = torch.cuda.get_device_properties(device)
+        described.update(
+            gpu=properties.name,
+            gpu_memory_bytes=properties.total_memory,
+            gpu_capability=f"{properties.major}.{properties.minor}",
+            cuda=torch.version.cuda,
+            cuda_bf16=torch.cuda.is_bf16_supported(),
+        )
+    return described
+
+
+def describe_environment(described: dict) -> str:
+    """One line naming the hardware and software of a run."""
+    cpu = (
+        f"CPU {described['cpu_model']} ({described['cpu_capability']}, "
+        f"{'native' if described['native_bf16'] else 'no native'} bf16), {described['threads']} threads"
+    )
+    gpu = f"GPU {described['gpu']} (CUDA {described['cuda']}); " if "gpu" in described else ""
+    return f"{gpu}{cpu}; torch {described['torch']}, transformers {described['transformers']}"
 
 
 def format_table(results: dict) -> str:
     """The results as aligned text: rates of ours and Marian (or CTranslate2) and their ratio."""
     lines = [
+        describe_environment(results["environment"]),
         f"size {results['size']}: parameters ours {results['parameters']['ours']:,}, "
         f"Marian {results['parameters']['marian']:,}; "
-        + ", ".join(f"matmul peak {k} {v / 1e9:.0f} GFLOP/s" for k, v in results["peak_flops"].items())
+        + ", ".join(f"matmul peak {k} {v / 1e9:.0f} GFLOP/s" for k, v in results["peak_flops"].items()),
     ]
     lines.append(
         f"{'training (target tok/s)':34} {'ours':>9} {'Marian':>9} {'ratio':>6} {'MFU ours':>9} "
-        f"{'MFU Mar.':>9} {'mem ours':>9} {'mem Mar.':>9}"
+        f"{'MFU Mar.':>9} {'mem ours':>9} {'mem Mar.':>9} {'1st step ours':>14}"
     )
     for case in results["training"]:
         ours, marian = case["ours"], case["marian"]
         lines.append(
             f"{case['dtype'] + ' ' + case['attn_implementation']:34} {ours['per_second']:9.0f} "
             f"{marian['per_second']:9.0f} {case['ratio']:6.2f} {ours['mfu']:9.1%} {marian['mfu']:9.1%} "
-            f"{_mib(ours['peak_memory_bytes']):>9} {_mib(marian['peak_memory_bytes']):>9}"
+            f"{_mib(ours['peak_memory_bytes']):>9} {_mib(marian['peak_memory_bytes']):>9} "
+            f"{ours['first_step_seconds']:13.2f}s"
         )
     lines.append(
         f"{'generation (new tok/s)':34} {'ours':>9} {'Marian':>9} {'ratio':>6} {'mem ours':>9} {'mem Mar.':>9}"
     )
     for case in results["generation"]:
-        name = f"batch {case['batch_size']} {'greedy' if case['num_beams'] == 1 else 'beam ' + str(case['num_beams'])}"
-        name += " cached" if case["use_cache"] else " uncached"
+        name = f"{case['dtype']} batch {case['batch_size']} "
+        name += "greedy" if case["num_beams"] == 1 else f"beam {case['num_beams']}"
+        name += f" {case['cache']}"
         ours, marian = case["ours"], case["marian"]
         lines.append(
             f"{name:34} {ours['per_second']:9.1f} {marian['per_second']:9.1f} {case['ratio']:6.2f} "
@@ -476,14 +596,20 @@ def save_results(results: dict, path: str | os.PathLike) -> Path:
 
 
 __all__ = [
+    "GENERATION_CACHES",
     "PeakMemory",
     "benchmark_config",
+    "describe_environment",
+    "environment",
     "format_table",
     "generation_inputs",
     "interleaved_seconds",
     "matmul_peak_flops",
+    "peak_memory",
+    "resolve_dtypes",
     "run_benchmark",
     "save_results",
+    "synchronize",
     "synthetic_tokenizer",
     "training_batch",
     "training_flops",

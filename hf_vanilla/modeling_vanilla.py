@@ -239,8 +239,9 @@ class SinusoidalPositionalEncoding(nn.Module):
             "table", sinusoidal_positions(config.max_position_embeddings, config.d_model), persistent=False
         )
 
-    def forward(self, length: int, offset: int = 0) -> torch.Tensor:
-        return self.table[offset : offset + length]
+    def forward(self, length: int, offset: int | torch.Tensor = 0) -> torch.Tensor:
+        # Indexed, not sliced: a static cache gives its length as a tensor, which must not become a Python int.
+        return self.table[torch.arange(length, device=self.table.device) + offset]
 
 
 class EncoderLayer(GradientCheckpointingLayer):
@@ -254,7 +255,10 @@ class EncoderLayer(GradientCheckpointingLayer):
         self.feed_forward_residual = ResidualConnection(config)
 
     def forward(
-        self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None, **kwargs: Unpack[TransformersKwargs]
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> torch.Tensor:
         hidden_states = self.self_attn_residual(
             hidden_states, lambda x: self.self_attn(x, attention_mask=attention_mask, **kwargs)[0]
@@ -352,12 +356,15 @@ class TokenEmbedding(nn.Module):
         self.dropout = config.dropout
 
     def forward(
-        self, input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None = None, offset: int = 0
+        self,
+        input_ids: torch.Tensor | None,
+        inputs_embeds: torch.Tensor | None = None,
+        offset: int | torch.Tensor = 0,
     ) -> torch.Tensor:
         """`inputs_embeds` replace the lookup `embed_tokens(input_ids)` (scaled and positioned all the same)."""
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("pass exactly one of input_ids and inputs_embeds")
-        if not is_torchdynamo_compiling():
+        if not is_torchdynamo_compiling() and isinstance(offset, int):  # a static cache's offset is a tensor
             self._check_inputs(input_ids, inputs_embeds, offset)
         if inputs_embeds is None:
             inputs_embeds = self.embed_tokens(input_ids)
@@ -365,8 +372,12 @@ class TokenEmbedding(nn.Module):
         return F.dropout(embeddings, p=self.dropout, training=self.training)
 
     def _check_inputs(self, input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None, offset: int):
-        """Name the problem here rather than fail with an index error deep inside torch."""
-        if input_ids is not None and input_ids.numel():
+        """Name the problem here rather than fail with an index error deep inside torch.
+
+        Ids are checked on the first call (offset 0) only: a decoding step's ids come from the model itself, and
+        their min/max would cost a device synchronisation every step.
+        """
+        if offset == 0 and input_ids is not None and input_ids.numel():
             if input_ids.min() < 0 or input_ids.max() >= self.config.vocab_size:
                 raise ValueError(
                     f"token ids must be in [0, vocab_size={self.config.vocab_size}), got ids from "

@@ -2,7 +2,7 @@
 
 import torch
 
-from hf_vanilla.benchmark import format_table, run_benchmark, save_results
+from hf_vanilla.benchmark import GENERATION_CACHES, format_table, run_benchmark, save_results
 from hf_vanilla.cli import ArgumentParser
 
 
@@ -21,9 +21,15 @@ def main() -> None:
     parser.add_argument(
         "--dtypes",
         nargs="+",
-        default=["float32", "bfloat16"],
-        choices=["float32", "bfloat16"],
-        help="precisions to measure",
+        default=["auto"],
+        choices=["auto", "float32", "bfloat16", "float16"],
+        help="auto: bf16 where the CPU or GPU runs it natively, else fp32 (fp16 on a GPU without bf16)",
+    )
+    parser.add_argument(
+        "--device",
+        default="cuda" if torch.cuda.is_available() else "cpu",
+        choices=["cpu", "cuda"],
+        help="default: cuda when there is a GPU",
     )
     parser.add_argument(
         "--attn",
@@ -33,7 +39,14 @@ def main() -> None:
         help="attention implementations",
     )
     parser.add_argument(
-        "--generation-batch-sizes", nargs="+", type=int, default=[64, 1], help="sentences decoded together"
+        "--generation-batch-sizes", nargs="*", type=int, default=[64, 1], help="none: skip generation"
+    )
+    parser.add_argument(
+        "--generation-cache",
+        nargs="+",
+        default=["cached", "uncached"],
+        choices=GENERATION_CACHES,
+        help="key/value cache: cached (dynamic), uncached, static (preallocated; generate compiles it on a GPU)",
     )
     parser.add_argument(
         "--ctranslate2", nargs="*", default=["int8", "float32"], help="quantizations; none: skip"
@@ -60,9 +73,11 @@ def main() -> None:
         "dtypes": tuple(args.dtypes),
         "attn_implementations": tuple(args.attn),
         "generation_batch_sizes": tuple(args.generation_batch_sizes),
+        "generation_caches": tuple(args.generation_cache),
         "ctranslate2_quantizations": tuple(args.ctranslate2),
         "compile_model": args.compile,
         "clock": args.clock,
+        "device": args.device,
     }
     if args.quick:
         settings.update(

@@ -1,6 +1,8 @@
 """The benchmark runs on a tiny model and reports what it promises; the model's speed paths change no result."""
 
 import json
+import os
+import statistics
 import subprocess
 import sys
 import time
@@ -8,6 +10,7 @@ import time
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import REPO
 from torch.utils.flop_counter import FlopCounterMode
 
 from hf_vanilla import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration, modeling_vanilla
@@ -15,12 +18,16 @@ from hf_vanilla.benchmark import (
     PeakMemory,
     benchmark_config,
     format_table,
+    resolve_dtypes,
     run_benchmark,
     save_results,
     training_batch,
     training_flops,
 )
 from hf_vanilla.modeling_vanilla import AUTO_ATTENTION, label_smoothed_cross_entropy
+
+# float32 and "auto": bf16 cases only where this CPU runs bf16 natively (elsewhere they would take minutes).
+DTYPES = ("float32", "auto")
 
 
 @pytest.fixture(scope="module")
@@ -31,24 +38,60 @@ def results():
         repeats=1,
         new_tokens=2,
         generation_batch_sizes=(2, 1),
+        dtypes=DTYPES,
+        generation_caches=("cached", "uncached", "static"),
         ctranslate2_quantizations=("int8",),
         peak_seconds=0.02,
     )
 
 
 def test_results_have_every_case_with_rates_ratios_mfu_and_memory(results):
-    assert set(results["peak_flops"]) == {"float32", "bfloat16"}
+    # No figure that depends on the machine's speed is asserted: MFU is whatever this CPU gives.
+    dtypes = resolve_dtypes(DTYPES, "cpu")
+    assert results["settings"]["dtypes"] == list(dtypes) and set(results["peak_flops"]) == set(dtypes)
     assert results["parameters"]["marian"] > results["parameters"]["ours"]  # Marian adds zero biases
     training = {(case["dtype"], case["attn_implementation"]) for case in results["training"]}
-    assert training == {(d, a) for d in ("float32", "bfloat16") for a in ("eager", "sdpa")}
+    assert training == {(d, a) for d in dtypes for a in ("eager", "sdpa")}
+    flops = results["settings"]["training_flops"]
     for case in results["training"]:
         for name in ("ours", "marian"):
-            assert case[name]["per_second"] > 0 and 0 < case[name]["mfu"] < 1
-            assert len(case[name]["seconds"]) == 1 and case[name]["peak_memory_bytes"] is not None
+            rates = case[name]
+            assert rates["per_second"] > 0 and rates["peak_memory_bytes"] is not None
+            peak = results["peak_flops"][case["dtype"]]
+            assert rates["mfu"] == pytest.approx(flops / statistics.median(rates["seconds"]) / peak)
+            assert len(rates["seconds"]) == 1 and rates["first_step_seconds"] > 0
         assert case["ratio"] == pytest.approx(case["ours"]["per_second"] / case["marian"]["per_second"])
-    generation = {(c["batch_size"], c["num_beams"], c["use_cache"]) for c in results["generation"]}
-    assert generation == {(b, n, c) for b in (2, 1) for n in (1, 4) for c in (True, False)}
+    generation = {(c["dtype"], c["batch_size"], c["num_beams"], c["cache"]) for c in results["generation"]}
+    caches = ("cached", "uncached", "static")
+    assert generation == {(d, b, n, c) for d in dtypes for b in (2, 1) for n in (1, 4) for c in caches}
     assert all(case["ours"]["per_second"] > 0 and case["ratio"] > 0 for case in results["generation"])
+
+
+def test_report_names_the_hardware_and_software(results):
+    environment = results["environment"]
+    assert environment["threads"] == torch.get_num_threads() and environment["device"] == "cpu"
+    assert environment["torch"] == torch.__version__ and isinstance(environment["native_bf16"], bool)
+    first_line = format_table(results).splitlines()[0]
+    assert environment["cpu_model"] in first_line and environment["cpu_capability"] in first_line
+
+
+def test_auto_is_float32_on_a_cpu_without_native_bf16():
+    """An AVX2-only CPU, emulated: bf16 matmuls there are ~40x slower than fp32, so auto must not pick bf16."""
+    code = (
+        "from hf_vanilla.benchmark import environment, describe_environment, resolve_dtypes; "
+        "print(resolve_dtypes(('auto',), 'cpu'), resolve_dtypes(('float32', 'auto'), 'cpu')); "
+        "print(describe_environment(environment()))"
+    )
+    emulation = {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}
+    output = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, **emulation},
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.splitlines()
+    assert output[0] == "('float32',) ('float32',)"
+    assert "AVX2, no native bf16" in output[1]
 
 
 def test_ctranslate2_cases_when_installed(results):
@@ -64,7 +107,7 @@ def test_ctranslate2_cases_when_installed(results):
 
 def test_table_and_json(results, tmp_path):
     table = format_table(results)
-    assert "float32 sdpa" in table and "batch 1 beam 4 uncached" in table
+    assert "float32 sdpa" in table and "float32 batch 1 beam 4 uncached" in table
     path = save_results(results, tmp_path / "out" / "benchmark.json")
     assert json.loads(path.read_text())["training"][0]["ours"]["mfu"] == results["training"][0]["ours"]["mfu"]
     assert [p.name for p in path.parent.iterdir()] == ["benchmark.json"]
@@ -101,7 +144,8 @@ def test_script_quick_mode_writes_json(tmp_path):
     command = [sys.executable, "scripts/benchmark.py", "--size", "tiny", "--quick", "--dtypes", "float32"]
     command += ["--attn", "sdpa", "--generation-batch-sizes", "1", "--ctranslate2", "--output", str(output)]
     command += ["--clock", "cpu", "--threads", "1"]
-    subprocess.run(command, check=True, capture_output=True, text=True)
+    this_checkout = {**os.environ, "PYTHONPATH": str(REPO)}  # not an installed copy elsewhere
+    subprocess.run(command, check=True, capture_output=True, text=True, cwd=REPO, env=this_checkout)
     results = json.loads(output.read_text())
     assert (results["settings"]["clock"], results["settings"]["threads"]) == ("cpu", 1)
     assert [case["dtype"] for case in results["training"]] == ["float32"]
@@ -177,3 +221,26 @@ def test_logits_to_keep_projects_only_the_last_positions():
     batch = padded_batch(3)
     full = model.eval()(**batch).logits
     torch.testing.assert_close(model(**batch, logits_to_keep=2).logits, full[:, -2:])
+
+
+@pytest.mark.parametrize("num_beams", [1, 4])
+def test_static_cache_generates_what_the_dynamic_cache_does(num_beams):
+    """The static cache (the one `generate` compiles on a GPU) gives positions as a tensor: same tokens, scores."""
+    model = VanillaTransformerForConditionalGeneration(
+        VanillaTransformerConfig.from_preset("tiny", vocab_size=40)
+    ).eval()
+    batch = padded_batch(5)
+    del batch["decoder_input_ids"]
+    runs = {}
+    for cache in ("dynamic", "static"):
+        runs[cache] = model.generate(
+            **batch,
+            num_beams=num_beams,
+            max_new_tokens=8,
+            do_sample=False,
+            output_scores=True,
+            return_dict_in_generate=True,
+            **({"cache_implementation": "static"} if cache == "static" else {}),
+        )
+    assert torch.equal(runs["static"].sequences, runs["dynamic"].sequences)
+    torch.testing.assert_close(torch.stack(runs["static"].scores), torch.stack(runs["dynamic"].scores))
