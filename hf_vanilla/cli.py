@@ -52,6 +52,12 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help=f"fixed output limit (default: each sentence its source length + {PAPER_EXTRA_OUTPUT_TOKENS})",
     )
+    parser.add_argument(
+        "--skip-long-lines",
+        action="store_true",
+        help="leave a line longer than the model's positions blank (default: translate its first tokens); "
+        "either way a warning names such lines",
+    )
     add_runtime_arguments(parser)
 
 
@@ -103,12 +109,14 @@ def dataset_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def decoding_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """`generate` kwargs from the options of `add_decoding_arguments`."""
+    """`translate_sentences` keywords (`generate` kwargs and skip_long_lines) from `add_decoding_arguments`."""
     kwargs: dict[str, Any] = {"num_beams": args.num_beams}
     if args.num_beams > 1:  # greedy search has no length penalty; generate warns if given one
         kwargs["length_penalty"] = args.length_penalty
     if args.max_new_tokens is not None:
         kwargs["max_new_tokens"] = args.max_new_tokens
+    if args.skip_long_lines:
+        kwargs["skip_long_lines"] = True
     return kwargs
 
 

@@ -48,6 +48,10 @@ class VanillaTransformerConfig(PreTrainedConfig):
     - `attention_dropout` / `activation_dropout`: dropout on attention probabilities / after the ReLU, which the
       paper does not describe (section 5.4 drops out sublayer outputs and embedding sums only) but small-data
       recipes use.
+
+    `tokenizer_fingerprint` records the vocabulary the model was trained with
+    (`hf_vanilla.decoding.tokenizer_fingerprint`, 16 hex digits); loading with our scripts or the pipeline refuses
+    a tokenizer whose vocabulary differs. None (configs saved before it was recorded): not checked.
     """
 
     model_type = "vanilla_transformer"
@@ -70,6 +74,7 @@ class VanillaTransformerConfig(PreTrainedConfig):
     bos_token_id: int = 1
     eos_token_id: int = 2
     decoder_start_token_id: int = 1
+    tokenizer_fingerprint: str | None = None
     tie_word_embeddings: bool = True
     is_encoder_decoder: bool = True
     use_cache: bool = True

@@ -10,7 +10,9 @@ Kept free of data and scoring code: a saved checkpoint carries this file with th
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -19,6 +21,27 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase, StoppingCrite
 PAPER_GENERATION_KWARGS = {"num_beams": 4, "length_penalty": 0.6}
 PAPER_EXTRA_OUTPUT_TOKENS = 50
 DEFAULT_MAX_TOKENS = 4096
+
+
+def max_source_tokens(model: PreTrainedModel) -> int:
+    """The longest source the encoder takes: one position per token, `</s>` included."""
+    return model.config.max_position_embeddings
+
+
+def encode_sources(
+    tokenizer: PreTrainedTokenizerBase, sources: Sequence[str], max_length: int
+) -> tuple[list[list[int]], list[int]]:
+    """The token ids of `sources`, a source over `max_length` tokens cut to its first ones; and the indices cut.
+
+    The tokenizer truncates (its end token kept), so the model sees what it was trained on.
+    """
+    input_ids = tokenizer(list(sources), verbose=False)["input_ids"]
+    too_long = [index for index, ids in enumerate(input_ids) if len(ids) > max_length]
+    if too_long:
+        cut = tokenizer([sources[index] for index in too_long], truncation=True, max_length=max_length)
+        for index, ids in zip(too_long, cut["input_ids"], strict=True):
+            input_ids[index] = ids
+    return input_ids, too_long
 
 
 def paper_max_new_tokens(
@@ -62,6 +85,26 @@ def paper_length_limit(
 def paper_decoding_defaults(settings: Mapping[str, Any]) -> dict[str, Any]:
     """Beam 4 with length penalty 0.6 (section 6.1), unless `settings` choose num_beams or sampling."""
     return {} if "num_beams" in settings or settings.get("do_sample") else dict(PAPER_GENERATION_KWARGS)
+
+
+def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerBase) -> str:
+    """16 hex digits of the sha256 of the vocabulary (token -> id, as sorted JSON): another vocabulary, another print."""
+    vocabulary = json.dumps(tokenizer.get_vocab(), sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(vocabulary.encode("utf-8")).hexdigest()[:16]
+
+
+def check_tokenizer_fingerprint(tokenizer: PreTrainedTokenizerBase, config) -> None:
+    """Raise ValueError when `config` records the fingerprint of another vocabulary than `tokenizer`'s.
+
+    A config without one (saved before fingerprints were recorded) passes.
+    """
+    expected = getattr(config, "tokenizer_fingerprint", None)
+    if expected is not None and (found := tokenizer_fingerprint(tokenizer)) != expected:
+        raise ValueError(
+            f"the tokenizer's vocabulary (fingerprint {found}) is not the one the model was trained with "
+            f"(tokenizer_fingerprint {expected} in its config): translations would be wrong; "
+            "load the tokenizer saved with the model"
+        )
 
 
 def decode_translations(tokenizer: PreTrainedTokenizerBase, output_ids: torch.Tensor) -> list[str]:

@@ -10,6 +10,7 @@ After `import hf_vanilla`:
 from __future__ import annotations
 
 import copy
+import logging
 from typing import Any
 
 from transformers import AutoModelForSeq2SeqLM, GenerationConfig, Pipeline, StoppingCriteriaList
@@ -17,11 +18,15 @@ from transformers.pipelines import PIPELINE_REGISTRY
 
 from .decoding import (
     PAPER_EXTRA_OUTPUT_TOKENS,
+    check_tokenizer_fingerprint,
     decode_translations,
+    encode_sources,
+    max_source_tokens,
     paper_decoding_defaults,
     paper_length_limit,
 )
 
+logger = logging.getLogger(__name__)
 TASK = "vanilla-translation"
 GENERATION_KEYS = {key for key in vars(GenerationConfig()) if not key.startswith("_")} | {"generation_config"}
 
@@ -34,7 +39,9 @@ class VanillaTranslationPipeline(Pipeline):
     GNMT's; see `hf_vanilla.decoding`) unless num_beams or do_sample is set, and each sentence at most its
     source length + `extra_output_tokens` new tokens unless max_new_tokens or max_length is set. Any
     `generate` keyword (num_beams, max_new_tokens, do_sample, num_return_sequences, generation_config...)
-    can be given at construction or per call. A blank input gives an empty translation.
+    can be given at construction or per call. A blank input gives an empty translation; an input longer than
+    the model's positions (`max_position_embeddings`) is cut to fit, with a warning. A tokenizer whose
+    vocabulary is not the one the model's config records (`tokenizer_fingerprint`) is a ValueError.
     """
 
     _pipeline_calls_generate = True
@@ -49,6 +56,8 @@ class VanillaTranslationPipeline(Pipeline):
         # differs between transformers 5.17 and 5.2x.
         self._construction_generate_kwargs = {key: kwargs.pop(key) for key in GENERATION_KEYS & kwargs.keys()}
         super().__init__(*args, **kwargs)
+        if self.tokenizer is not None:
+            check_tokenizer_fingerprint(self.tokenizer, self.model.config)
 
     def __call__(self, inputs: str | list[str], **kwargs) -> list[dict[str, str]] | list[Any]:
         """A list of strings gives one dict per string when each has one translation, as v4's pipeline did."""
@@ -68,7 +77,20 @@ class VanillaTranslationPipeline(Pipeline):
     def preprocess(self, text: str) -> dict[str, Any]:
         if not isinstance(text, str):
             raise TypeError(f"{TASK} takes a string or a list of strings, got {type(text).__name__}")
-        return {**self.tokenizer(text, return_tensors="pt"), "blank": not text.strip()}
+        limit = max_source_tokens(self.model)
+        input_ids, too_long = encode_sources(self.tokenizer, [text], limit)
+        if too_long:
+            logger.warning(
+                "an input of %d characters is longer than the model's %d positions: translating its first %d "
+                "tokens",
+                len(text),
+                limit,
+                limit,
+            )
+        return {
+            **self.tokenizer.pad({"input_ids": input_ids}, return_tensors="pt"),
+            "blank": not text.strip(),
+        }
 
     def _forward(
         self,

@@ -9,6 +9,7 @@ from pathlib import Path
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
 
+from .decoding import check_tokenizer_fingerprint, tokenizer_fingerprint
 from .files import atomic_directory
 
 PAD_TOKEN, BOS_TOKEN, EOS_TOKEN, UNK_TOKEN = "<pad>", "<s>", "</s>", "<unk>"
@@ -88,23 +89,26 @@ def mean_tokens_per_sentence(tokenizer: PreTrainedTokenizerFast, texts: Sequence
     return sum(map(len, encodings)) / len(encodings)
 
 
-def config_kwargs_from_tokenizer(tokenizer: PreTrainedTokenizerFast) -> dict[str, int]:
-    """The model config fields that must agree with the tokenizer."""
+def config_kwargs_from_tokenizer(tokenizer: PreTrainedTokenizerFast) -> dict[str, int | str]:
+    """The model config fields that must agree with the tokenizer: sizes, special token ids, fingerprint."""
     return {
         "vocab_size": len(tokenizer),
         "pad_token_id": tokenizer.pad_token_id,
         "bos_token_id": tokenizer.bos_token_id,
         "eos_token_id": tokenizer.eos_token_id,
         "decoder_start_token_id": tokenizer.bos_token_id,
+        "tokenizer_fingerprint": tokenizer_fingerprint(tokenizer),
     }
 
 
 def check_tokenizer_matches_model(tokenizer: PreTrainedTokenizerFast, config) -> None:
-    """Raise ValueError naming every field where `config` disagrees with `tokenizer`."""
+    """Raise ValueError naming every size or token id where `config` disagrees with `tokenizer`, or else
+    its vocabulary when `config` records another fingerprint (`check_tokenizer_fingerprint`)."""
     mismatches = [
         f"{field}: tokenizer has {expected}, model config has {getattr(config, field, None)}"
         for field, expected in config_kwargs_from_tokenizer(tokenizer).items()
-        if getattr(config, field, None) != expected
+        if field != "tokenizer_fingerprint" and getattr(config, field, None) != expected
     ]
     if mismatches:
         raise ValueError("Tokenizer and model config disagree; " + "; ".join(mismatches))
+    check_tokenizer_fingerprint(tokenizer, config)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from tqdm.auto import tqdm
 from transformers import (
     AutoModelForSeq2SeqLM,
@@ -22,12 +24,46 @@ from .decoding import (
     DEFAULT_MAX_TOKENS,
     PAPER_EXTRA_OUTPUT_TOKENS,
     decode_translations,
+    encode_sources,
+    max_source_tokens,
     paper_length_limit,
 )
 from .files import write_text_atomic
 from .modeling_vanilla import AUTO_ATTENTION
 from .precision import resolve_precision
 from .tokenization import check_tokenizer_matches_model
+
+logger = logging.getLogger(__name__)
+LINES_NAMED = 10  # a warning about long lines names this many of them
+
+
+def _encode_within_positions(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, sources: Sequence[str], skip_long_lines: bool
+) -> dict[int, list[int]]:
+    """The token ids of each nonblank source, by index: a source longer than the encoder's positions cut to
+    fit, or left out with `skip_long_lines`; either way one warning counts them and names the first lines."""
+    nonblank = [index for index, source in enumerate(sources) if source.strip()]
+    if not nonblank:
+        return {}
+    limit = max_source_tokens(model)
+    input_ids, too_long = encode_sources(tokenizer, [sources[index] for index in nonblank], limit)
+    if too_long:
+        lines = [nonblank[position] + 1 for position in too_long]
+        logger.warning(
+            "%d of %d lines are longer than the model's %d positions and were %s: line %s%s",
+            len(lines),
+            len(sources),
+            limit,
+            "left blank" if skip_long_lines else f"cut to their first {limit} tokens",
+            ", ".join(map(str, lines[:LINES_NAMED])),
+            "..." if len(lines) > LINES_NAMED else "",
+        )
+    left_out = set(too_long) if skip_long_lines else set()
+    return {
+        index: ids
+        for position, (index, ids) in enumerate(zip(nonblank, input_ids, strict=True))
+        if position not in left_out
+    }
 
 
 def translate_sentences(
@@ -37,6 +73,7 @@ def translate_sentences(
     max_tokens: int = DEFAULT_MAX_TOKENS,
     extra_output_tokens: int = PAPER_EXTRA_OUTPUT_TOKENS,
     show_progress: bool = True,
+    skip_long_lines: bool = False,
     **generate_kwargs,
 ) -> list[str]:
     """Translate `sources` and return the detokenized translations in the order of `sources`.
@@ -48,20 +85,22 @@ def translate_sentences(
     length_penalty, do_sample...) go to `model.generate`, over the model's generation config: pass
     num_beams=1 for greedy search whatever the saved model says.
     Blank or empty sources translate to "" without running the model; a line break inside a
-    translation becomes a space, so one line in gives one line out.
+    translation becomes a space, so one line in gives one line out. A source longer than the model's
+    positions (`max_position_embeddings`) is cut to fit, or with `skip_long_lines` translates to "";
+    a warning names those lines (1-based positions in `sources`).
     """
     translations = [""] * len(sources)
-    nonblank = [index for index, source in enumerate(sources) if source.strip()]
-    if not nonblank:
+    to_translate = _encode_within_positions(model, tokenizer, sources, skip_long_lines)
+    if not to_translate:
         return translations
-    input_ids = tokenizer([sources[index] for index in nonblank])["input_ids"]
+    indices, input_ids = list(to_translate), list(to_translate.values())
     sampler = TokenBatchSampler([len(ids) for ids in input_ids], max_tokens, shuffle=False)
     model_was_training = model.training
     model.eval()
     try:
         with (
             torch.inference_mode(),
-            tqdm(total=len(nonblank), unit="sent", desc="Translating", disable=not show_progress) as progress,
+            tqdm(total=len(indices), unit="sent", desc="Translating", disable=not show_progress) as progress,
         ):
             for batch in sampler:
                 batch_ids = [input_ids[position] for position in batch]
@@ -73,7 +112,7 @@ def translate_sentences(
                 )
                 outputs = model.generate(**encoded, **limit, **generate_kwargs)
                 for position, text in zip(batch, decode_translations(tokenizer, outputs), strict=True):
-                    translations[nonblank[position]] = text
+                    translations[indices[position]] = text
                 progress.update(len(batch))
     finally:
         model.train(model_was_training)
@@ -99,8 +138,9 @@ def load_model_and_tokenizer(
     "bfloat16" or "float16".
 
     `model_kwargs` go to `from_pretrained` (e.g. attn_implementation="eager"; ours default to AUTO_ATTENTION).
-    For our own model type the tokenizer's vocabulary size and special token ids must match the
-    model config (`check_tokenizer_matches_model`); other seq2seq models are taken as they are.
+    For our own model type the tokenizer's vocabulary size, special token ids and vocabulary fingerprint
+    must match the model config (`check_tokenizer_matches_model`); other seq2seq models are taken as they
+    are. Unreadable weights (a truncated or corrupt safetensors file) are a ValueError naming the file.
     """
     device = resolve_device(device)
     torch_dtype = resolve_precision(dtype, device.type).dtype
@@ -112,6 +152,10 @@ def load_model_and_tokenizer(
             f"cannot load a model and tokenizer from {str(model_name_or_path)!r}: it is no saved model "
             f"directory and could not be loaded from the Hub ({err})"
         ) from err
+    except SafetensorError as err:
+        weights = Path(model_name_or_path) / "model.safetensors"
+        where = weights if weights.is_file() else f"the weights of {model_name_or_path}"
+        raise ValueError(f"{where} is truncated or corrupt ({err}); re-save or re-download it") from err
     if model.config.model_type == VanillaTransformerConfig.model_type:
         check_tokenizer_matches_model(tokenizer, model.config)
         if "attn_implementation" not in model_kwargs:

@@ -368,3 +368,109 @@ def test_select_checkpoint_script_prints_the_validation_table(tiny_model_dir, mu
     assert table[0].startswith("validation (3 sentences), nrefs:1|case:mixed")
     assert len(table) == 2 + 2 and sum("<- chosen" in line for line in table) == 1
     assert json.loads((tmp_path / "selection.json").read_text())["reports"] == {}
+
+
+LONG_LINE = " ".join(["Hund"] * 2000)
+
+
+@pytest.fixture(scope="module")
+def short_model(tiny_model_and_tokenizer):
+    """The tiny model's shape with 24 positions, so that a line of a few dozen words is too long for it."""
+    model, tokenizer = tiny_model_and_tokenizer
+    config = model.config.__class__(**{**model.config.to_dict(), "max_position_embeddings": 24})
+    return type(model)(config).eval(), tokenizer
+
+
+def test_a_line_longer_than_the_model_is_cut_or_left_blank_and_named_once(short_model, caplog):
+    model, tokenizer = short_model
+    sources = ["Ein Hund rennt.", LONG_LINE, "", "Kinder.", LONG_LINE]
+    alone = translate_sentences(model, tokenizer, [sources[0], sources[3]], show_progress=False, num_beams=1)
+    with caplog.at_level("WARNING"):
+        cut = translate_sentences(model, tokenizer, sources, show_progress=False, num_beams=1)
+        skipped = translate_sentences(
+            model, tokenizer, sources, show_progress=False, num_beams=1, skip_long_lines=True
+        )
+    assert [cut[0], cut[3]] == [skipped[0], skipped[3]] == alone
+    assert cut[1] and cut[1] == cut[4]  # the first 24 tokens of the long line, translated
+    assert skipped[1] == skipped[2] == skipped[4] == ""
+    warnings = [record.getMessage() for record in caplog.records if "positions" in record.getMessage()]
+    assert warnings == [
+        "2 of 5 lines are longer than the model's 24 positions and were cut to their first 24 tokens: line 2, 5",
+        "2 of 5 lines are longer than the model's 24 positions and were left blank: line 2, 5",
+    ]
+
+
+def test_translate_script_writes_every_line_of_a_file_with_a_2000_word_line(tiny_model_dir, tmp_path):
+    source = tmp_path / "input.de"
+    source.write_text(f"Ein Hund rennt.\n{LONG_LINE}\nKinder.\n")
+    outputs = {}
+    for flags in ([], ["--skip_long_lines"]):
+        output = tmp_path / f"output{len(flags)}.en"
+        completed = subprocess.run(
+            [sys.executable, str(SCRIPTS / "translate.py"), str(tiny_model_dir), "--input", str(source)]
+            + ["--output", str(output), "--num-beams", "1", "--max-new-tokens", "3", "--quiet", *flags],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        assert "1 of 3 lines are longer than the model's 1024 positions" in completed.stderr
+        assert "line 2" in completed.stderr and "Traceback" not in completed.stderr
+        outputs[len(flags)] = output.read_text().split("\n")
+    assert len(outputs[0]) == 4 and all(outputs[0][:3])
+    assert outputs[1] == [outputs[0][0], "", outputs[0][2], ""]
+
+
+@pytest.mark.parametrize("script", ["translate.py", "evaluate_bleu.py"])
+@pytest.mark.parametrize("beams", ["0", "-2"])
+def test_scripts_reject_a_beam_size_below_one_in_one_line(script, beams, tiny_model_dir):
+    completed = subprocess.run(
+        [sys.executable, str(SCRIPTS / script), str(tiny_model_dir), "--num-beams", beams],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
+    assert completed.returncode == 2
+    assert completed.stderr.splitlines()[-1] == (
+        f"{script}: error: argument --num-beams/--num_beams: must be at least 1, got {beams}"
+    )
+    assert "Traceback" not in completed.stderr
+
+
+def test_a_truncated_weights_file_is_named_in_one_line(tiny_model_dir, tmp_path):
+    shutil.copytree(tiny_model_dir, tmp_path / "model")
+    weights = tmp_path / "model" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    with pytest.raises(ValueError, match=f"{weights} is truncated or corrupt .*re-save or re-download it"):
+        load_model_and_tokenizer(tmp_path / "model")
+    completed = subprocess.run(
+        [sys.executable, str(SCRIPTS / "translate.py"), str(tmp_path / "model"), "--quiet"],
+        input="Ein Hund.\n",
+        capture_output=True,
+        text=True,
+    )
+    assert completed.returncode == 1
+    assert completed.stderr.splitlines()[-1].startswith(f"error: {weights} is truncated or corrupt")
+    assert "Traceback" not in completed.stderr
+
+
+def with_another_vocabulary_of_the_same_size(model_dir, destination):
+    """A copy of `model_dir` whose tokenizer swaps the ids of two ordinary tokens: same size, same special ids."""
+    shutil.copytree(model_dir, destination)
+    path = destination / "tokenizer.json"
+    data = json.loads(path.read_text())
+    vocabulary = data["model"]["vocab"]
+    first, second = list(vocabulary)[500:502]
+    vocabulary[first], vocabulary[second] = vocabulary[second], vocabulary[first]
+    path.write_text(json.dumps(data, ensure_ascii=False))
+    return destination
+
+
+def test_loading_rejects_a_tokenizer_of_the_same_size_with_another_vocabulary(tiny_model_dir, tmp_path):
+    swapped = with_another_vocabulary_of_the_same_size(tiny_model_dir, tmp_path / "swapped")
+    assert len(AutoTokenizer.from_pretrained(swapped)) == len(AutoTokenizer.from_pretrained(tiny_model_dir))
+    with pytest.raises(ValueError, match="not the one the model was trained with"):
+        load_model_and_tokenizer(swapped)
+    model = AutoModelForSeq2SeqLM.from_pretrained(swapped)
+    model.config.tokenizer_fingerprint = None  # as a checkpoint saved before fingerprints: loads unchecked
+    model.save_pretrained(swapped)
+    assert load_model_and_tokenizer(swapped)[1]

@@ -76,3 +76,28 @@ def test_direct_construction_and_bad_input(tiny_model_dir):
     assert translator([]) == []
     with pytest.raises(TypeError, match="string or a list of strings"):
         translator([3])
+
+
+def test_an_input_longer_than_the_model_is_cut_with_a_warning(tiny_model_dir, caplog):
+    model = AutoModelForSeq2SeqLM.from_pretrained(tiny_model_dir)
+    model.config.max_position_embeddings = 24  # the limit the model checks its inputs against
+    translator = VanillaTranslationPipeline(model=model, tokenizer=AutoTokenizer.from_pretrained(tiny_model_dir))
+    long_input = " ".join(["Hund"] * 60)
+    with caplog.at_level("WARNING"):
+        results = translator(["Ein Hund.", long_input], num_beams=1)
+    assert all(result["translation_text"] for result in results)
+    assert [record.getMessage() for record in caplog.records if "positions" in record.getMessage()] == [
+        f"an input of {len(long_input)} characters is longer than the model's 24 positions: translating its "
+        "first 24 tokens"
+    ]
+
+
+def test_a_tokenizer_with_another_vocabulary_is_refused(tiny_model_dir, tmp_path):
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    vocabulary = tokenizer.get_vocab()
+    model = AutoModelForSeq2SeqLM.from_pretrained(tiny_model_dir)
+    model.config.tokenizer_fingerprint = "0" * 16
+    with pytest.raises(ValueError, match="not the one the model was trained with"):
+        VanillaTranslationPipeline(model=model, tokenizer=tokenizer)
+    model.config.tokenizer_fingerprint = None  # saved before fingerprints: not checked
+    assert VanillaTranslationPipeline(model=model, tokenizer=tokenizer).tokenizer.get_vocab() == vocabulary

@@ -8,8 +8,10 @@ import sys
 import pytest
 from conftest import SCRIPTS
 from huggingface_hub import ModelCard
+from transformers import AutoTokenizer
 
 from hf_vanilla.data import load_translation_split
+from hf_vanilla.tokenization import tokenizer_fingerprint
 
 FRESH_PROCESS = """
 import json, sys
@@ -113,3 +115,10 @@ def test_every_checkpoint_has_a_model_card_with_hub_metadata(trained_run):
     average = ModelCard.load(trained_run / "checkpoint_average" / "README.md")
     assert average.data.eval_results is None
     assert "average of the weights of checkpoint_20, checkpoint_30" in average.text
+
+
+def test_every_checkpoint_records_its_tokenizers_fingerprint(trained_run):
+    for name in ("checkpoint_best", "checkpoint_last", "checkpoint_average"):
+        config = json.loads((trained_run / name / "config.json").read_text())
+        tokenizer = AutoTokenizer.from_pretrained(trained_run / name)
+        assert config["tokenizer_fingerprint"] == tokenizer_fingerprint(tokenizer)

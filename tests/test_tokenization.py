@@ -12,6 +12,7 @@ from hf_vanilla.tokenization import (
     mean_tokens_per_sentence,
     round_trip_rate,
     save_tokenizer,
+    tokenizer_fingerprint,
     train_tokenizer,
 )
 
@@ -129,6 +130,7 @@ def test_config_kwargs_from_tokenizer(tokenizer):
         "bos_token_id": 1,
         "eos_token_id": 2,
         "decoder_start_token_id": 1,
+        "tokenizer_fingerprint": tokenizer_fingerprint(tokenizer),
     }
 
 
@@ -145,3 +147,21 @@ def test_mismatched_config_names_field_and_both_values(tokenizer, field, wrong):
     right = config_kwargs_from_tokenizer(tokenizer)[field]
     with pytest.raises(ValueError, match=f"{field}: tokenizer has {right}, model config has {wrong}"):
         check_tokenizer_matches_model(tokenizer, config)
+
+
+def test_fingerprint_tells_vocabularies_of_one_size_apart_and_survives_a_reload(
+    tokenizer, train_texts, tmp_path
+):
+    other = train_tokenizer(train_texts[::-1][:2000], vocab_size=SMALL_VOCAB, show_progress=False)
+    assert len(other) == len(tokenizer)
+    assert tokenizer_fingerprint(other) != tokenizer_fingerprint(tokenizer)
+    save_tokenizer(tokenizer, tmp_path)
+    assert tokenizer_fingerprint(AutoTokenizer.from_pretrained(tmp_path)) == tokenizer_fingerprint(tokenizer)
+    assert len(tokenizer_fingerprint(tokenizer)) == 16
+
+    # The sizes and ids agree, so only the fingerprint tells the other vocabulary apart.
+    config = SimpleNamespace(**config_kwargs_from_tokenizer(tokenizer))
+    with pytest.raises(ValueError, match="not the one the model was trained with"):
+        check_tokenizer_matches_model(other, config)
+    config.tokenizer_fingerprint = None  # a config saved before fingerprints: not checked
+    check_tokenizer_matches_model(other, config)
