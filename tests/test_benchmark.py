@@ -244,3 +244,17 @@ def test_static_cache_generates_what_the_dynamic_cache_does(num_beams):
         )
     assert torch.equal(runs["static"].sequences, runs["dynamic"].sequences)
     torch.testing.assert_close(torch.stack(runs["static"].scores), torch.stack(runs["dynamic"].scores))
+
+
+@pytest.mark.parametrize("num_beams", [1, 4])
+def test_cross_attention_keys_and_values_are_computed_once_per_generate(num_beams):
+    model = VanillaTransformerForConditionalGeneration(
+        VanillaTransformerConfig.from_preset("tiny", vocab_size=40)
+    ).eval()
+    calls = []
+    for layer in model.model.decoder.layers:
+        layer.encoder_attn.kv_proj.register_forward_hook(lambda *args: calls.append(1))
+    batch = padded_batch(3)
+    del batch["decoder_input_ids"]
+    model.generate(**batch, num_beams=num_beams, min_new_tokens=6, max_new_tokens=6, do_sample=False)
+    assert len(calls) == len(model.model.decoder.layers)
