@@ -434,13 +434,17 @@ def _prepare_output_dir(
         except ValueError as err:
             raise TrainingError(f"{last}: {err}") from err
         _check_same_shape(saved, model_config, last)
-    elif run_traces(output_dir) and not overwrite:
-        raise TrainingError(
-            f"{output_dir} already holds a run ({', '.join(run_traces(output_dir)[:4])}); pass --resume to continue "
-            "it or --overwrite-output-dir to replace it"
-        )
-    elif overwrite and accelerator.is_main_process:
-        remove_run(output_dir)
+    else:
+        traces = run_traces(output_dir)
+        # Every process has looked before the main process writes: one that looked later would see this run.
+        accelerator.wait_for_everyone()
+        if traces and not overwrite:
+            raise TrainingError(
+                f"{output_dir} already holds a run ({', '.join(traces[:4])}); pass --resume to continue it or "
+                "--overwrite-output-dir to replace it"
+            )
+        if overwrite and accelerator.is_main_process:
+            remove_run(output_dir)
     if accelerator.is_main_process:
         try:
             write_text_atomic(
