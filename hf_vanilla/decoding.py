@@ -62,11 +62,13 @@ class NewTokenLimit(StoppingCriteria):
     def __init__(self, limits: torch.Tensor, prompt_length: int = 1):
         self.limits = limits
         self.prompt_length = prompt_length  # the decoder start token
+        self.row_limits = limits  # expanded to the rows once, on the rows' device, then reused every step
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs) -> torch.BoolTensor:
-        rows_per_sentence = input_ids.shape[0] // self.limits.shape[0]
-        limits = self.limits.to(input_ids.device).repeat_interleave(rows_per_sentence)
-        return input_ids.shape[-1] - self.prompt_length >= limits
+        if self.row_limits.shape[0] != input_ids.shape[0] or self.row_limits.device != input_ids.device:
+            rows_per_sentence = input_ids.shape[0] // self.limits.shape[0]
+            self.row_limits = self.limits.to(input_ids.device).repeat_interleave(rows_per_sentence)
+        return input_ids.shape[-1] - self.prompt_length >= self.row_limits
 
 
 def paper_length_limit(
