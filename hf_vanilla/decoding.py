@@ -75,9 +75,9 @@ def paper_length_limit(
     model: PreTrainedModel, attention_mask: torch.Tensor, extra_output_tokens: int = PAPER_EXTRA_OUTPUT_TOKENS
 ) -> dict[str, Any]:
     """`generate` keywords for section 6.1's limit: each sentence at most its own source length + 50 new tokens."""
-    limits = torch.tensor(
-        [paper_max_new_tokens(model, int(length), extra_output_tokens) for length in attention_mask.sum(-1)]
-    )
+    # One transfer of the source lengths, not one per sentence (each a device synchronisation on a GPU).
+    lengths = attention_mask.sum(-1).tolist()
+    limits = torch.tensor([paper_max_new_tokens(model, length, extra_output_tokens) for length in lengths])
     return {
         "max_new_tokens": int(limits.max()),
         "stopping_criteria": StoppingCriteriaList([NewTokenLimit(limits)]),

@@ -81,9 +81,9 @@ def translate_sentences(
     Sentences are sorted by length and batched so that sentences * longest source stays within
     `max_tokens` (beam search multiplies the memory by num_beams). Unless `max_new_tokens` is among
     `generate_kwargs`, each sentence may produce up to its source length + `extra_output_tokens` new
-    tokens (section 6.1), capped by the model's max_position_embeddings, whatever it is batched with. `generate_kwargs` (num_beams,
-    length_penalty, do_sample...) go to `model.generate`, over the model's generation config: pass
-    num_beams=1 for greedy search whatever the saved model says.
+    tokens (section 6.1), capped by the model's max_position_embeddings, whatever it is batched with.
+    `generate_kwargs` (num_beams, length_penalty, do_sample...) go to `model.generate`, over the model's
+    generation config: pass num_beams=1 for greedy search whatever the saved model says.
     Blank or empty sources translate to "" without running the model; a line break inside a
     translation becomes a space, so one line in gives one line out. A source longer than the model's
     positions (`max_position_embeddings`) is cut to fit, or with `skip_long_lines` translates to "";
