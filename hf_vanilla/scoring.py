@@ -135,6 +135,45 @@ def evaluate_translation(
     return hypotheses, report
 
 
+def score_model(
+    model_name_or_path: str | os.PathLike,
+    pairs: datasets.Dataset,
+    target_lang: str = "",
+    device: str | None = None,
+    dtype: str = "float32",
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    settings: Sequence[dict[str, Any]] = ({},),
+    show_progress: bool = False,
+) -> list[dict[str, Any]]:
+    """A saved model decoded on `pairs` (`source` / `target`) with each of `settings` (generate kwargs): one row
+    each, with cased and lowercased BLEU, chrF, the BLEU signature and the seconds spent."""
+    model, tokenizer = load_model_and_tokenizer(model_name_or_path, device, dtype)
+    rows = []
+    for setting in settings:
+        _, report = evaluate_translation(
+            model,
+            tokenizer,
+            pairs["source"],
+            pairs["target"],
+            max_tokens=max_tokens,
+            target_lang=target_lang,
+            show_progress=show_progress,
+            **setting,
+        )
+        rows.append(
+            {
+                "model": str(model_name_or_path),
+                **setting,
+                "bleu": report["cased"]["bleu"],
+                "bleu_lowercased": report["lowercased"]["bleu"],
+                "chrf": report["cased"]["chrf"],
+                "signature": report["cased"]["bleu_signature"],
+                "seconds": report["seconds"],
+            }
+        )
+    return rows
+
+
 def evaluate_bleu(
     model_name_or_path: str | os.PathLike,
     dataset: str,

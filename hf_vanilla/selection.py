@@ -16,8 +16,7 @@ from .decoding import (
     PAPER_GENERATION_KWARGS,
 )
 from .files import write_text_atomic
-from .scoring import evaluate_bleu, evaluate_translation, load_evaluation_pairs
-from .translation import load_model_and_tokenizer
+from .scoring import evaluate_bleu, load_evaluation_pairs, score_model
 
 RUN_CANDIDATES = ("checkpoint_best", "checkpoint_last", "checkpoint_average")
 
@@ -66,30 +65,10 @@ def _validation_rows(candidates, settings, pairs, target_lang, device, dtype, ma
     rows = []
     with tqdm(total=len(candidates) * len(settings), unit="decoding", desc="Validation") as progress:
         for candidate in candidates:
-            model, tokenizer = load_model_and_tokenizer(candidate, device, dtype)
-            for setting in settings:
-                _, scores = evaluate_translation(
-                    model,
-                    tokenizer,
-                    pairs["source"],
-                    pairs["target"],
-                    max_tokens=max_tokens,
-                    target_lang=target_lang,
-                    show_progress=False,
-                    **setting,
-                )
-                rows.append(
-                    {
-                        "model": str(candidate),
-                        **setting,
-                        "bleu": scores["cased"]["bleu"],
-                        "bleu_lowercased": scores["lowercased"]["bleu"],
-                        "chrf": scores["cased"]["chrf"],
-                        "seconds": scores["seconds"],
-                    }
-                )
-                progress.update()
-    return rows, scores["cased"]["bleu_signature"]
+            rows += score_model(candidate, pairs, target_lang, device, dtype, max_tokens, settings)
+            progress.update(len(settings))
+    signature = rows[-1]["signature"]
+    return [{name: value for name, value in row.items() if name != "signature"} for row in rows], signature
 
 
 def select_on_validation(

@@ -1,0 +1,83 @@
+"""Minutes of training a run needed to reach a BLEU score: a peer model's, or one given.
+
+Decodes every numbered checkpoint of the run on the split (beam 4, length penalty 0.6 unless told otherwise) and
+takes each one's minutes from the run's log; writes time_to_quality.json and time_to_quality.png. Compare only
+runs made side by side on one machine:
+
+    python scripts/train.py --config configs/multi30k-small.yaml --output-dir RUN
+    python ../shared/tools/peer_marian.py PEER --src de --tgt en
+    python scripts/time_to_quality.py RUN --peer PEER --source-lang de --target-lang en
+"""
+
+import logging
+import sys
+
+from hf_vanilla.cli import (
+    ArgumentParser,
+    add_dataset_arguments,
+    add_runtime_arguments,
+    dataset_kwargs,
+    positive_int,
+    runtime_kwargs,
+)
+from hf_vanilla.decoding import PAPER_GENERATION_KWARGS
+from hf_vanilla.time_to_quality import time_to_quality
+
+
+def main() -> None:
+    parser = ArgumentParser(description=__doc__)
+    parser.add_argument("run", help="a training run directory (its numbered checkpoints and train_log.jsonl)")
+    target = parser.add_mutually_exclusive_group()
+    target.add_argument(
+        "--peer", help="a saved seq2seq model whose BLEU, decoded the same way, is the target"
+    )
+    target.add_argument("--target-bleu", type=float, help="the cased BLEU to reach")
+    add_dataset_arguments(parser)
+    parser.add_argument("--split", default="validation", help="the split to score on")
+    parser.add_argument(
+        "--num-beams",
+        type=positive_int,
+        default=PAPER_GENERATION_KWARGS["num_beams"],
+        help="beam size; 1: greedy",
+    )
+    parser.add_argument(
+        "--length-penalty",
+        type=float,
+        default=PAPER_GENERATION_KWARGS["length_penalty"],
+        help="with beams > 1",
+    )
+    add_runtime_arguments(parser)
+    parser.add_argument("--output-dir", help="where the report and plot go (default: the run directory)")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    decoding = {"num_beams": args.num_beams}
+    if args.num_beams > 1:
+        decoding["length_penalty"] = args.length_penalty
+    try:
+        report = time_to_quality(
+            args.run,
+            output_dir=args.output_dir,
+            peer=args.peer,
+            target_bleu=args.target_bleu,
+            split=args.split,
+            **runtime_kwargs(args),
+            **dataset_kwargs(args),
+            **decoding,
+        )
+    except (ValueError, FileNotFoundError) as err:
+        sys.exit(f"error: {err}")
+    print(f"{args.split} ({report['sentences']} sentences), {report['checkpoints'][0]['signature']}")
+    print(f"{'minutes':>7} {'BLEU':>6} {'lc':>6} {'chrF':>6}  checkpoint")
+    for point in report["checkpoints"]:
+        print(
+            f"{point['minutes']:7.1f} {point['bleu']:6.2f} {point['bleu_lowercased']:6.2f} "
+            f"{point['chrf']:6.2f}  {point['checkpoint']}"
+        )
+    target, reached = report["target"], report["reached"]
+    if target is not None:
+        where = f"after {reached['minutes']:.1f} minutes ({reached['checkpoint']})" if reached else "never"
+        print(f"target {target['bleu']:.2f} ({target['source']}): reached {where}")
+
+
+if __name__ == "__main__":
+    main()
