@@ -23,7 +23,7 @@ import torch
 import transformers
 from tokenizers import Tokenizer, models
 from tqdm.auto import tqdm
-from transformers import PreTrainedTokenizerFast
+from transformers import CompileConfig, PreTrainedTokenizerFast
 
 from .configuration_vanilla import SIZE_FIELDS, VanillaTransformerConfig
 from .export import convert_to_ctranslate2, export_to_marian, to_marian
@@ -240,18 +240,23 @@ def make_training_step(model, batch: dict[str, torch.Tensor], dtype: torch.dtype
     return step
 
 
-GENERATION_CACHES = ("cached", "uncached", "static")
+GENERATION_CACHES = ("cached", "uncached", "static", "static-compiled")
 
 
 def make_generation(
     model, inputs: dict[str, torch.Tensor], num_beams: int, cache: str | bool, new_tokens: int
 ) -> Callable[[], None]:
-    """`cache`: "cached" (a dynamic key/value cache; also True), "uncached" (also False), or "static" (a
-    preallocated cache, with which `generate` compiles the decoding step on a GPU)."""
+    """`cache`: "cached" (a dynamic key/value cache; also True), "uncached" (also False), "static" (a
+    preallocated cache, with which `generate` compiles the decoding step on a GPU), or "static-compiled" (the
+    same, compiled on a CPU too, weights frozen into the graph: generate compiles on GPUs only unless told)."""
     cache = {True: "cached", False: "uncached"}.get(cache, cache)
     settings = {"use_cache": cache != "uncached"}
-    if cache == "static":
+    if cache in ("static", "static-compiled"):
         settings["cache_implementation"] = "static"
+    if cache == "static-compiled":
+        compile_config = CompileConfig(mode=None, options={"freezing": True})
+        compile_config._compile_all_devices = True
+        settings["compile_config"] = compile_config
 
     def generate() -> None:
         with torch.inference_mode():

@@ -46,7 +46,8 @@ def main() -> None:
         nargs="+",
         default=["cached", "uncached"],
         choices=GENERATION_CACHES,
-        help="key/value cache: cached (dynamic), uncached, static (preallocated; generate compiles it on a GPU)",
+        help="key/value cache: cached (dynamic), uncached, static (preallocated; generate compiles it on a GPU), "
+        "static-compiled (compiled on a CPU too, both models)",
     )
     parser.add_argument(
         "--ctranslate2", nargs="*", default=["int8", "float32"], help="quantizations; none: skip"

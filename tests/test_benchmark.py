@@ -18,6 +18,7 @@ from hf_vanilla.benchmark import (
     PeakMemory,
     benchmark_config,
     format_table,
+    make_generation,
     resolve_dtypes,
     run_benchmark,
     save_results,
@@ -258,3 +259,17 @@ def test_cross_attention_keys_and_values_are_computed_once_per_generate(num_beam
     del batch["decoder_input_ids"]
     model.generate(**batch, num_beams=num_beams, min_new_tokens=6, max_new_tokens=6, do_sample=False)
     assert len(calls) == len(model.model.decoder.layers)
+
+
+def test_static_compiled_generation_asks_generate_to_compile_on_any_device():
+    class Recorder:
+        def generate(self, **kwargs):
+            self.kwargs = kwargs
+
+    model = Recorder()
+    make_generation(model, {}, num_beams=1, cache="static-compiled", new_tokens=2)()
+    assert model.kwargs["cache_implementation"] == "static" and model.kwargs["use_cache"]
+    compile_config = model.kwargs["compile_config"]
+    assert compile_config._compile_all_devices and compile_config.options == {"freezing": True}
+    make_generation(model, {}, num_beams=1, cache="static", new_tokens=2)()
+    assert "compile_config" not in model.kwargs
