@@ -87,8 +87,15 @@ def translate_sentences(
     Blank or empty sources translate to "" without running the model; a line break inside a
     translation becomes a space, so one line in gives one line out. A source longer than the model's
     positions (`max_position_embeddings`) is cut to fit, or with `skip_long_lines` translates to "";
-    a warning names those lines (1-based positions in `sources`).
+    a warning names those lines (1-based positions in `sources`). An explicit `max_new_tokens` beyond the
+    decoder's positions is a ValueError before anything is decoded.
     """
+    room = model.config.max_position_embeddings - 1  # the decoder start token takes one position
+    if generate_kwargs.get("max_new_tokens", 0) > room:
+        raise ValueError(
+            f"max_new_tokens={generate_kwargs['max_new_tokens']} is more than the decoder has positions for: at "
+            f"most {room} (max_position_embeddings {model.config.max_position_embeddings} less the start token)"
+        )
     translations = [""] * len(sources)
     to_translate = _encode_within_positions(model, tokenizer, sources, skip_long_lines)
     if not to_translate:

@@ -92,6 +92,19 @@ def test_explicit_max_new_tokens_wins(tiny_model_and_tokenizer):
     assert {call["max_new_tokens"] for call in echo.calls} == {7}
 
 
+def test_an_explicit_output_limit_beyond_the_decoders_positions_is_refused_before_decoding(
+    tiny_model_and_tokenizer,
+):
+    _, tokenizer = tiny_model_and_tokenizer
+    echo = EchoModel()
+    room = echo.config.max_position_embeddings - 1
+    with pytest.raises(ValueError, match=f"max_new_tokens={room + 1} is more than .* at most {room}"):
+        translate_sentences(echo, tokenizer, SOURCES, show_progress=False, max_new_tokens=room + 1)
+    assert echo.calls == []
+    translate_sentences(echo, tokenizer, SOURCES, show_progress=False, max_new_tokens=room)
+    assert {call["max_new_tokens"] for call in echo.calls} == {room}
+
+
 @pytest.mark.parametrize("num_beams", [1, 3])
 def test_each_sentence_stops_at_its_own_source_length_plus_50_whatever_it_is_batched_with(
     tiny_model_and_tokenizer, num_beams
