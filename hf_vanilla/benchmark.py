@@ -10,6 +10,7 @@ the GPU, the dtype and the library versions. dtype "auto" is bf16 where the hard
 from __future__ import annotations
 
 import ctypes
+import functools
 import json
 import os
 import statistics
@@ -422,40 +423,71 @@ def run_benchmark(
         for cache in generation_caches
     ]
     progress = tqdm(total=len(training_cases) + len(generation_cases), desc=f"benchmark {size}", unit="case")
+    prepare = functools.partial(_prepare, ours=ours, compile_model=compile_model)
+    timing = {"repeats": repeats, "clock": clock, "device": device}
+    results["training"] = _training_results(
+        models, batch, (labelled, flops), results["peak_flops"], training_cases, prepare, timing, progress
+    )
+    inputs = {
+        batch_size: {k: v.to(device) for k, v in generation_inputs(config, batch_size, seed).items()}
+        for batch_size in generation_batch_sizes
+    }
+    results["generation"] = _generation_results(
+        models, inputs, generation_cases, new_tokens, prepare, timing, progress
+    )
+    progress.close()
 
-    def prepare(model, attn: str, training: bool):
-        # In the "sdpa" cases ours runs what hf_vanilla trains and decodes with: torch's SDPA, or matmuls where faster.
-        model.set_attn_implementation(AUTO_ATTENTION if model is ours and attn == "sdpa" else attn)
-        model.train(training)
-        if compile_model and model is ours:
-            return torch.compile(model)
-        return model
+    if ctranslate2_quantizations and device.type == "cpu" and _has_ctranslate2():
+        results["ctranslate2"] = _benchmark_ctranslate2(
+            ours.float(), inputs, new_tokens, repeats, ctranslate2_quantizations, prepare, clock
+        )
+    return results
 
-    for dtype, attn in training_cases:
+
+def _prepare(model, attn: str, training: bool, ours, compile_model: bool):
+    """`model` in train or eval mode with `attn`; ours compiled when asked (Marian stays eager)."""
+    # In the "sdpa" cases ours runs what hf_vanilla trains and decodes with: torch's SDPA, or matmuls where faster.
+    model.set_attn_implementation(AUTO_ATTENTION if model is ours and attn == "sdpa" else attn)
+    model.train(training)
+    if compile_model and model is ours:
+        return torch.compile(model)
+    return model
+
+
+def _training_results(models, batch, work, peak_flops, cases, prepare, timing, progress) -> list[dict]:
+    """Each (dtype, attention) case: target tokens/s, first step, MFU and peak memory of each model, the ratio.
+
+    `work`: the batch's (labelled target tokens, training FLOPs).
+    """
+    (labelled, flops), clock, device = work, timing["clock"], timing["device"]
+    results = []
+    for dtype, attn in cases:
         steps = {
             name: make_training_step(prepare(model, attn, True), batch, getattr(torch, dtype))
             for name, model in models.items()
         }
         first_seconds = {name: _seconds(step, CLOCKS[clock], device) for name, step in steps.items()}
-        seconds = interleaved_seconds(steps, repeats, clock=clock, device=device)
+        seconds = interleaved_seconds(steps, timing["repeats"], clock=clock, device=device)
         case = {"dtype": dtype, "attn_implementation": attn}
         for name in MODEL_NAMES:
             rates = _rates(labelled, seconds[name])
             rates["first_step_seconds"] = first_seconds[name]  # with compilation, when compiling
-            rates["mfu"] = flops / statistics.median(seconds[name]) / results["peak_flops"][dtype]
+            rates["mfu"] = flops / statistics.median(seconds[name]) / peak_flops[dtype]
             with peak_memory(device) as memory:
                 steps[name]()
             rates["peak_memory_bytes"] = memory.peak_bytes
             case[name] = rates
         case["ratio"] = case["ours"]["per_second"] / case["marian"]["per_second"]
-        results["training"].append(case)
+        results.append(case)
         progress.update()
+    return results
 
-    inputs = {
-        batch_size: {k: v.to(device) for k, v in generation_inputs(config, batch_size, seed).items()}
-        for batch_size in generation_batch_sizes
-    }
-    for dtype, batch_size, num_beams, cache in generation_cases:
+
+def _generation_results(models, inputs, cases, new_tokens, prepare, timing, progress) -> list[dict]:
+    """Each (dtype, batch size, beams, cache) case: new tokens/s and peak memory of each model, the ratio."""
+    device = timing["device"]
+    results = []
+    for dtype, batch_size, num_beams, cache in cases:
         # Inference runs in the model's own dtype, as users run it: weights cast once, not autocast every step.
         runs = {
             name: make_generation(
@@ -467,7 +499,7 @@ def run_benchmark(
             )
             for name, model in models.items()
         }
-        seconds = interleaved_seconds(runs, repeats, clock=clock, device=device)
+        seconds = interleaved_seconds(runs, timing["repeats"], clock=timing["clock"], device=device)
         case = {"dtype": dtype, "batch_size": batch_size, "num_beams": num_beams, "cache": cache}
         for name in MODEL_NAMES:
             case[name] = _rates(batch_size * new_tokens, seconds[name])
@@ -475,14 +507,8 @@ def run_benchmark(
                 runs[name]()
             case[name]["peak_memory_bytes"] = memory.peak_bytes
         case["ratio"] = case["ours"]["per_second"] / case["marian"]["per_second"]
-        results["generation"].append(case)
+        results.append(case)
         progress.update()
-    progress.close()
-
-    if ctranslate2_quantizations and device.type == "cpu" and _has_ctranslate2():
-        results["ctranslate2"] = _benchmark_ctranslate2(
-            ours.float(), inputs, new_tokens, repeats, ctranslate2_quantizations, prepare, clock
-        )
     return results
 
 
