@@ -27,11 +27,10 @@ from hf_vanilla.time_to_quality import time_to_quality
 def main() -> None:
     parser = ArgumentParser(description=__doc__)
     parser.add_argument("run", help="a training run directory (its numbered checkpoints and train_log.jsonl)")
-    target = parser.add_mutually_exclusive_group()
-    target.add_argument(
+    parser.add_argument(
         "--peer", help="a saved seq2seq model whose BLEU, decoded the same way, is the target"
     )
-    target.add_argument("--target-bleu", type=float, help="the cased BLEU to reach")
+    parser.add_argument("--target-bleu", type=float, help="the cased BLEU to reach (instead of --peer)")
     add_dataset_arguments(parser)
     parser.add_argument("--split", default="validation", help="the split to score on")
     parser.add_argument(
