@@ -107,7 +107,7 @@ def time_to_quality(
     points = []
     for name, (step, minute) in tqdm(minutes.items(), unit="checkpoint", desc="Checkpoints"):
         (row,) = score_model(Path(run_dir) / name, **scoring)
-        points.append({"checkpoint": name, "step": step, "minutes": round(minute, 2), **row})
+        points.append({"checkpoint": name, "step": step, "minutes": minute, **row})
     report = {
         "run": str(run_dir),
         "dataset": dataset,
