@@ -34,18 +34,7 @@ class ArgumentParser(argparse.ArgumentParser):
 def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of the translating scripts; read them back with `decoding_kwargs` and `runtime_kwargs`."""
     parser.add_argument("model", help="saved model directory (with its tokenizer) or Hub id")
-    parser.add_argument(
-        "--num-beams",
-        type=positive_int,
-        default=PAPER_GENERATION_KWARGS["num_beams"],
-        help="beam size; 1: greedy",
-    )
-    parser.add_argument(
-        "--length-penalty",
-        type=float,
-        default=PAPER_GENERATION_KWARGS["length_penalty"],
-        help="beam search divides a hypothesis' log-probability by length**this",
-    )
+    add_beam_arguments(parser)
     parser.add_argument(
         "--max-new-tokens",
         type=positive_int,
@@ -59,6 +48,30 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
         "either way a warning names such lines",
     )
     add_runtime_arguments(parser)
+
+
+def add_beam_arguments(parser: argparse.ArgumentParser) -> None:
+    """Beam size and length penalty (the paper's by default); read them back with `beam_kwargs`."""
+    parser.add_argument(
+        "--num-beams",
+        type=positive_int,
+        default=PAPER_GENERATION_KWARGS["num_beams"],
+        help="beam size; 1: greedy",
+    )
+    parser.add_argument(
+        "--length-penalty",
+        type=float,
+        default=PAPER_GENERATION_KWARGS["length_penalty"],
+        help="beam search divides a hypothesis' log-probability by length**this",
+    )
+
+
+def beam_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """`generate` kwargs from `add_beam_arguments`: greedy search has no length penalty (generate warns)."""
+    kwargs: dict[str, Any] = {"num_beams": args.num_beams}
+    if args.num_beams > 1:
+        kwargs["length_penalty"] = args.length_penalty
+    return kwargs
 
 
 def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
@@ -110,9 +123,7 @@ def dataset_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 def decoding_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     """`translate_sentences` keywords (`generate` kwargs and skip_long_lines) from `add_decoding_arguments`."""
-    kwargs: dict[str, Any] = {"num_beams": args.num_beams}
-    if args.num_beams > 1:  # greedy search has no length penalty; generate warns if given one
-        kwargs["length_penalty"] = args.length_penalty
+    kwargs = beam_kwargs(args)
     if args.max_new_tokens is not None:
         kwargs["max_new_tokens"] = args.max_new_tokens
     if args.skip_long_lines:

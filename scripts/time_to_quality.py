@@ -14,13 +14,13 @@ import sys
 
 from hf_vanilla.cli import (
     ArgumentParser,
+    add_beam_arguments,
     add_dataset_arguments,
     add_runtime_arguments,
+    beam_kwargs,
     dataset_kwargs,
-    positive_int,
     runtime_kwargs,
 )
-from hf_vanilla.decoding import PAPER_GENERATION_KWARGS
 from hf_vanilla.time_to_quality import time_to_quality
 
 
@@ -33,25 +33,11 @@ def main() -> None:
     parser.add_argument("--target-bleu", type=float, help="the cased BLEU to reach (instead of --peer)")
     add_dataset_arguments(parser)
     parser.add_argument("--split", default="validation", help="the split to score on")
-    parser.add_argument(
-        "--num-beams",
-        type=positive_int,
-        default=PAPER_GENERATION_KWARGS["num_beams"],
-        help="beam size; 1: greedy",
-    )
-    parser.add_argument(
-        "--length-penalty",
-        type=float,
-        default=PAPER_GENERATION_KWARGS["length_penalty"],
-        help="with beams > 1",
-    )
+    add_beam_arguments(parser)
     add_runtime_arguments(parser)
     parser.add_argument("--output-dir", help="where the report and plot go (default: the run directory)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    decoding = {"num_beams": args.num_beams}
-    if args.num_beams > 1:
-        decoding["length_penalty"] = args.length_penalty
     try:
         report = time_to_quality(
             args.run,
@@ -61,7 +47,7 @@ def main() -> None:
             split=args.split,
             **runtime_kwargs(args),
             **dataset_kwargs(args),
-            **decoding,
+            **beam_kwargs(args),
         )
     except (ValueError, FileNotFoundError) as err:
         sys.exit(f"error: {err}")
