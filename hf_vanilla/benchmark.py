@@ -18,6 +18,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -305,6 +306,21 @@ def _seconds(run: Callable[[], None], now: Callable[[], float], device: torch.de
     return now() - start
 
 
+@dataclass(frozen=True)
+class Timing:
+    """How a benchmark times its runs: `repeats` interleaved rounds on `clock` ("wall" or "cpu"), `device` synced."""
+
+    repeats: int
+    clock: str
+    device: torch.device
+
+    def interleaved(self, runs: dict[str, Callable[[], None]]) -> dict[str, list]:
+        return interleaved_seconds(runs, self.repeats, clock=self.clock, device=self.device)
+
+    def once(self, run: Callable[[], None]) -> float:
+        return _seconds(run, CLOCKS[self.clock], self.device)
+
+
 def _rates(work: float, seconds: list[float]) -> dict:
     """Median rate over the repeats, plus every sample."""
     return {"per_second": work / statistics.median(seconds), "seconds": seconds}
@@ -424,9 +440,9 @@ def run_benchmark(
     ]
     progress = tqdm(total=len(training_cases) + len(generation_cases), desc=f"benchmark {size}", unit="case")
     prepare = functools.partial(_prepare, ours=ours, compile_model=compile_model)
-    timing = {"repeats": repeats, "clock": clock, "device": device}
+    timing = Timing(repeats, clock, device)
     results["training"] = _training_results(
-        models, batch, (labelled, flops), results["peak_flops"], training_cases, prepare, timing, progress
+        models, batch, labelled, flops, results["peak_flops"], training_cases, prepare, timing, progress
     )
     inputs = {
         batch_size: {k: v.to(device) for k, v in generation_inputs(config, batch_size, seed).items()}
@@ -439,7 +455,7 @@ def run_benchmark(
 
     if ctranslate2_quantizations and device.type == "cpu" and _has_ctranslate2():
         results["ctranslate2"] = _benchmark_ctranslate2(
-            ours.float(), inputs, new_tokens, repeats, ctranslate2_quantizations, prepare, clock
+            ours.float(), inputs, new_tokens, ctranslate2_quantizations, prepare, timing
         )
     return results
 
@@ -454,26 +470,27 @@ def _prepare(model, attn: str, training: bool, ours, compile_model: bool):
     return model
 
 
-def _training_results(models, batch, work, peak_flops, cases, prepare, timing, progress) -> list[dict]:
+def _training_results(
+    models, batch, labelled, flops, peak_flops, cases, prepare, timing: Timing, progress
+) -> list[dict]:
     """Each (dtype, attention) case: target tokens/s, first step, MFU and peak memory of each model, the ratio.
 
-    `work`: the batch's (labelled target tokens, training FLOPs).
+    `labelled` and `flops`: the batch's labelled target tokens and the FLOPs of one training step on it.
     """
-    (labelled, flops), clock, device = work, timing["clock"], timing["device"]
     results = []
     for dtype, attn in cases:
         steps = {
             name: make_training_step(prepare(model, attn, True), batch, getattr(torch, dtype))
             for name, model in models.items()
         }
-        first_seconds = {name: _seconds(step, CLOCKS[clock], device) for name, step in steps.items()}
-        seconds = interleaved_seconds(steps, timing["repeats"], clock=clock, device=device)
+        first_seconds = {name: timing.once(step) for name, step in steps.items()}
+        seconds = timing.interleaved(steps)
         case = {"dtype": dtype, "attn_implementation": attn}
         for name in MODEL_NAMES:
             rates = _rates(labelled, seconds[name])
             rates["first_step_seconds"] = first_seconds[name]  # with compilation, when compiling
             rates["mfu"] = flops / statistics.median(seconds[name]) / peak_flops[dtype]
-            with peak_memory(device) as memory:
+            with peak_memory(timing.device) as memory:
                 steps[name]()
             rates["peak_memory_bytes"] = memory.peak_bytes
             case[name] = rates
@@ -483,9 +500,8 @@ def _training_results(models, batch, work, peak_flops, cases, prepare, timing, p
     return results
 
 
-def _generation_results(models, inputs, cases, new_tokens, prepare, timing, progress) -> list[dict]:
+def _generation_results(models, inputs, cases, new_tokens, prepare, timing: Timing, progress) -> list[dict]:
     """Each (dtype, batch size, beams, cache) case: new tokens/s and peak memory of each model, the ratio."""
-    device = timing["device"]
     results = []
     for dtype, batch_size, num_beams, cache in cases:
         # Inference runs in the model's own dtype, as users run it: weights cast once, not autocast every step.
@@ -499,11 +515,11 @@ def _generation_results(models, inputs, cases, new_tokens, prepare, timing, prog
             )
             for name, model in models.items()
         }
-        seconds = interleaved_seconds(runs, timing["repeats"], clock=timing["clock"], device=device)
+        seconds = timing.interleaved(runs)
         case = {"dtype": dtype, "batch_size": batch_size, "num_beams": num_beams, "cache": cache}
         for name in MODEL_NAMES:
             case[name] = _rates(batch_size * new_tokens, seconds[name])
-            with peak_memory(device) as memory:
+            with peak_memory(timing.device) as memory:
                 runs[name]()
             case[name]["peak_memory_bytes"] = memory.peak_bytes
         case["ratio"] = case["ours"]["per_second"] / case["marian"]["per_second"]
@@ -512,7 +528,7 @@ def _generation_results(models, inputs, cases, new_tokens, prepare, timing, prog
     return results
 
 
-def _benchmark_ctranslate2(ours, inputs, new_tokens, repeats, quantizations, prepare, clock) -> list[dict]:
+def _benchmark_ctranslate2(ours, inputs, new_tokens, quantizations, prepare, timing: Timing) -> list[dict]:
     """Cached generation of CTranslate2 (each quantization) interleaved with ours (float32), same inputs."""
     cases = []
     with tempfile.TemporaryDirectory() as workdir:
@@ -524,7 +540,7 @@ def _benchmark_ctranslate2(ours, inputs, new_tokens, repeats, quantizations, pre
         for batch_size, num_beams, source in shapes:
             runs = {"ours": make_generation(model, source, num_beams, "cached", new_tokens)}
             runs.update({q: translators[(batch_size, num_beams, q)] for q in quantizations})
-            seconds = interleaved_seconds(runs, repeats, clock=clock)
+            seconds = timing.interleaved(runs)
             case = {"batch_size": batch_size, "num_beams": num_beams}
             for name, samples in seconds.items():
                 case[name] = _rates(batch_size * new_tokens, samples)

@@ -44,12 +44,16 @@ def encode_sources(
     return input_ids, too_long
 
 
+def max_new_tokens_room(model: PreTrainedModel) -> int:
+    """The most tokens the decoder can produce: one position each, after the decoder start token's."""
+    return model.config.max_position_embeddings - 1
+
+
 def paper_max_new_tokens(
     model: PreTrainedModel, longest_source: int, extra_output_tokens: int = PAPER_EXTRA_OUTPUT_TOKENS
 ) -> int:
     """Section 6.1's output limit, input length + 50, capped so the decoder stays within its positions."""
-    # The decoder start token takes one position.
-    return min(longest_source + extra_output_tokens, model.config.max_position_embeddings - 1)
+    return min(longest_source + extra_output_tokens, max_new_tokens_room(model))
 
 
 class NewTokenLimit(StoppingCriteria):

@@ -60,13 +60,19 @@ def remove_stale_staging(run_dir: str | os.PathLike) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
+def checkpoint_step(path: str | os.PathLike) -> int | None:
+    """The update a `checkpoint_<step>` directory was saved at; None for any other name."""
+    match = NUMBERED_CHECKPOINT.fullmatch(Path(path).name)
+    return int(match.group(1)) if match else None
+
+
 def numbered_checkpoints(run_dir: str | os.PathLike) -> list[Path]:
     """The `checkpoint_<step>` directories of a run, oldest (lowest step) first."""
-    found = []
-    for path in Path(run_dir).iterdir():
-        match = NUMBERED_CHECKPOINT.fullmatch(path.name)
-        if match and path.is_dir():
-            found.append((int(match.group(1)), path))
+    found = [
+        (step, path)
+        for path in Path(run_dir).iterdir()
+        if (step := checkpoint_step(path)) is not None and path.is_dir()
+    ]
     return [path for _, path in sorted(found)]
 
 

@@ -21,7 +21,7 @@ from .decoding import DEFAULT_MAX_TOKENS, PAPER_GENERATION_KWARGS
 from .files import atomic_file, write_text_atomic
 from .plotting import read_training_log
 from .precision import cpu_description
-from .run_directory import LOG_FILE, numbered_checkpoints
+from .run_directory import LOG_FILE, checkpoint_step, numbered_checkpoints
 from .scoring import load_evaluation_pairs, score_model
 
 REPORT_FILE, PLOT_FILE = "time_to_quality.json", "time_to_quality.png"
@@ -42,7 +42,7 @@ def checkpoint_minutes(run_dir: str | os.PathLike) -> dict[str, tuple[int, float
         seconds[record["step"]] = max(seconds.get(record["step"], 0.0), record["elapsed_seconds"])
     minutes = {}
     for checkpoint in numbered_checkpoints(run_dir):
-        step = int(checkpoint.name.rsplit("_", 1)[1])
+        step = checkpoint_step(checkpoint)
         if step not in seconds:
             raise ValueError(
                 f"{log} has no record of update {step}, so {checkpoint.name}'s time is unknown "

@@ -25,6 +25,7 @@ from .decoding import (
     PAPER_EXTRA_OUTPUT_TOKENS,
     decode_translations,
     encode_sources,
+    max_new_tokens_room,
     max_source_tokens,
     paper_length_limit,
 )
@@ -90,8 +91,7 @@ def translate_sentences(
     a warning names those lines (1-based positions in `sources`). An explicit `max_new_tokens` beyond the
     decoder's positions is a ValueError before anything is decoded.
     """
-    room = model.config.max_position_embeddings - 1  # the decoder start token takes one position
-    if generate_kwargs.get("max_new_tokens", 0) > room:
+    if generate_kwargs.get("max_new_tokens", 0) > (room := max_new_tokens_room(model)):
         raise ValueError(
             f"max_new_tokens={generate_kwargs['max_new_tokens']} is more than the decoder has positions for: at "
             f"most {room} (max_position_embeddings {model.config.max_position_embeddings} less the start token)"
