@@ -55,7 +55,7 @@ class VanillaTransformerConfig(PreTrainedConfig):
     """
 
     model_type = "vanilla_transformer"
-    keys_to_ignore_at_inference = ["past_key_values"]
+    keys_to_ignore_at_inference = ["cache", "past_key_values"]  # the output's cache: its name since 5.24, before
     attribute_map = {"hidden_size": "d_model", "num_hidden_layers": "encoder_layers"}
 
     vocab_size: int = 37000
@@ -70,9 +70,10 @@ class VanillaTransformerConfig(PreTrainedConfig):
     max_position_embeddings: int = 1024
     layer_norm_eps: float = 1e-6
     pre_layernorm: bool = False
-    pad_token_id: int = 0
-    bos_token_id: int = 1
-    eos_token_id: int = 2
+    # As PreTrainedConfig takes them: None where a token is absent, several end ids where generate stops at any.
+    pad_token_id: int | None = 0
+    bos_token_id: int | None = 1
+    eos_token_id: int | list[int] | None = 2
     decoder_start_token_id: int = 1
     tokenizer_fingerprint: str | None = None
     tie_word_embeddings: bool = True
@@ -102,10 +103,10 @@ class VanillaTransformerConfig(PreTrainedConfig):
         if self.layer_norm_eps <= 0:
             raise ValueError(f"layer_norm_eps must be positive, got {self.layer_norm_eps}")
         for name in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):
-            if not 0 <= getattr(self, name) < self.vocab_size:
-                raise ValueError(
-                    f"{name} must be in [0, vocab_size={self.vocab_size}), got {getattr(self, name)}"
-                )
+            value = getattr(self, name)
+            token_ids = value if isinstance(value, list) else [] if value is None else [value]
+            if not all(0 <= token_id < self.vocab_size for token_id in token_ids):
+                raise ValueError(f"{name} must be in [0, vocab_size={self.vocab_size}), got {value}")
 
     @property
     def head_dim(self) -> int:

@@ -4,6 +4,8 @@ Imports only torch, transformers and the config, so a saved model directory can 
 `trust_remote_code=True`. Shapes: B batch, S source length, T target length, D d_model, H heads, K head size.
 """
 
+import functools
+import inspect
 import math
 from collections.abc import Callable
 
@@ -30,9 +32,32 @@ from transformers.modeling_outputs import (
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, AttentionInterface, PreTrainedModel
 from transformers.processing_utils import Unpack
 from transformers.utils import TransformersKwargs, can_return_tuple, is_torchdynamo_compiling
+from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_vanilla import VanillaTransformerConfig
+
+# transformers 5.24 renamed the key/value cache that `generate` hands to forward, and the masks and outputs take,
+# from `past_key_values` to `cache`. The model works with the name of the installed version.
+CACHE_NAME = "cache" if "cache" in inspect.signature(create_causal_mask).parameters else "past_key_values"
+
+
+def takes_cache_by_either_name(forward: Callable) -> Callable:
+    """A forward that takes `cache`, also under the older name `past_key_values`.
+
+    Where `cache` is transformers' name, the older one warns as transformers' own models do (until 5.40); where
+    `past_key_values` still is (before 5.24), it is what `generate` passes, so it is taken silently.
+    """
+    if CACHE_NAME == "cache":
+        return deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")(forward)
+
+    @functools.wraps(forward)
+    def forward_taking_past_key_values(*args, past_key_values: Cache | None = None, **kwargs):
+        if past_key_values is not None:
+            kwargs["cache"] = past_key_values
+        return forward(*args, **kwargs)
+
+    return forward_taking_past_key_values
 
 
 def scaled_dot_product_attention(
@@ -142,25 +167,24 @@ class MultiHeadAttention(nn.Module):
         hidden_states: torch.Tensor,
         key_value_states: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
-        past_key_values: Cache | None = None,
+        cache: EncoderDecoderCache | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         if self.is_cross_attention:
             (query,) = self._split_heads(self.q_proj(hidden_states), 1)
-            cache = past_key_values.cross_attention_cache if past_key_values is not None else None
-            if cache is not None and past_key_values.is_updated.get(self.layer_idx):
+            if cache is not None and cache.is_updated.get(self.layer_idx):
                 # The encoder output does not change while decoding: its keys and values are computed once.
-                key, value = cache.layers[self.layer_idx].keys, cache.layers[self.layer_idx].values
+                layer = cache.cross_attention_cache.layers[self.layer_idx]
+                key, value = layer.keys, layer.values
             else:
                 key, value = self._split_heads(self.kv_proj(key_value_states), 2)
                 if cache is not None:
-                    key, value = cache.update(key, value, self.layer_idx)
-                    past_key_values.is_updated[self.layer_idx] = True
+                    key, value = cache.cross_attention_cache.update(key, value, self.layer_idx)
+                    cache.is_updated[self.layer_idx] = True
         else:
             query, key, value = self._split_heads(self.qkv_proj(hidden_states), 3)
-            if past_key_values is not None:
-                cache = past_key_values.self_attention_cache
-                key, value = cache.update(key, value, self.layer_idx)
+            if cache is not None:
+                key, value = cache.self_attention_cache.update(key, value, self.layer_idx)
 
         implementation = self.config._attn_implementation
         attention: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
@@ -284,14 +308,11 @@ class DecoderLayer(GradientCheckpointingLayer):
         attention_mask: torch.Tensor | None,
         encoder_hidden_states: torch.Tensor,
         encoder_attention_mask: torch.Tensor | None = None,
-        past_key_values: Cache | None = None,
+        cache: EncoderDecoderCache | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> torch.Tensor:
         hidden_states = self.self_attn_residual(
-            hidden_states,
-            lambda x: self.self_attn(
-                x, attention_mask=attention_mask, past_key_values=past_key_values, **kwargs
-            )[0],
+            hidden_states, lambda x: self.self_attn(x, attention_mask=attention_mask, cache=cache, **kwargs)[0]
         )
         hidden_states = self.encoder_attn_residual(
             hidden_states,
@@ -299,7 +320,7 @@ class DecoderLayer(GradientCheckpointingLayer):
                 x,
                 key_value_states=encoder_hidden_states,
                 attention_mask=encoder_attention_mask,
-                past_key_values=past_key_values,
+                cache=cache,
                 **kwargs,
             )[0],
         )
@@ -450,32 +471,32 @@ class VanillaTransformerDecoder(LayerStack):
         super().__init__(config, DecoderLayer, config.decoder_layers)
 
     @capture_outputs
+    @takes_cache_by_either_name
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
         encoder_hidden_states: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
         encoder_attention_mask: torch.Tensor | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPastAndCrossAttentions:
         use_cache = self.config.use_cache if use_cache is None else use_cache
-        if use_cache and past_key_values is None:
-            past_key_values = EncoderDecoderCache(
-                DynamicCache(config=self.config), DynamicCache(config=self.config)
-            )
-        elif past_key_values is not None and not isinstance(past_key_values, EncoderDecoderCache):
+        if use_cache and cache is None:
+            cache = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
+        elif cache is not None and not isinstance(cache, EncoderDecoderCache):
             # A plain cache holds the self-attention keys and values; cross-attention ones are computed anew.
-            past_key_values = EncoderDecoderCache(past_key_values, DynamicCache(config=self.config))
-        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
+            cache = EncoderDecoderCache(cache, DynamicCache(config=self.config))
+        past_length = cache.get_seq_length() if cache is not None else 0
         hidden_states = self.embeddings(input_ids, inputs_embeds, offset=past_length)
+        self_attention_cache = cache.self_attention_cache if cache is not None else None
         causal_mask = create_causal_mask(
             config=self.config,
             inputs_embeds=hidden_states,
             attention_mask=attention_mask,
-            past_key_values=past_key_values.self_attention_cache if past_key_values is not None else None,
+            **{CACHE_NAME: self_attention_cache},
         )
         encoder_attention_mask = create_bidirectional_mask(
             config=self.config,
@@ -489,14 +510,12 @@ class VanillaTransformerDecoder(LayerStack):
                 causal_mask,
                 encoder_hidden_states,
                 encoder_attention_mask=encoder_attention_mask,
-                past_key_values=past_key_values,
+                cache=cache,
                 **kwargs,
             )
         if self.final_layer_norm is not None:
             hidden_states = self.final_layer_norm(hidden_states)
-        return BaseModelOutputWithPastAndCrossAttentions(
-            last_hidden_state=hidden_states, past_key_values=past_key_values
-        )
+        return BaseModelOutputWithPastAndCrossAttentions(last_hidden_state=hidden_states, **{CACHE_NAME: cache})
 
 
 class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
@@ -529,6 +548,7 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
         return dict(self._tied_weights_keys)
 
     @can_return_tuple
+    @takes_cache_by_either_name
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -536,7 +556,7 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
         decoder_input_ids: torch.LongTensor | None = None,
         decoder_attention_mask: torch.Tensor | None = None,
         encoder_outputs: BaseModelOutput | tuple | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         decoder_inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
@@ -562,20 +582,20 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
             encoder_hidden_states=encoder_outputs.last_hidden_state,
             attention_mask=decoder_attention_mask,
             encoder_attention_mask=attention_mask,
-            past_key_values=past_key_values,
+            cache=cache,
             inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
             **kwargs,
         )
         return Seq2SeqModelOutput(
             last_hidden_state=decoder_outputs.last_hidden_state,
-            past_key_values=decoder_outputs.past_key_values,
             decoder_hidden_states=decoder_outputs.hidden_states,
             decoder_attentions=decoder_outputs.attentions,
             cross_attentions=decoder_outputs.cross_attentions,
             encoder_last_hidden_state=encoder_outputs.last_hidden_state,
             encoder_hidden_states=encoder_outputs.hidden_states,
             encoder_attentions=encoder_outputs.attentions,
+            **{CACHE_NAME: getattr(decoder_outputs, CACHE_NAME)},
         )
 
 
@@ -615,6 +635,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         self.post_init()
 
     @can_return_tuple
+    @takes_cache_by_either_name
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -622,7 +643,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         decoder_input_ids: torch.LongTensor | None = None,
         decoder_attention_mask: torch.Tensor | None = None,
         encoder_outputs: BaseModelOutput | tuple | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         decoder_inputs_embeds: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,
@@ -651,7 +672,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             decoder_input_ids=decoder_input_ids,
             decoder_attention_mask=decoder_attention_mask,
             encoder_outputs=encoder_outputs,
-            past_key_values=past_key_values,
+            cache=cache,
             inputs_embeds=inputs_embeds,
             decoder_inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
@@ -670,16 +691,18 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         return Seq2SeqLMOutput(
             loss=loss,
             logits=logits,
-            past_key_values=outputs.past_key_values,
             decoder_hidden_states=outputs.decoder_hidden_states,
             decoder_attentions=outputs.decoder_attentions,
             cross_attentions=outputs.cross_attentions,
             encoder_last_hidden_state=outputs.encoder_last_hidden_state,
             encoder_hidden_states=outputs.encoder_hidden_states,
             encoder_attentions=outputs.encoder_attentions,
+            **{CACHE_NAME: getattr(outputs, CACHE_NAME)},
         )
 
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
+        if self.config.pad_token_id is None:
+            raise ValueError("config.pad_token_id is None: decoder inputs made from labels need a padding id")
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
 

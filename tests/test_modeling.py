@@ -1,6 +1,7 @@
 """Behaviour of the model a user relies on, on tiny configs."""
 
 import json
+import logging
 import math
 import subprocess
 import sys
@@ -17,7 +18,7 @@ from hf_vanilla import (
     VanillaTransformerForConditionalGeneration,
     VanillaTransformerModel,
 )
-from hf_vanilla.modeling_vanilla import shift_tokens_right, sinusoidal_positions
+from hf_vanilla.modeling_vanilla import CACHE_NAME, shift_tokens_right, sinusoidal_positions
 from hf_vanilla.schedule import inverse_sqrt_factor
 
 VOCAB = 40
@@ -244,11 +245,28 @@ def test_sampling_and_multiple_return_sequences():
         (dict(encoder_layers=-1), "encoder_layers"),
         (dict(dropout=1.0), "dropout"),
         (dict(pad_token_id=VOCAB), "pad_token_id"),
+        (dict(eos_token_id=[2, VOCAB]), "eos_token_id"),
+        (dict(decoder_start_token_id=-1), "decoder_start_token_id"),
     ],
 )
 def test_invalid_config_raises_value_error_naming_the_field(overrides, field):
     with pytest.raises(ValueError, match=field):
         VanillaTransformerConfig.from_preset("tiny", vocab_size=VOCAB, **overrides)
+
+
+def test_special_tokens_are_taken_as_pretrained_config_takes_them(copy_model):
+    """None where a token is absent, and several end ids, which generate stops at (transformers' own tests set
+    eos_token_id to None to generate to the length asked)."""
+    config = VanillaTransformerConfig.from_preset("tiny", vocab_size=VOCAB, bos_token_id=None, eos_token_id=[2, 3])
+    config.eos_token_id = None
+    source = copy_sources(2)
+    copied = copy_model.generate(input_ids=source, max_new_tokens=12)
+    assert copied.shape[1] < 13 and (copied[:, 9] == 2).all()  # the learned end id stops it
+    to_length = copy_model.generate(input_ids=source, max_new_tokens=12, eos_token_id=None)
+    assert to_length.shape[1] == 13
+    first_copied = int(source[0, 0])
+    stopped = copy_model.generate(input_ids=source[:1], max_new_tokens=12, eos_token_id=[first_copied, 2])
+    assert stopped.tolist() == [[copy_model.config.decoder_start_token_id, first_copied]]
 
 
 def test_unknown_preset_lists_the_presets():
@@ -281,8 +299,9 @@ def test_source_longer_than_max_positions_raises_a_clear_error():
         model(input_ids=random_ids(1, 17), decoder_input_ids=torch.tensor([[1]]))
 
 
-def test_learns_to_copy_random_sequences():
-    """The copy task of the Annotated Transformer: a real learning test, greedy decoding must copy."""
+@pytest.fixture(scope="module")
+def copy_model() -> VanillaTransformerForConditionalGeneration:
+    """The copy task of the Annotated Transformer, learned: a model whose decoding depends on what it learned."""
     torch.manual_seed(0)
     config = VanillaTransformerConfig.from_preset(
         "tiny", vocab_size=14, d_model=64, d_ff=128, dropout=0.0
@@ -301,11 +320,50 @@ def test_learns_to_copy_random_sequences():
         loss.backward()
         optimizer.step()
         schedule.step()
-    model.eval()
-    source = torch.randint(4, 14, (16, 8))
-    generated = model.generate(input_ids=source, max_new_tokens=10, do_sample=False, num_beams=1)
+    return model.eval()
+
+
+def copy_sources(count: int) -> torch.Tensor:
+    return torch.randint(4, 14, (count, 8), generator=torch.Generator().manual_seed(1))
+
+
+def test_learns_to_copy_random_sequences(copy_model):
+    """A real learning test: greedy decoding must copy."""
+    source = copy_sources(16)
+    generated = copy_model.generate(input_ids=source, max_new_tokens=10, do_sample=False, num_beams=1)
     assert (generated[:, 1:9] == source).float().mean() >= 0.97  # chance is 0.1
-    assert (generated[:, 9] == config.eos_token_id).all()
+    assert (generated[:, 9] == copy_model.config.eos_token_id).all()
+
+
+@pytest.mark.parametrize("implementation", ["sdpa", "eager"])
+@pytest.mark.parametrize("cache", ["dynamic", "static"])
+@pytest.mark.parametrize("num_beams", [1, 4])
+def test_a_trained_model_decodes_the_same_tokens_with_and_without_a_cache(copy_model, implementation, cache, num_beams):
+    """On weights that learned something, every step's logits matter: the cached path must not drift from the
+    uncached one (transformers 5.24 renamed the cache argument; a model that missed it decoded other tokens)."""
+    copy_model.set_attn_implementation(implementation)
+    source = copy_sources(6)
+    mask = torch.ones_like(source)
+    mask[1, 5:] = 0  # a padded source too
+    source = source.masked_fill(mask == 0, copy_model.config.pad_token_id)
+    kwargs = dict(input_ids=source, attention_mask=mask, max_new_tokens=10, do_sample=False, num_beams=num_beams)
+    try:
+        uncached = copy_model.generate(**kwargs, use_cache=False)
+        cached = copy_model.generate(**kwargs, **({"cache_implementation": "static"} if cache == "static" else {}))
+    finally:
+        copy_model.set_attn_implementation("sdpa")
+    assert torch.equal(cached, uncached)
+    assert (cached[[0, 2, 3, 4, 5], 1:9] == source[[0, 2, 3, 4, 5]]).float().mean() >= 0.9  # it still copies
+
+
+def test_forward_and_generate_warn_of_nothing(copy_model, recwarn, caplog):
+    """No deprecation notice (or any other) from the calls every user makes, on any supported transformers."""
+    source = copy_sources(2)
+    copy_model(input_ids=source, decoder_input_ids=source[:, :3])
+    copy_model.generate(input_ids=source, max_new_tokens=4)
+    copy_model.generate(input_ids=source, max_new_tokens=4, num_beams=2)
+    assert [str(warning.message) for warning in recwarn] == []
+    assert [record.getMessage() for record in caplog.records if record.levelno >= logging.WARNING] == []
 
 
 def test_gradients_reach_every_parameter_once_through_the_shared_embedding():
@@ -353,13 +411,14 @@ def test_output_attentions_with_sdpa_masks_gives_the_eager_weights(implementatio
 
 
 def test_plain_forward_honours_config_use_cache_and_accepts_a_dynamic_cache():
+    """The cache goes in and comes out under the installed transformers' name (`cache` since 5.24)."""
     model = tiny_model()
     source, target = random_ids(2, 5), random_ids(2, 4)
-    assert model(input_ids=source, decoder_input_ids=target).past_key_values.get_seq_length() == 4
+    assert getattr(model(input_ids=source, decoder_input_ids=target), CACHE_NAME).get_seq_length() == 4
     model.config.use_cache = False
-    assert model(input_ids=source, decoder_input_ids=target).past_key_values is None
+    assert getattr(model(input_ids=source, decoder_input_ids=target), CACHE_NAME) is None
     full = model(input_ids=source, decoder_input_ids=target).logits
-    first = model(input_ids=source, decoder_input_ids=target[:, :3], past_key_values=DynamicCache(), use_cache=True)
-    assert isinstance(first.past_key_values, EncoderDecoderCache)
-    last = model(input_ids=source, decoder_input_ids=target[:, 3:], past_key_values=first.past_key_values)
+    first = model(input_ids=source, decoder_input_ids=target[:, :3], **{CACHE_NAME: DynamicCache()}, use_cache=True)
+    assert isinstance(getattr(first, CACHE_NAME), EncoderDecoderCache)
+    last = model(input_ids=source, decoder_input_ids=target[:, 3:], **{CACHE_NAME: getattr(first, CACHE_NAME)})
     torch.testing.assert_close(last.logits, full[:, 3:])

@@ -3,9 +3,14 @@
 They are not in the transformers wheel, so they are taken from the source distribution of the INSTALLED
 version: downloaded once with pip into ~/.cache/hf_vanilla (HF_VANILLA_CACHE overrides), never copied into
 this repository. The module is skipped, with the reason, only when pip cannot fetch that sdist.
+
+transformers' generation tests (GenerationTesterMixin, tests/generation/test_utils.py) are not in the sdist
+either: they run when HF_VANILLA_GENERATION_TESTS names a copy of that file (README, "Tests"), from the
+release tag nearest the installed version, and are skipped with that reason otherwise.
 """
 
 import importlib
+import importlib.util
 import os
 import subprocess
 import sys
@@ -26,6 +31,7 @@ from hf_vanilla import (
 )
 
 CACHE = Path(os.environ.get("HF_VANILLA_CACHE", Path.home() / ".cache" / "hf_vanilla"))
+GENERATION_TESTS = os.environ.get("HF_VANILLA_GENERATION_TESTS")
 UPSTREAM_FILES = ("test_modeling_common.py", "test_configuration_common.py")
 PACKAGE = "transformers_upstream_tests"  # the sdist's tests/ directory, imported under this name
 
@@ -58,7 +64,7 @@ def upstream_tests_directory(version: str = transformers.__version__) -> Path:
 def stub_module(name: str, **attributes) -> None:
     """An importable module `name` (and its parent packages) holding `attributes`."""
     parent = name.rpartition(".")[0]
-    if parent not in sys.modules:
+    if parent and parent not in sys.modules:
         stub_module(parent)
     module = types.ModuleType(name)
     module.__path__ = []
@@ -71,12 +77,22 @@ def import_upstream_tests() -> tuple[types.ModuleType, types.ModuleType]:
     package = types.ModuleType(PACKAGE)
     package.__path__ = [str(upstream_tests_directory())]
     sys.modules[PACKAGE] = package
-    # tests/exporters/ and tests/generation/ are not in the sdist. ModelTesterMixin only subclasses
-    # ExportTesterMixin (torch.export tests) and checks that a model that can generate has a tester
-    # subclassing GenerationTesterMixin; empty classes stand in, so neither family of tests runs here
-    # (tests/test_modeling.py and test_evaluation.py test generation).
-    stub_module(f"{PACKAGE}.exporters.test_export", ExportTesterMixin=type("ExportTesterMixin", (), {}))
-    stub_module(f"{PACKAGE}.generation.test_utils", GenerationTesterMixin=type("GenerationTesterMixin", (), {}))
+    # tests/exporters/ is not in the sdist: its mixins (torch.export tests) are empty classes here.
+    exporters = {name: type(name, (), {}) for name in ("ExportTesterMixin", "ExportGenerateTesterMixin")}
+    stub_module(f"{PACKAGE}.exporters.test_export", **exporters)
+    # tests/generation/ is not in the sdist: the copy HF_VANILLA_GENERATION_TESTS names, or an empty
+    # GenerationTesterMixin (ModelTesterMixin checks that a model that can generate has a tester subclassing it).
+    generation = f"{PACKAGE}.generation.test_utils"
+    if GENERATION_TESTS:
+        if not Path(GENERATION_TESTS).is_file():
+            raise FileNotFoundError(f"HF_VANILLA_GENERATION_TESTS={GENERATION_TESTS} is not a file")
+        stub_module("tests.exporters.test_export", **exporters)  # the generation tests import it by this name
+        stub_module(f"{PACKAGE}.generation")
+        spec = importlib.util.spec_from_file_location(generation, GENERATION_TESTS)
+        sys.modules[generation] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules[generation])
+    else:
+        stub_module(generation, GenerationTesterMixin=type("GenerationTesterMixin", (), {}))
     # tests/utils/ is not in the sdist either: ConfigTester checks that the base config keeps these
     # arguments (the dict of transformers 5.x tests/utils/test_configuration_utils.py).
     config_common_kwargs = {
@@ -146,9 +162,11 @@ class VanillaTransformerModelTester:
 
     def prepare_config_and_inputs_for_common(self):
         config = self.get_config()
-        input_ids = modeling_common.ids_tensor([self.batch_size, self.seq_length], self.vocab_size).clamp(3)
+        input_ids = modeling_common.ids_tensor([self.batch_size, self.seq_length], self.vocab_size)
         input_ids[:, -1] = config.eos_token_id
-        decoder_input_ids = modeling_common.ids_tensor([self.batch_size, self.seq_length], self.vocab_size)
+        # No padding id inside a target, as in a real batch: the generation test that continues from a returned
+        # cache hands back a mask one shorter than the decoder ids, which a padded position inside would shift.
+        decoder_input_ids = modeling_common.ids_tensor([self.batch_size, self.seq_length], self.vocab_size).clamp(3)
         attention_mask = input_ids.ne(config.pad_token_id)
         inputs = {
             "input_ids": input_ids,
@@ -173,3 +191,10 @@ class VanillaTransformerModelTest(
 
     def test_config(self):
         self.config_tester.run_common_tests()
+
+    @unittest.skipIf(GENERATION_TESTS, "transformers' generation tests run: HF_VANILLA_GENERATION_TESTS names them")
+    def test_transformers_generation_tests_are_named(self):
+        self.skipTest(
+            "transformers' GenerationTesterMixin did not run: set HF_VANILLA_GENERATION_TESTS to a copy of "
+            "transformers' tests/generation/test_utils.py (README, Tests)"
+        )
