@@ -1,16 +1,22 @@
 """The update loop: batches in, updates, logs, validation and checkpoints out, until the budget is spent.
 
-`train` (training.py) prepares everything and hands it to `Trainer`. Each update's decisions (stop, save) are
-made on the main process, from its clock, and shared with every process in one reduction as `TrainerControl`,
-so that all processes stop and save at the same update.
+`train` (training.py) prepares everything and hands it to `Trainer`. An update reads nothing back from the
+device: its loss and token count are added up there and read at a log or save point, where the run also checks
+that it has not diverged. Decisions that follow the update count (max_steps, save_interval_updates) are the same
+on every process; those that follow the clock (max_minutes, save_interval_minutes) and a stop signal are taken
+on the main process and shared with every process in one reduction as `TrainerControl`, every update with one
+process (no device involved) and every `SHARE_INTERVAL` updates with several, so all stop and save together.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import errno
 import json
 import math
 import shutil
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -49,6 +55,20 @@ from .training_args import TrainingConfig, TrainingError
 from .translation import translate_sentences
 
 logger = get_logger(__name__)  # logs on the main process only
+
+# With several processes, the main process's clock and stop signals are shared this many updates apart: each
+# sharing is a collective the host waits for.
+SHARE_INTERVAL = 16
+# What a scheduler sends before it stops a job (SLURM, Kubernetes, cloud preemption), and Ctrl-C.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class TrainingStopped(TrainingError):
+    """The run was asked to stop by a signal and saved a checkpoint to resume from."""
+
+    def __init__(self, message: str, signal_number: int):
+        super().__init__(message)
+        self.exit_code = 128 + signal_number  # the shell's code for a process ended by that signal
 
 
 @dataclass
@@ -89,15 +109,18 @@ class TrainerControl:
     should_stop: bool = False  # the clock or the step budget is spent
     should_save: bool = False  # a save interval has come round
     elapsed_seconds: float = 0.0  # the main process's clock, which the cooldown follows
+    stop_signal: int = 0  # the signal that asked the run to stop (0: none)
 
     def shared(self, accelerator: Accelerator) -> TrainerControl:
-        """The main process's decisions, on every process: one reduction per update."""
+        """The main process's decisions, on every process (one reduction where there are several)."""
+        if accelerator.num_processes == 1:
+            return self
         values = torch.tensor(
-            [float(self.should_stop), float(self.should_save), self.elapsed_seconds],
+            [float(self.should_stop), float(self.should_save), self.elapsed_seconds, float(self.stop_signal)],
             device=accelerator.device,
         )
-        stop, save, elapsed = accelerator.reduce(values * accelerator.is_main_process, "sum").tolist()
-        return TrainerControl(bool(stop), bool(save), elapsed)
+        stop, save, elapsed, stop_signal = accelerator.reduce(values * accelerator.is_main_process, "sum").tolist()
+        return TrainerControl(bool(stop), bool(save), elapsed, int(stop_signal))
 
 
 @dataclass
@@ -124,12 +147,19 @@ class Trainer:
         self.log = RunLog(self.accelerator, self.output_dir, self.progress, self.elapsed)
         config = self.config  # the model was built with the configured dropout
         self.dropout = (config.dropout, config.attention_dropout, config.activation_dropout)
+        device = self.accelerator.device
+        # Summed loss and target tokens since the last log record, kept on the device until a log or save point.
+        self.interval_totals = torch.zeros(2, dtype=torch.float64, device=device)
+        # The first update whose loss was not finite (0: none yet), found on the device, read at the same points.
+        self.diverged_at = torch.zeros((), dtype=torch.int64, device=device)
+        self.stop_signal = 0
 
     def elapsed(self) -> float:
         return self.clock_offset + time.monotonic()
 
     def run(self, loader: DataLoader, sampler: UpdateBatchSampler) -> None:
-        """Update until a budget (steps, epochs, minutes) is spent, saving at the intervals and at the end."""
+        """Update until a budget (steps, epochs, minutes) is spent or a stop signal comes, saving at the intervals
+        and at the end."""
         progress = self.progress
         self.log.updates_per_epoch = sampler.updates_per_epoch
         bar = tqdm(
@@ -142,65 +172,109 @@ class Trainer:
         # A resumed run may have reached its limits already (every process reads the same progress).
         stop = self._epochs_done() or self._steps_done() or self._over_time()
         self._follow_clock(progress.elapsed_seconds)
-        while not stop:
-            sampler.set_epoch(progress.epoch, first_update=progress.updates_in_epoch)
-            batches = iter(loader)
+        with self._stop_signals_caught():
             while not stop:
-                started = time.monotonic()
-                group = list(islice(batches, self.accelerator.gradient_accumulation_steps))
-                if not group:
-                    break
-                self._train_update(group, started, bar)
-                control = self._decide().shared(self.accelerator)
-                self._follow_clock(control.elapsed_seconds)
-                stop = control.should_stop or self._steps_done()
-                if stop or control.should_save:
-                    self.save()
-            if not stop:
-                progress.epoch += 1
-                progress.updates_in_epoch = 0
-                stop = self._epochs_done()
+                sampler.set_epoch(progress.epoch, first_update=progress.updates_in_epoch)
+                batches = iter(loader)
+                while not stop:
+                    started = time.monotonic()
+                    group = list(islice(batches, self.accelerator.gradient_accumulation_steps))
+                    if not group:
+                        break
+                    self._train_update(group, started, bar)
+                    control = self._decide()
+                    stop = control.should_stop or control.stop_signal or self._steps_done()
+                    if stop or control.should_save:
+                        self.save()
+                    if control.stop_signal:
+                        self._stopped_by(control.stop_signal)
+                if not stop:
+                    progress.epoch += 1
+                    progress.updates_in_epoch = 0
+                    stop = self._epochs_done()
         bar.close()
         if self.saved_step != progress.step:
             self.save()
 
+    @contextlib.contextmanager
+    def _stop_signals_caught(self):
+        """SIGTERM and SIGINT finish the update under way, save, and stop (TrainingStopped) instead of killing."""
+        def request_stop(signal_number, frame):
+            self.stop_signal = signal_number
+
+        earlier = {number: signal.signal(number, request_stop) for number in STOP_SIGNALS}
+        try:
+            yield
+        finally:
+            for number, handler in earlier.items():
+                signal.signal(number, handler)
+
+    def _stopped_by(self, signal_number: int) -> None:
+        name = signal.Signals(signal_number).name
+        raise TrainingStopped(
+            f"stopped by {name} after update {self.progress.step}, saved in {self.output_dir / LAST}; "
+            "continue with the same command and --resume",
+            signal_number,
+        )
+
     def _train_update(self, group: list[dict], started: float, bar: tqdm) -> None:
-        """One update over `group`, counted, checked and logged."""
+        """One update over `group`, counted and, at a log point, checked and logged."""
         progress = self.progress
         learning_rate = self.scheduler.get_last_lr()[0]
         self._set_dropout()
-        loss_sum, tokens = self._update(group)
+        totals = self._update(group)
         progress.step += 1
         progress.updates_in_epoch += 1
         progress.elapsed_seconds = self.elapsed()
-        loss = loss_sum / tokens
-        if not math.isfinite(loss):
-            raise TrainingError(
-                f"loss is {loss} at update {progress.step}: training diverged (lower lr, set clip_grad_norm "
-                f"or use bf16 instead of fp16); the checkpoints in {self.output_dir} are from before"
-            )
-        progress.interval_loss += loss_sum
-        progress.interval_tokens += tokens
+        self.interval_totals += totals
+        first_divergence = (self.diverged_at == 0) & ~torch.isfinite(totals[0])
+        self.diverged_at = torch.where(first_divergence, progress.step, self.diverged_at)
         progress.interval_seconds += time.monotonic() - started
         bar.update()
         if progress.step % self.config.log_interval == 0:
+            self._read_totals()
             self.log.training(learning_rate, bar)
 
-    def _decide(self) -> TrainerControl:
-        """This process's view of what the update just made calls for; the main process's view is shared."""
-        config, progress = self.config, self.progress
-        minutes_since_save = (progress.elapsed_seconds - progress.last_save_seconds) / 60
-        return TrainerControl(
-            should_stop=self._over_time(),
-            should_save=bool(
-                (
-                    config.save_interval_minutes is not None
-                    and minutes_since_save >= config.save_interval_minutes
-                )
-                or (config.save_interval_updates and progress.step % config.save_interval_updates == 0)
-            ),
-            elapsed_seconds=progress.elapsed_seconds,
+    def _read_totals(self) -> None:
+        """Bring the device's totals to the host (a synchronisation): stop if the loss diverged."""
+        diverged_at = int(self.diverged_at)
+        if diverged_at:
+            self._diverged(f"loss is not finite at update {diverged_at}")
+        loss, tokens = self.interval_totals.tolist()
+        self.progress.interval_loss += loss
+        self.progress.interval_tokens += int(tokens)
+        self.interval_totals.zero_()
+
+    def _diverged(self, what: str) -> None:
+        last = self.output_dir / LAST
+        resumable = (
+            f"the last checkpoint, {last} (update {self.saved_step}), has finite weights: continue from it with "
+            "--resume and a lower lr"
+            if self.saved_step
+            else "no checkpoint was saved before: start again with a lower lr"
         )
+        raise TrainingError(
+            f"{what}: training diverged (lower lr, set clip_grad_norm or use bf16 instead of fp16); nothing from "
+            f"this update on was saved; {resumable}"
+        )
+
+    def _decide(self) -> TrainerControl:
+        """What the update just made calls for. Update-count decisions are every process's own; the clock's and
+        a stop signal are the main process's, shared (with several processes, every SHARE_INTERVAL updates)."""
+        config, progress, accelerator = self.config, self.progress, self.accelerator
+        save_by_count = bool(config.save_interval_updates and progress.step % config.save_interval_updates == 0)
+        if accelerator.num_processes > 1 and progress.step % SHARE_INTERVAL:
+            return TrainerControl(should_save=save_by_count)
+        minutes_since_save = (progress.elapsed_seconds - progress.last_save_seconds) / 60
+        main = TrainerControl(
+            should_stop=self._over_time(),
+            should_save=config.save_interval_minutes is not None
+            and minutes_since_save >= config.save_interval_minutes,
+            elapsed_seconds=progress.elapsed_seconds,
+            stop_signal=self.stop_signal,
+        ).shared(accelerator)
+        self._follow_clock(main.elapsed_seconds)
+        return dataclasses.replace(main, should_save=main.should_save or save_by_count)
 
     def _set_dropout(self) -> None:
         """The dropout of the coming update (late dropout changes it once)."""
@@ -236,7 +310,7 @@ class Trainer:
         if self.config.max_minutes is not None:
             self.schedule.clock_spent = elapsed_seconds / (60 * self.config.max_minutes)
 
-    def _update(self, group: list[dict]) -> tuple[float, int]:
+    def _update(self, group: list[dict]) -> torch.Tensor:
         return optimizer_update(
             self.accelerator,
             self.model,
@@ -248,8 +322,14 @@ class Trainer:
         )
 
     def save(self) -> None:
-        """Validate, log, then write checkpoint_<step>, checkpoint_best (if it is) and checkpoint_last."""
+        """Check, validate, log, then write checkpoint_<step>, checkpoint_best (if it is) and checkpoint_last.
+
+        Nothing is written from a run whose loss or weights are no longer finite."""
         accelerator, progress = self.accelerator, self.progress
+        self._read_totals()
+        finite = torch.stack([parameter.isfinite().all() for parameter in self.model.parameters()]).all()
+        if not accelerator.reduce(finite.float(), "sum") == accelerator.num_processes:
+            self._diverged(f"weights are not finite after update {progress.step}")
         metrics = None
         if self.validation is not None:
             # Its own random state: the training trajectory must not depend on when validation runs.
@@ -259,8 +339,25 @@ class Trainer:
                 metrics = validate(accelerator, self.model, self.tokenizer, self.validation, self.config)
         is_best = accelerator.is_main_process and metrics is not None and self.log.validation(metrics)
         progress.last_save_seconds = progress.elapsed_seconds = self.elapsed()
-        self.checkpoints.save(self.model, progress, metrics, is_best)
+        try:
+            self.checkpoints.save(self.model, progress, metrics, is_best)
+        except (OSError, RuntimeError) as err:
+            if not disk_is_full(err):
+                raise
+            last = f"{self.output_dir / LAST} (update {self.saved_step})" if self.saved_step else "none"
+            raise TrainingError(
+                f"no space left on the device holding {self.output_dir} while saving update {progress.step}; "
+                f"the last complete checkpoint is {last}: free space, then continue with --resume"
+            ) from err
         self.saved_step = progress.step
+
+
+def disk_is_full(err: BaseException) -> bool:
+    """Whether a failed write ran out of space: an OSError says ENOSPC (or the quota's EDQUOT); torch.save's
+    writer raises a RuntimeError that says only "unexpected pos" (a short write)."""
+    if isinstance(err, OSError):
+        return err.errno in (errno.ENOSPC, errno.EDQUOT)
+    return "unexpected pos" in str(err)
 
 
 @dataclass
@@ -296,8 +393,9 @@ class RunLog:
         """Log the validation `metrics` (main process); whether they are the best so far (BLEU, else loss)."""
         progress = self.progress
         metric = metrics.get("val_bleu", -metrics["val_loss"])
-        is_best = progress.best_metric is None or metric > progress.best_metric
-        progress.best_metric = max(metric, progress.best_metric or -math.inf)
+        is_best = math.isfinite(metric) and (progress.best_metric is None or metric > progress.best_metric)
+        if is_best:
+            progress.best_metric = metric
         self._write({**self._position(), **metrics})
         tqdm.write(
             f"update {progress.step}: "
@@ -389,11 +487,12 @@ def optimizer_update(
     group: list[dict],
     label_smoothing: float,
     clip_grad_norm: float | None,
-) -> tuple[float, int]:
-    """One optimizer step over this process's batches of the update: (summed loss, target tokens) of all processes."""
-    group = [{name: tensor.to(accelerator.device) for name, tensor in batch.items()} for batch in group]
-    local_tokens = sum(int((batch["labels"] != -100).sum()) for batch in group)
-    tokens = accelerator.reduce(torch.tensor(local_tokens, device=accelerator.device), "sum")
+) -> torch.Tensor:
+    """One optimizer step over this process's batches of the update: (summed loss, target tokens) of all
+    processes, a float64 tensor on the device that nothing here reads back."""
+    group = [{name: tensor.to(accelerator.device, non_blocking=True) for name, tensor in batch.items()} for batch in group]
+    local_tokens = sum((batch["labels"] != -100).sum() for batch in group)
+    tokens = accelerator.reduce(local_tokens, "sum")
     # The model divides each micro-batch's summed loss by this; accelerate then divides by the
     # accumulation steps and DDP averages over processes, which together make sum / global tokens.
     num_items = tokens.float() / (len(group) * accelerator.num_processes)
@@ -408,7 +507,7 @@ def optimizer_update(
             scheduler.step()
             optimizer.zero_grad()
         loss_sum += loss.detach().double() * num_items
-    return float(accelerator.reduce(loss_sum, "sum")), int(tokens)
+    return torch.stack([accelerator.reduce(loss_sum, "sum"), tokens.double()])
 
 
 def validate(

@@ -14,6 +14,7 @@ import sys
 import transformers
 
 from hf_vanilla.cli import HelpFormatter
+from hf_vanilla.trainer import TrainingStopped
 from hf_vanilla.training import train
 from hf_vanilla.training_args import TrainingError, load_training_config, training_argument_parser
 
@@ -45,8 +46,13 @@ def main() -> None:
     config_path, resume, overwrite = args.pop("config"), args.pop("resume"), args.pop("overwrite_output_dir")
     try:
         train(load_training_config(config_path, **args), resume=resume, overwrite_output_dir=overwrite)
+    except TrainingStopped as stopped:
+        print(stopped, file=sys.stderr)
+        sys.exit(stopped.exit_code)
     except TrainingError as err:
         sys.exit(f"error: {err}")
+    except KeyboardInterrupt:  # before the first update or after the last: no update was under way
+        sys.exit("interrupted (Ctrl-C) outside the update loop; checkpoints in the output directory are whole")
 
 
 if __name__ == "__main__":

@@ -282,7 +282,7 @@ def test_average_checkpoints_refuses_different_models(tmp_path):
         ),
         ({"target_lang": "xx"}, "'xx'.*available languages"),
         ({"model_overrides": {"vocab_size": 123}}, "vocab_size: tokenizer has 500, model config has 123"),
-        ({"lr": 1e30, "max_steps": 20}, "loss is nan at update"),
+        ({"lr": 1e30, "max_steps": 20}, "loss is not finite at update"),
         ({"model_preset": "huge"}, "unknown preset 'huge'"),
         ({"max_steps": None}, "set at least one of max_steps, max_epochs, max_minutes"),
         ({"early_dropout": 1.5}, r"early_dropout must be in \[0, 1\), got 1.5"),
