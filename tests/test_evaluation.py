@@ -165,11 +165,11 @@ def test_scoring_rejects_bad_input(hypotheses, references, message):
 
 
 def test_evaluate_bleu_writes_hypotheses_and_report_with_paper_beam_search(
-    tiny_model_dir, multi30k_path, tmp_path
+    tiny_model_dir, corpus_path, tmp_path
 ):
     report = evaluate_bleu(
         tiny_model_dir,
-        multi30k_path,
+        corpus_path,
         "de",
         "en",
         tmp_path,
@@ -180,7 +180,7 @@ def test_evaluate_bleu_writes_hypotheses_and_report_with_paper_beam_search(
     )
     hypotheses = read_lines(tmp_path / "validation.de-en.hyp")
     assert json.loads((tmp_path / "validation.de-en.json").read_text()) == report
-    pairs = load_translation_split(multi30k_path, "de", "en", "validation").select(range(6))
+    pairs = load_translation_split(corpus_path, "de", "en", "validation").select(range(6))
     model, tokenizer = load_model_and_tokenizer(tiny_model_dir)
     assert hypotheses == translate_sentences(
         model,
@@ -198,7 +198,7 @@ def test_evaluate_bleu_writes_hypotheses_and_report_with_paper_beam_search(
     assert "case:lc" in report["lowercased"]["bleu_signature"]
     assert (report["model"], report["dataset"], report["split"], report["sentences"]) == (
         str(tiny_model_dir),
-        multi30k_path,
+        corpus_path,
         "validation",
         6,
     )
@@ -232,9 +232,9 @@ def test_evaluation_rejects_missing_references(tiny_model_and_tokenizer, sources
         evaluate_translation(model, tokenizer, sources, references, show_progress=False)
 
 
-def test_unknown_language_is_named(tiny_model_dir, multi30k_path, tmp_path):
+def test_unknown_language_is_named(tiny_model_dir, corpus_path, tmp_path):
     with pytest.raises(ValueError, match="Language 'xx' not in dataset"):
-        evaluate_bleu(tiny_model_dir, multi30k_path, "de", "xx", tmp_path, show_progress=False)
+        evaluate_bleu(tiny_model_dir, corpus_path, "de", "xx", tmp_path, show_progress=False)
     assert not any(tmp_path.iterdir())
 
 
@@ -308,7 +308,7 @@ def run_dir(tiny_model_dir, tmp_path):
 
 
 def test_selection_takes_the_best_validation_setting_and_decodes_test_with_it_only(
-    run_dir, multi30k_path, tmp_path, monkeypatch
+    run_dir, corpus_path, tmp_path, monkeypatch
 ):
     # An untrained model scores ~0 everywhere: give each (model, beams, penalty) a known validation BLEU.
     # checkpoint_average holds the same weights as checkpoint_best: it is decoded once, as the best.
@@ -326,7 +326,7 @@ def test_selection_takes_the_best_validation_setting_and_decodes_test_with_it_on
     output_dir = tmp_path / "selection"
     selection = select_on_validation(
         [run_dir],
-        multi30k_path,
+        corpus_path,
         "de",
         "en",
         output_dir,
@@ -355,20 +355,20 @@ def test_selection_takes_the_best_validation_setting_and_decodes_test_with_it_on
     assert json.loads((output_dir / "selection.json").read_text()) == selection
 
 
-def test_selection_names_a_directory_that_holds_no_model(tmp_path, multi30k_path):
+def test_selection_names_a_directory_that_holds_no_model(tmp_path, corpus_path):
     with pytest.raises(FileNotFoundError, match="neither a saved model directory nor a training run"):
-        select_on_validation([tmp_path], multi30k_path, "de", "en", tmp_path / "out")
+        select_on_validation([tmp_path], corpus_path, "de", "en", tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
 
-def test_select_checkpoint_script_prints_the_validation_table(tiny_model_dir, multi30k_path, tmp_path):
+def test_select_checkpoint_script_prints_the_validation_table(tiny_model_dir, corpus_path, tmp_path):
     completed = subprocess.run(
         [
             sys.executable,
             str(SCRIPTS / "select_checkpoint.py"),
             str(tiny_model_dir),
             "--dataset",
-            multi30k_path,
+            corpus_path,
         ]
         + ["--num-beams", "1", "2", "--max-sentences", "3", "--report-split", "--device", "cpu"]
         + ["--output-dir", str(tmp_path)],
