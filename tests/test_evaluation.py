@@ -106,18 +106,30 @@ def test_an_explicit_output_limit_beyond_the_decoders_positions_is_refused_befor
 
 @pytest.mark.parametrize("num_beams", [1, 3])
 def test_each_sentence_stops_at_its_own_source_length_plus_50_whatever_it_is_batched_with(
-    tiny_model_and_tokenizer, num_beams
+    tiny_model_and_tokenizer, num_beams, monkeypatch
 ):
     model, tokenizer = tiny_model_and_tokenizer  # untrained: it runs to the limit
     short, long = SOURCES[3], SOURCES[2]
+    generated_lengths = []
+    unrecorded_generate = model.generate
+
+    def recording_generate(**kwargs):
+        # Counted from the ids: an untrained model's random bytes need not encode back to as many tokens.
+        outputs = unrecorded_generate(**kwargs)
+        special = set(tokenizer.all_special_ids)  # start, end and the padding of rows that ended early
+        generated_lengths.extend(sum(token not in special for token in row) for row in outputs.tolist())
+        return outputs
+
+    monkeypatch.setattr(model, "generate", recording_generate)
     batched = translate_sentences(model, tokenizer, [short, long], show_progress=False, num_beams=num_beams)
     alone = [
         translate_sentences(model, tokenizer, [source], show_progress=False, num_beams=num_beams)[0]
         for source in (short, long)
     ]
     assert batched == alone
-    lengths = [len(tokenizer(text, add_special_tokens=False)["input_ids"]) for text in batched]
-    assert lengths[0] < lengths[1] <= len(tokenizer(long)["input_ids"]) + 50
+    batched_lengths = generated_lengths[:2]
+    assert batched_lengths == generated_lengths[2:]
+    assert batched_lengths[0] < batched_lengths[1] <= len(tokenizer(long)["input_ids"]) + 50
 
 
 def test_real_model_batched_greedy_equals_one_by_one(tiny_model_and_tokenizer):
@@ -165,11 +177,11 @@ def test_scoring_rejects_bad_input(hypotheses, references, message):
 
 
 def test_evaluate_bleu_writes_hypotheses_and_report_with_paper_beam_search(
-    tiny_model_dir, multi30k_path, tmp_path
+    tiny_model_dir, corpus_path, tmp_path
 ):
     report = evaluate_bleu(
         tiny_model_dir,
-        multi30k_path,
+        corpus_path,
         "de",
         "en",
         tmp_path,
@@ -180,7 +192,7 @@ def test_evaluate_bleu_writes_hypotheses_and_report_with_paper_beam_search(
     )
     hypotheses = read_lines(tmp_path / "validation.de-en.hyp")
     assert json.loads((tmp_path / "validation.de-en.json").read_text()) == report
-    pairs = load_translation_split(multi30k_path, "de", "en", "validation").select(range(6))
+    pairs = load_translation_split(corpus_path, "de", "en", "validation").select(range(6))
     model, tokenizer = load_model_and_tokenizer(tiny_model_dir)
     assert hypotheses == translate_sentences(
         model,
@@ -198,7 +210,7 @@ def test_evaluate_bleu_writes_hypotheses_and_report_with_paper_beam_search(
     assert "case:lc" in report["lowercased"]["bleu_signature"]
     assert (report["model"], report["dataset"], report["split"], report["sentences"]) == (
         str(tiny_model_dir),
-        multi30k_path,
+        corpus_path,
         "validation",
         6,
     )
@@ -232,9 +244,9 @@ def test_evaluation_rejects_missing_references(tiny_model_and_tokenizer, sources
         evaluate_translation(model, tokenizer, sources, references, show_progress=False)
 
 
-def test_unknown_language_is_named(tiny_model_dir, multi30k_path, tmp_path):
+def test_unknown_language_is_named(tiny_model_dir, corpus_path, tmp_path):
     with pytest.raises(ValueError, match="Language 'xx' not in dataset"):
-        evaluate_bleu(tiny_model_dir, multi30k_path, "de", "xx", tmp_path, show_progress=False)
+        evaluate_bleu(tiny_model_dir, corpus_path, "de", "xx", tmp_path, show_progress=False)
     assert not any(tmp_path.iterdir())
 
 
@@ -308,7 +320,7 @@ def run_dir(tiny_model_dir, tmp_path):
 
 
 def test_selection_takes_the_best_validation_setting_and_decodes_test_with_it_only(
-    run_dir, multi30k_path, tmp_path, monkeypatch
+    run_dir, corpus_path, tmp_path, monkeypatch
 ):
     # An untrained model scores ~0 everywhere: give each (model, beams, penalty) a known validation BLEU.
     # checkpoint_average holds the same weights as checkpoint_best: it is decoded once, as the best.
@@ -326,7 +338,7 @@ def test_selection_takes_the_best_validation_setting_and_decodes_test_with_it_on
     output_dir = tmp_path / "selection"
     selection = select_on_validation(
         [run_dir],
-        multi30k_path,
+        corpus_path,
         "de",
         "en",
         output_dir,
@@ -355,20 +367,20 @@ def test_selection_takes_the_best_validation_setting_and_decodes_test_with_it_on
     assert json.loads((output_dir / "selection.json").read_text()) == selection
 
 
-def test_selection_names_a_directory_that_holds_no_model(tmp_path, multi30k_path):
+def test_selection_names_a_directory_that_holds_no_model(tmp_path, corpus_path):
     with pytest.raises(FileNotFoundError, match="neither a saved model directory nor a training run"):
-        select_on_validation([tmp_path], multi30k_path, "de", "en", tmp_path / "out")
+        select_on_validation([tmp_path], corpus_path, "de", "en", tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
 
-def test_select_checkpoint_script_prints_the_validation_table(tiny_model_dir, multi30k_path, tmp_path):
+def test_select_checkpoint_script_prints_the_validation_table(tiny_model_dir, corpus_path, tmp_path):
     completed = subprocess.run(
         [
             sys.executable,
             str(SCRIPTS / "select_checkpoint.py"),
             str(tiny_model_dir),
             "--dataset",
-            multi30k_path,
+            corpus_path,
         ]
         + ["--num-beams", "1", "2", "--max-sentences", "3", "--report-split", "--device", "cpu"]
         + ["--output-dir", str(tmp_path)],

@@ -2,6 +2,7 @@
 the pipeline, decoding as our scripts do; and it carries a model card the Hub reads."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -63,6 +64,58 @@ def test_checkpoints_load_through_auto_classes_and_pipeline_without_the_package(
         assert report["seq2seq"] == "VanillaTransformerForConditionalGeneration"
         assert report["tokenizer_size"] == 500
         assert report["pipeline"] == "VanillaTranslationPipeline"
+
+
+# Records whether transformers asks to run custom code (it asks through input()), and answers no.
+PLAIN_AUTOTOKENIZER = """
+import builtins, json, sys
+from transformers import AutoTokenizer
+asked = []
+def answer_no(prompt=""):
+    asked.append(prompt)
+    raise EOFError
+builtins.input = answer_no
+report = {}
+for directory in sys.argv[2:]:
+    asked.clear()
+    tokenizer = AutoTokenizer.from_pretrained(directory)
+    report[directory] = {"ids": tokenizer(sys.argv[1])["input_ids"], "asked": bool(asked)}
+print(json.dumps(report))
+"""
+
+
+def plain_autotokenizer_reports(sentence, directories, cwd):
+    """AutoTokenizer without trust_remote_code, offline, in a process that never imports hf_vanilla."""
+    finished = subprocess.run(
+        [sys.executable, "-c", PLAIN_AUTOTOKENIZER, sentence, *map(str, directories)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    return json.loads(finished.stdout.splitlines()[-1])
+
+
+def test_autotokenizer_without_remote_code_loads_the_runs_tokenizer(trained_run, tokenizer_dir, tmp_path):
+    sentence = "Ein Mädchen wäscht ein großes Boot am Strand."
+    checkpoint = trained_run / "checkpoint_last"
+    reports = plain_autotokenizer_reports(sentence, [tokenizer_dir, checkpoint], tmp_path)
+    expected = AutoTokenizer.from_pretrained(checkpoint)(sentence)["input_ids"]
+    assert [report["ids"] for report in reports.values()] == [expected, expected]
+    assert not reports[str(tokenizer_dir)]["asked"]  # tokenizer_config.json names a plain transformers class
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="transformers 5 AutoTokenizer loads AutoConfig first, without trust_remote_code, and config.json's "
+    "auto_map (needed for AutoModel) makes that ask; answered no, the plain tokenizer still loads",
+)
+def test_autotokenizer_on_a_checkpoint_does_not_ask_to_run_custom_code(trained_run, tmp_path):
+    checkpoint = trained_run / "checkpoint_last"
+    assert not plain_autotokenizer_reports("Ein Hund.", [checkpoint], tmp_path)[str(checkpoint)]["asked"]
 
 
 def test_pipeline_translate_script_and_evaluate_script_give_the_same_translations(

@@ -16,13 +16,17 @@ from hf_vanilla.tokenization import (
     train_tokenizer,
 )
 
-SMALL_VOCAB = 1000
+# Below the ~650 tokens the synthetic corpus's few words saturate, so that twice the size is still reached.
+SMALL_VOCAB = 300
+
+
+def both_languages(pairs) -> list[str]:
+    return list(chain(pairs["source"], pairs["target"]))
 
 
 @pytest.fixture(scope="module")
-def train_texts(multi30k_path):
-    pairs = load_translation_split(multi30k_path, "de", "en", "train").select(range(2000))
-    return list(chain(pairs["source"], pairs["target"]))
+def train_texts(corpus_path):
+    return both_languages(load_translation_split(corpus_path, "de", "en", "train"))
 
 
 @pytest.fixture(scope="module")
@@ -31,15 +35,27 @@ def tokenizer(train_texts):
 
 
 @pytest.fixture(scope="module")
-def validation(multi30k_path):
-    return load_translation_split(multi30k_path, "de", "en", "validation")
+def validation(corpus_path):
+    return load_translation_split(corpus_path, "de", "en", "validation")
 
 
 @pytest.mark.parametrize("column", ["source", "target"])
 def test_round_trip_is_exact_on_whole_validation_set(tokenizer, validation, column):
-    texts = list(validation[column])
+    assert round_trip_rate(tokenizer, list(validation[column])) == 1.0
+
+
+@pytest.fixture(scope="module")
+def multi30k_tokenizer(multi30k_path):
+    train = load_translation_split(multi30k_path, "de", "en", "train").select(range(2000))
+    return train_tokenizer(both_languages(train), vocab_size=1000, show_progress=False)
+
+
+@pytest.mark.parametrize("column", ["source", "target"])
+def test_round_trip_is_exact_on_whole_real_validation_set(multi30k_tokenizer, multi30k_path, column):
+    """Real captions hold what no word table does (odd spacing, rare characters): the real-data check."""
+    texts = list(load_translation_split(multi30k_path, "de", "en", "validation")[column])
     assert len(texts) == 1014
-    assert round_trip_rate(tokenizer, texts) == 1.0
+    assert round_trip_rate(multi30k_tokenizer, texts) == 1.0
 
 
 def test_round_trip_keeps_spaces_and_unseen_characters(tokenizer):
@@ -76,7 +92,7 @@ def test_eos_appended_to_source_and_target_without_bos(tokenizer):
 
 def test_autotokenizer_reload_gives_identical_ids(tokenizer, validation, tmp_path):
     reloaded = AutoTokenizer.from_pretrained(save_tokenizer(tokenizer, tmp_path / "tok"))
-    texts = list(validation["source"])[:200] + list(validation["target"])[:200]
+    texts = both_languages(validation)
     assert reloaded(texts)["input_ids"] == tokenizer(texts)["input_ids"]
     assert config_kwargs_from_tokenizer(reloaded) == config_kwargs_from_tokenizer(tokenizer)
     assert reloaded.unk_token_id == 3
@@ -152,7 +168,8 @@ def test_mismatched_config_names_field_and_both_values(tokenizer, field, wrong):
 def test_fingerprint_tells_vocabularies_of_one_size_apart_and_survives_a_reload(
     tokenizer, train_texts, tmp_path
 ):
-    other = train_tokenizer(train_texts[::-1][:2000], vocab_size=SMALL_VOCAB, show_progress=False)
+    german_only = train_texts[: len(train_texts) // 2]
+    other = train_tokenizer(german_only, vocab_size=SMALL_VOCAB, show_progress=False)
     assert len(other) == len(tokenizer)
     assert tokenizer_fingerprint(other) != tokenizer_fingerprint(tokenizer)
     save_tokenizer(tokenizer, tmp_path)
