@@ -27,7 +27,7 @@ point, nth, values, mode = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3]
 calls = []
 
 def die():
-    os.kill(os.getpid(), signal.SIGKILL)
+    os.kill(os.getpid(), signal.SIGTERM if point == "sigterm" else signal.SIGINT if point == "sigint" else signal.SIGKILL)
 
 def kill_at(module, name, when=lambda *args: True, after=False):
     real = getattr(module, name)
@@ -48,7 +48,7 @@ def publish_first_rename_only(staging, final):
         die()
     return real_publish(staging, final)
 
-if point == "update":
+if point in ("update", "sigterm", "sigint"):
     kill_at(trainer, "optimizer_update")
 elif point == "model_files":  # weights written, the pipeline code and card not yet
     kill_at(standalone, "custom_object_save")
@@ -59,7 +59,10 @@ elif point == "between_renames":
     trainer.publish_directory = publish_first_rename_only
 elif point == "averaging":
     kill_at(run_directory, "save_file")
-train(load_training_config(**values), resume=mode == "resume", overwrite_output_dir=mode == "overwrite")
+try:
+    train(load_training_config(**values), resume=mode == "resume", overwrite_output_dir=mode == "overwrite")
+except trainer.TrainingStopped as stopped:  # as scripts/train.py reports it
+    sys.exit(f"{stopped}")
 """
 
 
@@ -126,3 +129,25 @@ def test_killed_anywhere_and_resumed_ends_bit_identical(
         assert expected.keys() == resumed.keys()
         assert all(torch.equal(expected[key], resumed[key]) for key in expected), name
     assert not [path.name for path in run_dir.iterdir() if path.name.startswith(".")]
+
+
+@pytest.mark.parametrize("point", ["sigterm", "sigint"])
+def test_a_stop_signal_finishes_the_update_saves_and_resumes_bit_identical(
+    uninterrupted, tiny_dataset, tokenizer_dir, tmp_path, point
+):
+    """What a scheduler sends before preemption (SIGTERM), or Ctrl-C: the update under way ends, is saved,
+    and the run says so; --resume continues as if nothing happened."""
+    run_dir = tmp_path / "run"
+    config = tiny_config(tiny_dataset, tokenizer_dir, run_dir, **SETTINGS)
+    stopped = run(config, point, 7)
+    assert stopped.returncode == 1, stopped.stderr[-3000:]
+    assert f"stopped by {point.upper()} after update 7" in stopped.stderr and "--resume" in stopped.stderr
+    assert "Traceback" not in stopped.stderr
+    progress = json.loads((run_dir / "checkpoint_last" / "training_state" / "progress.json").read_text())
+    assert progress["step"] == 7
+    finished = run(config, mode="resume")
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    assert training_losses(run_dir) == training_losses(uninterrupted)
+    for name in ("checkpoint_8", "checkpoint_12", "checkpoint_average"):
+        expected, resumed = (load_file(directory / name / "model.safetensors") for directory in (uninterrupted, run_dir))
+        assert all(torch.equal(expected[key], resumed[key]) for key in expected), name

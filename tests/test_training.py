@@ -515,3 +515,96 @@ def test_num_beams_1_with_the_default_length_penalty_trains_and_saves(tiny_datas
     )
     saved = json.loads((tmp_path / "checkpoint_last" / "generation_config.json").read_text())
     assert saved.get("num_beams", 1) == 1 and "length_penalty" not in saved
+
+
+def test_a_diverged_run_publishes_no_checkpoint_with_non_finite_weights(tiny_dataset, tokenizer_dir, tmp_path):
+    """Weights that blow up between two loss checks are caught at the save, before anything is written."""
+    output_dir = tmp_path / "out"
+    config = tiny_config(
+        tiny_dataset, tokenizer_dir, output_dir, lr=10.0, warmup=1, max_steps=40, save_interval_updates=5,
+        log_interval=100,  # the loss is read only at the saves
+    )
+    with pytest.raises(TrainingError, match="training diverged") as raised:
+        train(config)
+    assert "\n" not in str(raised.value)
+    saved = sorted(output_dir.glob("checkpoint_*"))
+    for checkpoint in saved:
+        weights = load_file(checkpoint / "model.safetensors")
+        assert all(tensor.isfinite().all() for tensor in weights.values()), checkpoint.name
+    expected = "checkpoint_last" if saved else "no checkpoint was saved"
+    assert expected in str(raised.value)
+    for line in (output_dir / LOG_FILE).read_text().splitlines():  # strict JSON: no bare NaN
+        json.loads(line, parse_constant=lambda name: pytest.fail(f"{name} in the log"))
+
+
+def test_a_full_disk_while_saving_is_named_with_the_last_complete_checkpoint(
+    tiny_dataset, tokenizer_dir, tmp_path, monkeypatch
+):
+    import errno
+
+    from hf_vanilla import trainer
+
+    real_save, saves = trainer.save_model_directory, []
+
+    def fill_the_disk_at_the_third_model(*args, **kwargs):
+        saves.append(1)
+        if len(saves) == 3:  # update 4 wrote checkpoint_4 and checkpoint_last; update 8's first write fails
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_save(*args, **kwargs)
+
+    monkeypatch.setattr(trainer, "save_model_directory", fill_the_disk_at_the_third_model)
+    output_dir = tmp_path / "out"
+    with pytest.raises(TrainingError, match=r"no space left on the device holding .*checkpoint_last \(update 4\)"):
+        train(tiny_config(tiny_dataset, tokenizer_dir, output_dir, max_steps=12, save_interval_updates=4))
+    assert (output_dir / "checkpoint_4" / "model.safetensors").exists()
+    assert not (output_dir / "checkpoint_8").exists()
+
+
+class HostReads(torch.overrides.TorchFunctionMode):
+    """Counts the reads of a tensor's value into Python: on a GPU, each one waits for the device."""
+
+    READS = {torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.__bool__, torch.Tensor.__float__, torch.Tensor.__int__}
+
+    def __init__(self):
+        super().__init__()
+        self.count, self.paused = 0, 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func in self.READS and not self.paused:
+            self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+def test_an_update_between_log_and_save_points_reads_nothing_back_from_the_device(
+    tiny_dataset, tokenizer_dir, tmp_path, monkeypatch
+):
+    """The loop's own bookkeeping (token counts, loss, divergence, stop and save decisions) stays on the device
+    between log and save points. Not counted: the model's forward (transformers' eager masks inspect the padding
+    mask; compiled, they do not) and the optimizer's step (eager Adam keeps its step count on the host)."""
+    reads_per_update = {}
+    real_update = Trainer._train_update
+
+    def counted_update(self, group, started, bar):
+        reads = HostReads()
+        model = self.accelerator.unwrap_model(self.model)
+        pause = lambda *args: setattr(reads, "paused", reads.paused + 1)  # noqa: E731
+        resume = lambda *args: setattr(reads, "paused", reads.paused - 1)  # noqa: E731
+        handles = [
+            model.register_forward_pre_hook(pause),
+            model.register_forward_hook(resume),
+            self.optimizer.optimizer.register_step_pre_hook(pause),
+            self.optimizer.optimizer.register_step_post_hook(resume),
+        ]
+        try:
+            with reads:
+                real_update(self, group, started, bar)
+                self._decide()
+        finally:
+            for handle in handles:
+                handle.remove()
+        reads_per_update[self.progress.step] = reads.count
+
+    monkeypatch.setattr(Trainer, "_train_update", counted_update)
+    train(tiny_config(tiny_dataset, tokenizer_dir, tmp_path / "out", max_steps=12, log_interval=6, save_interval_updates=None))
+    assert {step: count for step, count in reads_per_update.items() if step % 6} == dict.fromkeys([1, 2, 3, 4, 5, 7, 8, 9, 10, 11], 0)
+    assert reads_per_update[6] > 0  # a log point reads the totals: the counter sees reads where there are some
