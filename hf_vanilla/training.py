@@ -123,7 +123,7 @@ def _train(
 
     model = _initial_model(config, model_config)
     model.generation_config = generation_config(config, model_config)
-    optimizer = _adam(config, model)
+    optimizer = _adam(config, model, fused=accelerator.device.type == "cuda")
     schedule = LearningRateSchedule(config.warmup, config.lr_cooldown, _planned_updates(config, sampler))
     scheduler = make_lr_scheduler(optimizer, schedule)
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
@@ -135,6 +135,7 @@ def _train(
         batch_sampler=sampler,
         collate_fn=make_collator(tokenizer, accelerator.unwrap_model(model)),
         generator=torch.Generator(),
+        pin_memory=accelerator.device.type == "cuda",  # the loop's copies to the GPU then need not wait
     )
     logger.info(
         "%d parameters; %d updates an epoch of %d batches x %d processes x %d accumulation steps, <= %d tokens each",
@@ -213,14 +214,18 @@ def _make_accelerator(config: TrainingConfig, output_dir: Path) -> Accelerator:
     return accelerator
 
 
-def _adam(config: TrainingConfig, model: torch.nn.Module) -> torch.optim.Adam:
-    """Adam(0.9, 0.98, 1e-9) at the schedule's peak learning rate (section 5.3), which the scheduler scales."""
+def _adam(config: TrainingConfig, model: torch.nn.Module, fused: bool) -> torch.optim.Adam:
+    """Adam(0.9, 0.98, 1e-9) at the schedule's peak learning rate (section 5.3), which the scheduler scales.
+
+    `fused` (on a GPU): one kernel for every parameter's step, which keeps its step count on the device; the CPU
+    keeps the plain foreach Adam, whose arithmetic the CPU runs and tests were made with."""
     return torch.optim.Adam(
         model.parameters(),
         lr=peak_learning_rate(model.config.d_model, config.warmup, config.lr_scale, config.lr),
         betas=(config.adam_beta1, config.adam_beta2),
         eps=config.adam_eps,
         weight_decay=config.weight_decay,
+        fused=fused,
     )
 
 
