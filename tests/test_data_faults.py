@@ -16,6 +16,7 @@ from hf_vanilla import VanillaTransformerConfig, VanillaTransformerForConditiona
 from hf_vanilla.data import load_translation_split
 from hf_vanilla.tokenization import config_kwargs_from_tokenizer, save_tokenizer, train_tokenizer
 from hf_vanilla.training_args import load_training_config
+from hf_vanilla.translation import load_model_and_tokenizer
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = REPO / "scripts"
@@ -155,3 +156,40 @@ def test_train_script_names_the_unreadable_line_in_one_line(tmp_path, tokenizer_
     )  # fmt: skip
     assert_one_error_line(finished, f"{corpus / 'train.jsonl'} line 3 is not UTF-8")
     assert not (tmp_path / "run").exists()
+
+
+# Items 4 and 5: a saved model directory that cannot load says which file is missing or which sizes differ.
+
+
+def test_model_without_tokenizer_file_names_it(model_dir, tmp_path):
+    broken = shutil.copytree(model_dir, tmp_path / "model")
+    (broken / "tokenizer.json").unlink()
+    with pytest.raises(
+        ValueError, match=r"model has no tokenizer.json \(needed files: config.json, model.safetensors"
+    ):
+        load_model_and_tokenizer(broken, "cpu")
+
+
+def test_translate_script_names_the_missing_tokenizer_file(model_dir, tmp_path):
+    broken = shutil.copytree(model_dir, tmp_path / "model")
+    (broken / "tokenizer.json").unlink()
+    (tmp_path / "input.de").write_text("der Hund\n")
+    finished = run_script("translate.py", broken, "--input", tmp_path / "input.de", "--device", "cpu")
+    assert_one_error_line(finished, f"{broken} has no tokenizer.json (needed files:")
+
+
+def test_vocab_size_unlike_the_weights_names_both_sizes(model_dir, tmp_path):
+    edited = shutil.copytree(model_dir, tmp_path / "model")
+    config = json.loads((edited / "config.json").read_text())
+    saved_size = config["vocab_size"]
+    config["vocab_size"] = saved_size + 8
+    (edited / "config.json").write_text(json.dumps(config))
+    with pytest.raises(
+        ValueError, match=rf"vocab_size {saved_size + 8}\).*\({saved_size}, \d+\) in the weights"
+    ):
+        load_model_and_tokenizer(edited, "cpu")
+
+
+def test_vocab_size_check_passes_a_sound_model(model_dir):
+    model, _ = load_model_and_tokenizer(model_dir, "cpu")
+    assert model.config.vocab_size == model.get_input_embeddings().num_embeddings
