@@ -138,13 +138,15 @@ def clean_translation_pairs(
     max_words: int = 80,
     max_length_ratio: float = 9.0,
     num_proc: int | None = None,
+    name: str = "pairs",
 ) -> tuple[datasets.Dataset, Counter]:
-    """Moses clean-corpus-n for training data: normalize white space, drop empty, long or lopsided pairs.
+    """Moses clean-corpus-n for the data a training run reads: normalize white space, drop empty, long or
+    lopsided pairs.
 
     A pair is dropped when either side is empty, either side has more than `max_words` words, or one
     side has more than `max_length_ratio` times the words of the other. Returns the kept pairs and the
-    number dropped for each reason ("empty", "too_long", "length_ratio"), which is also logged.
-    Evaluation splits must not be cleaned: their references have to stay complete.
+    number dropped for each reason ("empty", "too_long", "length_ratio"), which is also logged, the pairs
+    called `name`. Test splits must not be cleaned: their references have to stay complete.
     """
 
     def normalize_and_judge(batch):
@@ -165,9 +167,10 @@ def clean_translation_pairs(
         num_proc=num_proc,
     )
     logger.info(
-        "Cleaning kept %d of %d pairs; dropped %d empty, %d over %d words, %d with length ratio over %g",
+        "Cleaning kept %d of %d %s; dropped %d empty, %d over %d words, %d with length ratio over %g",
         len(kept),
         len(pairs),
+        name,
         dropped["empty"],
         dropped["too_long"],
         max_words,

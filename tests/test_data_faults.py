@@ -2,6 +2,7 @@
 (the scripts print it as "error: ..." and exit non-zero), or a rule applied and counted, never a traceback."""
 
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -15,7 +16,8 @@ from transformers import AutoTokenizer
 from hf_vanilla import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from hf_vanilla.data import load_translation_split
 from hf_vanilla.tokenization import config_kwargs_from_tokenizer, save_tokenizer, train_tokenizer
-from hf_vanilla.training_args import load_training_config
+from hf_vanilla.training import train
+from hf_vanilla.training_args import TrainingError, load_training_config
 from hf_vanilla.translation import load_model_and_tokenizer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -193,3 +195,36 @@ def test_vocab_size_unlike_the_weights_names_both_sizes(model_dir, tmp_path):
 def test_vocab_size_check_passes_a_sound_model(model_dir):
     model, _ = load_model_and_tokenizer(model_dir, "cpu")
     assert model.config.vocab_size == model.get_input_embeddings().num_embeddings
+
+
+# Item 6: averaging more checkpoints than the run will save is refused before the first update.
+
+
+def test_average_last_beyond_the_saves_fails_before_training(tmp_path, tokenizer_dir):
+    corpus = write_corpus(tmp_path / "corpus")
+    output_dir = tmp_path / "run"
+    config = run_config(
+        corpus, tokenizer_dir, output_dir, max_steps=5, save_interval_updates=2, average_last=4
+    )
+    with pytest.raises(TrainingError, match="average_last 4 .* 5 updates with a save every 2 make 3"):
+        train(config)
+    assert not any(output_dir.glob("checkpoint_*")) and not (output_dir / "train_log.jsonl").exists()
+
+
+def test_average_last_within_the_saves_trains(tmp_path, tokenizer_dir):
+    corpus = write_corpus(tmp_path / "corpus")
+    output_dir = tmp_path / "run"
+    train(run_config(corpus, tokenizer_dir, output_dir, max_steps=3, save_interval_updates=1, average_last=3))
+    assert (output_dir / "checkpoint_average" / "model.safetensors").is_file()
+
+
+# Item 7: the validation split is cleaned by the training split's rule, and the drops are counted.
+
+
+def test_overlong_validation_pair_is_dropped_and_counted(tmp_path, tokenizer_dir, caplog):
+    corpus = write_corpus(tmp_path / "corpus")
+    replace_line(corpus / "validation.jsonl", 2, json_line(" ".join(["Hund"] * 5000), "a dog"))
+    caplog.set_level(logging.INFO, logger="hf_vanilla.data")
+    train(run_config(corpus, tokenizer_dir, tmp_path / "run", max_steps=1))
+    assert "Cleaning kept 7 of 8 validation pairs; dropped 0 empty, 1 over 80 words" in caplog.text
+    assert "Cleaning kept 80 of 80 train pairs" in caplog.text
