@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import bisect
 import copy
+import json
 import logging
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from itertools import chain, islice
+from pathlib import Path
 
 import datasets
 import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
+from datasets.exceptions import DatasetGenerationError
 from transformers import DataCollatorForSeq2Seq, PreTrainedTokenizerBase
 
 logger = logging.getLogger(__name__)
@@ -25,7 +29,8 @@ def load_translation_split(
     """One split of a Hub dataset or local path as string columns `source` and `target`.
 
     Accepts both Hub layouts: a `translation` dict column ({"en": ..., "de": ...}) and one column
-    per language.
+    per language. A local JSON-lines file that cannot be read (a line that is not JSON or not UTF-8, or lacks
+    a language) is a ValueError naming the file and line.
     """
     if source_lang == target_lang:
         raise ValueError(f"Source and target language are both {source_lang!r}")
@@ -37,20 +42,79 @@ def load_translation_split(
             f"({err}); check the name and your connection, or pass --dataset PATH to a local copy (a folder of "
             "split files with a `translation` column or one column per language)"
         ) from err
+    except (ValueError, DatasetGenerationError) as err:
+        # datasets names neither the file nor the line (UnicodeDecodeError is a ValueError too).
+        raise ValueError(
+            _first_unreadable_line(dataset, config_name, (source_lang, target_lang)) or str(err)
+        ) from err
     if split not in splits:
         raise ValueError(f"Split {split!r} not in dataset {dataset!r}; available splits: {sorted(splits)}")
     pairs = splits[split]
     language_columns = _language_columns(pairs)
+    # One line without a language makes datasets read the whole `translation` column as untyped JSON.
+    unreadable = not language_columns and _first_unreadable_line(dataset, config_name, (source_lang, target_lang))
+    if unreadable:
+        raise ValueError(unreadable)
     for lang in (source_lang, target_lang):
         if lang not in language_columns:
             raise ValueError(
                 f"Language {lang!r} not in dataset {dataset!r}; available languages: {sorted(language_columns)}"
             )
-    return (
+    pairs = (
         pairs.flatten()
         .select_columns([language_columns[source_lang], language_columns[target_lang]])
         .rename_columns({language_columns[source_lang]: "source", language_columns[target_lang]: "target"})
     )
+    try:
+        # Arrow takes bytes that are not UTF-8 into a text column; they would fail only when first read.
+        pairs.data.table.validate(full=True)
+    except pa.ArrowInvalid as err:
+        raise ValueError(
+            _first_unreadable_line(dataset, config_name, (source_lang, target_lang))
+            or f"split {split!r} of dataset {dataset!r}: {err}"
+        ) from err
+    return pairs
+
+
+def _first_unreadable_line(dataset: str, config_name: str | None, languages: Sequence[str]) -> str | None:
+    """The first line of a local dataset's JSON-lines files that is no UTF-8 JSON object with a text for each
+    of `languages`, as "FILE line N ...", or None when there is none (or the dataset is no local JSON lines)."""
+    if not Path(dataset).is_dir():
+        return None
+    builder = datasets.load_dataset_builder(dataset, config_name)
+    if builder.name != "json":
+        return None
+    for path in chain.from_iterable(builder.config.data_files.values()):
+        if Path(path).suffix in (".json", ".jsonl") and not _holds_json_array(path):
+            with open(path, "rb") as lines:
+                for number, line in enumerate(lines, 1):
+                    problem = _line_problem(line, languages)
+                    if problem:
+                        return f"{path} line {number} {problem}"
+    return None
+
+
+def _holds_json_array(path: str) -> bool:
+    """Whether a .json file is one JSON array rather than JSON lines."""
+    with open(path, "rb") as file:
+        return file.read(4096).lstrip().startswith(b"[")
+
+
+def _line_problem(line: bytes, languages: Sequence[str]) -> str:
+    """Why a JSON line gives no pair of `languages` texts ("" when it does, or when it is blank)."""
+    if not line.strip():
+        return ""
+    try:
+        row = json.loads(line.decode("utf-8").strip())
+    except UnicodeDecodeError as err:
+        return f"is not UTF-8 (byte {line[err.start]:#04x} at position {err.start})"
+    except json.JSONDecodeError as err:
+        return f"is not valid JSON ({err.msg}: column {err.colno})"
+    if not isinstance(row, dict):
+        return "is not a JSON object"
+    texts = row.get(TRANSLATION_COLUMN, row)
+    missing = [lang for lang in languages if not isinstance(texts, dict) or lang not in texts]
+    return f"has no {missing[0]!r} text" if missing else ""
 
 
 def _language_columns(pairs: datasets.Dataset) -> dict[str, str]:
@@ -74,13 +138,15 @@ def clean_translation_pairs(
     max_words: int = 80,
     max_length_ratio: float = 9.0,
     num_proc: int | None = None,
+    name: str = "pairs",
 ) -> tuple[datasets.Dataset, Counter]:
-    """Moses clean-corpus-n for training data: normalize white space, drop empty, long or lopsided pairs.
+    """Moses clean-corpus-n for the data a training run reads: normalize white space, drop empty, long or
+    lopsided pairs.
 
     A pair is dropped when either side is empty, either side has more than `max_words` words, or one
     side has more than `max_length_ratio` times the words of the other. Returns the kept pairs and the
-    number dropped for each reason ("empty", "too_long", "length_ratio"), which is also logged.
-    Evaluation splits must not be cleaned: their references have to stay complete.
+    number dropped for each reason ("empty", "too_long", "length_ratio"), which is also logged, the pairs
+    called `name`. Test splits must not be cleaned: their references have to stay complete.
     """
 
     def normalize_and_judge(batch):
@@ -101,9 +167,10 @@ def clean_translation_pairs(
         num_proc=num_proc,
     )
     logger.info(
-        "Cleaning kept %d of %d pairs; dropped %d empty, %d over %d words, %d with length ratio over %g",
+        "Cleaning kept %d of %d %s; dropped %d empty, %d over %d words, %d with length ratio over %g",
         len(kept),
         len(pairs),
+        name,
         dropped["empty"],
         dropped["too_long"],
         max_words,

@@ -116,15 +116,17 @@ def _train(
     """`train` from its inputs on, with the run directory locked."""
     output_dir = Path(config.output_dir)
     train_data, validation = inputs
+    sampler = _update_sampler(config, train_data, accelerator)
+    planned_updates = _planned_updates(config, sampler)
+    _check_enough_saves_to_average(config, planned_updates)
     _prepare_output_dir(
         config, output_dir, resume, overwrite_output_dir, model_config, tokenizer, accelerator
     )
-    sampler = _update_sampler(config, train_data, accelerator)
 
     model = _initial_model(config, model_config)
     model.generation_config = generation_config(config, model_config)
     optimizer = _adam(config, model, fused=accelerator.device.type == "cuda")
-    schedule = LearningRateSchedule(config.warmup, config.lr_cooldown, _planned_updates(config, sampler))
+    schedule = LearningRateSchedule(config.warmup, config.lr_cooldown, planned_updates)
     scheduler = make_lr_scheduler(optimizer, schedule)
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
     progress = _start_or_resume(config, accelerator, output_dir, resume)
@@ -249,6 +251,23 @@ def _planned_updates(config: TrainingConfig, sampler: UpdateBatchSampler) -> int
     return min((budget for budget in budgets if budget), default=None)
 
 
+def _check_enough_saves_to_average(config: TrainingConfig, planned_updates: int | None) -> None:
+    """Refuse, before the first update, a run that will save fewer numbered checkpoints than `average_last`.
+
+    Without a save interval in minutes the saves are known: one every `save_interval_updates` and one at the end,
+    at most ceil(updates / interval) (fewer when `max_minutes` stops the run early, which only the end can tell).
+    """
+    if not config.average_last or planned_updates is None or config.save_interval_minutes is not None:
+        return
+    interval = config.save_interval_updates or planned_updates
+    saves = -(-planned_updates // interval)
+    if saves < config.average_last:
+        raise TrainingError(
+            f"average_last {config.average_last} needs as many numbered checkpoints, but {planned_updates} updates "
+            f"with a save every {interval} make {saves}; lower average_last or save_interval_updates"
+        )
+
+
 def _start_or_resume(config: TrainingConfig, accelerator: Accelerator, output_dir: Path, resume: bool):
     """The run's progress, restored with the whole training state from checkpoint_last when resuming."""
     progress = TrainingProgress()
@@ -325,24 +344,35 @@ def _load_split(config: TrainingConfig, split: str):
         raise TrainingError(str(err)) from err
 
 
-def _load_data(config: TrainingConfig, tokenizer: PreTrainedTokenizerBase, max_length: int):
-    """The cleaned training split and the (uncleaned) validation slice, tokenized and cut to `max_length`."""
+def _cleaned_split(config: TrainingConfig, split: str, max_sentences: int | None = None):
+    """The first `max_sentences` pairs of `split` (all without it), cleaned: the same rule for every split a run
+    reads, so that validation, like training, never takes a pair of thousands of words cut to the model's length."""
+    pairs = _load_split(config, split)
+    if max_sentences:
+        pairs = pairs.select(range(min(max_sentences, len(pairs))))
     pairs, _ = clean_translation_pairs(
-        _load_split(config, config.train_split),
+        pairs,
         max_words=config.clean_max_words,
         max_length_ratio=config.clean_max_length_ratio,
         num_proc=config.preprocessing_workers,
+        name=f"{split} pairs",
     )
     if len(pairs) == 0:
-        raise TrainingError(f"no training pairs left in {config.dataset} {config.train_split} after cleaning")
+        raise TrainingError(f"no {split} pairs left in {config.dataset} after cleaning")
+    return pairs
+
+
+def _load_data(config: TrainingConfig, tokenizer: PreTrainedTokenizerBase, max_length: int):
+    """The cleaned training split and validation slice, tokenized and cut to `max_length`."""
     train_data = tokenize_pairs(
-        pairs, tokenizer, max_length=max_length, num_proc=config.preprocessing_workers
+        _cleaned_split(config, config.train_split),
+        tokenizer,
+        max_length=max_length,
+        num_proc=config.preprocessing_workers,
     )
     if config.validation_split is None:
         return train_data, None
-    pairs = _load_split(config, config.validation_split)
-    if config.validation_max_sentences:
-        pairs = pairs.select(range(min(config.validation_max_sentences, len(pairs))))
+    pairs = _cleaned_split(config, config.validation_split, config.validation_max_sentences)
     tokenized = tokenize_pairs(pairs, tokenizer, max_length=max_length)
     return train_data, ValidationSet(
         tokenized, example_lengths(tokenized), list(pairs["source"]), list(pairs["target"])

@@ -44,9 +44,11 @@ class TrainingConfig:
     target_lang: str = setting("en", "target language code")
     train_split: str = setting("train", "split to train on")
     validation_split: str | None = setting("validation", "split to validate on at each save; null: none")
-    clean_max_words: int = setting(80, "drop training pairs with a side longer than this many words (Moses)")
+    clean_max_words: int = setting(
+        80, "drop training and validation pairs with a side longer than this many words (Moses)"
+    )
     clean_max_length_ratio: float = setting(
-        9.0, "drop training pairs whose word counts differ more than this"
+        9.0, "drop training and validation pairs whose word counts differ more than this"
     )
     preprocessing_workers: int | None = setting(None, "processes for cleaning and tokenizing (datasets.map)")
     # Tokenizer and model

@@ -9,9 +9,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from tqdm.auto import tqdm
 from transformers import (
+    AutoConfig,
     AutoModelForSeq2SeqLM,
     AutoTokenizer,
     PreTrainedModel,
@@ -36,6 +37,9 @@ from .tokenization import check_tokenizer_matches_model
 
 logger = logging.getLogger(__name__)
 LINES_NAMED = 10  # a warning about long lines names this many of them
+TOKENIZER_FILE, WEIGHTS_FILE = "tokenizer.json", "model.safetensors"
+# What a saved model directory needs to load here: the model's config and weights, the tokenizer's files.
+MODEL_DIRECTORY_FILES = ("config.json", WEIGHTS_FILE, TOKENIZER_FILE, "tokenizer_config.json")
 
 
 def _encode_within_positions(
@@ -151,8 +155,11 @@ def load_model_and_tokenizer(
     """
     device = resolve_device(device)
     torch_dtype = resolve_precision(dtype, device.type).dtype
+    directory = Path(model_name_or_path)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(model_name_or_path)
+        tokenizer = _load_tokenizer(model_name_or_path)
+        if directory.is_dir():
+            _check_weights_match_config(directory)
         model = AutoModelForSeq2SeqLM.from_pretrained(model_name_or_path, dtype=torch_dtype, **model_kwargs)
     except OSError as err:
         raise FileNotFoundError(
@@ -160,7 +167,7 @@ def load_model_and_tokenizer(
             f"directory and could not be loaded from the Hub ({err})"
         ) from err
     except SafetensorError as err:
-        weights = Path(model_name_or_path) / "model.safetensors"
+        weights = directory / WEIGHTS_FILE
         where = weights if weights.is_file() else f"the weights of {model_name_or_path}"
         raise ValueError(f"{where} is truncated or corrupt ({err}); re-save or re-download it") from err
     if model.config.model_type == VanillaTransformerConfig.model_type:
@@ -168,6 +175,47 @@ def load_model_and_tokenizer(
         if "attn_implementation" not in model_kwargs:
             model.set_attn_implementation(AUTO_ATTENTION)
     return model.to(device).eval(), tokenizer
+
+
+def _load_tokenizer(model_name_or_path: str | os.PathLike) -> PreTrainedTokenizerBase:
+    """AutoTokenizer's, and a plain ValueError for a directory without tokenizer.json (transformers would
+    blame a missing sentencepiece or tiktoken)."""
+    try:
+        return AutoTokenizer.from_pretrained(model_name_or_path)
+    except ValueError as err:
+        directory = Path(model_name_or_path)
+        if directory.is_dir() and not (directory / TOKENIZER_FILE).is_file():
+            raise ValueError(
+                f"{directory} has no {TOKENIZER_FILE} (needed files: {', '.join(MODEL_DIRECTORY_FILES)})"
+            ) from err
+        raise
+
+
+def _check_weights_match_config(directory: Path) -> None:
+    """Raise a ValueError naming each tensor whose shape in the saved weights differs from the one config.json
+    gives it (a vocab_size edited after saving, say): checked before loading, for transformers would only log
+    the shapes in a report and then raise."""
+    weights = directory / WEIGHTS_FILE
+    if not weights.is_file():
+        return
+    config = AutoConfig.from_pretrained(directory)
+    with torch.device("meta"):
+        configured = {
+            name: tuple(tensor.shape)
+            for name, tensor in AutoModelForSeq2SeqLM.from_config(config).state_dict().items()
+        }
+    with safe_open(weights, framework="pt") as saved:
+        found = {name: tuple(saved.get_slice(name).get_shape()) for name in saved.keys()}
+    mismatches = [
+        f"{name} has shape {found[name]} in the weights, {shape} by config.json"
+        for name, shape in configured.items()
+        if name in found and found[name] != shape
+    ]
+    if mismatches:
+        raise ValueError(
+            f"{weights} does not match {directory / 'config.json'} (vocab_size {config.vocab_size}): "
+            + "; ".join(mismatches)
+        )
 
 
 def read_lines(path: str | os.PathLike | None = None) -> list[str]:
