@@ -8,6 +8,7 @@ import json
 import logging
 from collections import Counter
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from itertools import chain, islice
 from pathlib import Path
 
@@ -15,6 +16,8 @@ import datasets
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import torch
+import torch.nn.functional as F
 from datasets.exceptions import DatasetGenerationError
 from transformers import DataCollatorForSeq2Seq, PreTrainedTokenizerBase
 
@@ -315,6 +318,91 @@ class TokenBatchSampler:
             yield batches[index].tolist()
 
 
+def shape_bucket_lengths(longest: int) -> list[int]:
+    """The padded lengths of the shape buckets up to `longest`: every 8 tokens to 64, then 1.5 times apart
+    (rounded to 8), so a run has a handful of shapes and no example is padded by more than half again."""
+    buckets = [8]
+    while buckets[-1] < longest:
+        step = buckets[-1] * 3 // 2 if buckets[-1] >= 64 else buckets[-1] + 8
+        buckets.append(-(-step // 8) * 8)
+    return buckets
+
+
+class ShapeBucketBatchSampler(TokenBatchSampler):
+    """TokenBatchSampler's contract (every example once an epoch, disjoint equal shares per replica, `set_epoch`)
+    with batches of a few fixed shapes, for a GPU whose update costs the same whatever its size and which
+    replays one captured graph per shape.
+
+    Each example goes to the smallest bucket (`shape_bucket_lengths`) holding its longer side; a batch of
+    bucket L holds `rows_for(L)` examples of that bucket, which `ShapeBucketCollator` pads to exactly that many
+    rows of L tokens. The last batch of a bucket, and the empty batches that make the count divide the
+    replicas, are filled with rows that carry no label and so stay out of the loss.
+    """
+
+    def __init__(self, lengths, max_tokens: int, shuffle: bool = True, seed: int = 0, num_replicas: int = 1, rank: int = 0):
+        if not 0 <= rank < num_replicas:
+            raise ValueError(f"rank {rank} is outside [0, {num_replicas})")
+        lengths = np.asarray(lengths).reshape(len(lengths), -1)
+        longest = lengths.max(axis=1)
+        self.bucket_lengths = shape_bucket_lengths(int(longest.max()))
+        self.example_buckets = np.searchsorted(self.bucket_lengths, longest)
+        self.max_tokens = max_tokens
+        self.shuffle, self.seed, self.num_replicas, self.rank, self.epoch = shuffle, seed, num_replicas, rank, 0
+        batches = sum(-(-int(count) // self.rows_for(length)) for length, count in self._bucket_sizes())
+        self._batch_count = -(-batches // num_replicas) * num_replicas
+
+    def rows_for(self, bucket_length: int) -> int:
+        return max(1, self.max_tokens // bucket_length)
+
+    def _bucket_sizes(self) -> list[tuple[int, int]]:
+        counts = np.bincount(self.example_buckets, minlength=len(self.bucket_lengths))
+        return [(length, int(count)) for length, count in zip(self.bucket_lengths, counts, strict=True) if count]
+
+    @property
+    def shapes(self) -> list[tuple[int, int]]:
+        """The (rows, length) of every batch shape an epoch can have."""
+        return [(self.rows_for(length), length) for length, _ in self._bucket_sizes()]
+
+    def __len__(self) -> int:
+        return self._batch_count // self.num_replicas
+
+    def __iter__(self) -> Iterator[list[int]]:
+        rng = np.random.default_rng([self.seed, self.epoch])
+        batches = []
+        for bucket, length in enumerate(self.bucket_lengths):
+            members = np.flatnonzero(self.example_buckets == bucket)
+            if self.shuffle:
+                members = rng.permutation(members)
+            rows = self.rows_for(length)
+            batches += [members[start : start + rows].tolist() for start in range(0, len(members), rows)]
+        batches += [[] for _ in range(self._batch_count - len(batches))]
+        batch_order = rng.permutation(len(batches)) if self.shuffle else np.arange(len(batches))
+        for index in batch_order[self.rank :: self.num_replicas]:
+            yield batches[index]
+
+
+@dataclass
+class ShapeBucketCollator:
+    """Pads a ShapeBucketBatchSampler batch to its bucket's fixed shape: source and target to the bucket length
+    L, and rows up to `rows_for(L)` with filler rows (one end-of-sentence source token, no label)."""
+
+    collator: DataCollatorForSeq2Seq
+    sampler: ShapeBucketBatchSampler
+
+    def __call__(self, features: list[dict]) -> dict[str, torch.Tensor]:
+        tokenizer = self.collator.tokenizer
+        longest = max((max(len(f["input_ids"]), len(f["labels"])) for f in features), default=1)
+        length = self.sampler.bucket_lengths[int(np.searchsorted(self.sampler.bucket_lengths, longest))]
+        filler = {"input_ids": [tokenizer.eos_token_id], "labels": [-100]}
+        rows = [*features, *[filler] * (self.sampler.rows_for(length) - len(features))]
+        batch = self.collator(rows)
+        pad_values = {"input_ids": tokenizer.pad_token_id, "attention_mask": 0, "labels": -100, "decoder_input_ids": tokenizer.pad_token_id}
+        return {
+            name: F.pad(tensor, (0, length - tensor.shape[1]), value=pad_values[name])
+            for name, tensor in batch.items()
+        }
+
+
 def padding_efficiency(batch_sampler, lengths: Sequence[Sequence[int]] | np.ndarray) -> float:
     """Real tokens / padded tokens over one pass of `batch_sampler`, source and target summed."""
     lengths = np.asarray(lengths).reshape(len(lengths), -1)
@@ -333,6 +421,7 @@ class UpdateBatchSampler:
     TokenBatchSampler split into that many replicas; process p takes replicas p*A .. p*A + A-1. So the
     batches of an update are the same whichever way they are split: 2 processes x 1 step and 1 process x
     2 steps train on the same batches. `set_epoch(epoch, first_update)` starts an epoch part-way (resume).
+    `shape_buckets`: batches of a few fixed shapes (ShapeBucketBatchSampler), for a GPU.
     """
 
     def __init__(
@@ -343,10 +432,11 @@ class UpdateBatchSampler:
         num_processes: int,
         process_index: int,
         seed: int,
+        shape_buckets: bool = False,
     ):
         replicas = num_processes * accumulation_steps
         try:
-            first = TokenBatchSampler(
+            first = (ShapeBucketBatchSampler if shape_buckets else TokenBatchSampler)(
                 lengths,
                 max_tokens,
                 shuffle=True,

@@ -36,6 +36,8 @@ from transformers import AutoTokenizer, GenerationConfig, PreTrainedTokenizerBas
 
 from .configuration_vanilla import SIZE_FIELDS, VanillaTransformerConfig
 from .data import (
+    ShapeBucketBatchSampler,
+    ShapeBucketCollator,
     UpdateBatchSampler,
     clean_translation_pairs,
     example_lengths,
@@ -135,7 +137,7 @@ def _train(
     loader = DataLoader(
         train_data,
         batch_sampler=sampler,
-        collate_fn=make_collator(tokenizer, accelerator.unwrap_model(model)),
+        collate_fn=_collator(tokenizer, accelerator.unwrap_model(model), sampler),
         generator=torch.Generator(),
         pin_memory=accelerator.device.type == "cuda",  # the loop's copies to the GPU then need not wait
     )
@@ -232,17 +234,38 @@ def _adam(config: TrainingConfig, model: torch.nn.Module, fused: bool) -> torch.
 
 
 def _update_sampler(config: TrainingConfig, train_data, accelerator: Accelerator) -> UpdateBatchSampler:
+    shape_buckets = config.shape_buckets == "yes" or (
+        config.shape_buckets == "auto" and accelerator.device.type != "cpu"
+    )
     try:
-        return UpdateBatchSampler(
+        sampler = UpdateBatchSampler(
             example_lengths(train_data),
             config.max_tokens,
             accelerator.gradient_accumulation_steps,
             accelerator.num_processes,
             accelerator.process_index,
             config.seed,
+            shape_buckets=shape_buckets,
         )
     except ValueError as err:
         raise TrainingError(str(err)) from err
+    if shape_buckets:
+        shapes = sampler.samplers[0].shapes
+        logger.info(
+            "Shape buckets (shape_buckets=%s on %s): %d batch shapes (rows x tokens) %s",
+            config.shape_buckets,
+            accelerator.device.type,
+            len(shapes),
+            ", ".join(f"{rows}x{length}" for rows, length in shapes),
+        )
+    return sampler
+
+
+def _collator(tokenizer, model, sampler: UpdateBatchSampler):
+    """Pads each batch to its longest example, or to its bucket's fixed shape when batches come in buckets."""
+    collator = make_collator(tokenizer, model)
+    first = sampler.samplers[0]
+    return ShapeBucketCollator(collator, first) if isinstance(first, ShapeBucketBatchSampler) else collator
 
 
 def _planned_updates(config: TrainingConfig, sampler: UpdateBatchSampler) -> int | None:

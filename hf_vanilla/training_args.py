@@ -97,6 +97,11 @@ class TrainingConfig:
         "auto (bf16 where the GPU or CPU runs it natively, fp16 on a GPU without bf16, else fp32), "
         "no, bf16 or fp16",
     )
+    shape_buckets: str = setting(
+        "auto",
+        "auto (on a GPU, off on a CPU), yes or no: batches of a few fixed shapes (length buckets, fixed rows), "
+        "which a GPU runs at its pace; the CPU keeps batches padded to their longest example",
+    )
     seed: int = setting(1, "seed of the weights, batches and dropout")
     # Output
     output_dir: str = setting("", "run directory: checkpoints, logs, the saved config")
@@ -131,6 +136,8 @@ class TrainingConfig:
             raise TrainingError(
                 f"mixed_precision must be one of {', '.join(precisions)}, got {self.mixed_precision!r}"
             )
+        if self.shape_buckets not in ("auto", "yes", "no"):
+            raise TrainingError(f"shape_buckets must be auto, yes or no, got {self.shape_buckets!r}")
         for name in ("max_tokens", "warmup", "log_interval", "tokenizer_vocab_size", "num_beams"):
             if getattr(self, name) <= 0:
                 raise TrainingError(f"{name} must be positive, got {getattr(self, name)}")

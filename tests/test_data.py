@@ -8,6 +8,8 @@ import torch
 from synthetic_corpus import SPLIT_SIZES
 
 from hf_vanilla.data import (
+    ShapeBucketBatchSampler,
+    ShapeBucketCollator,
     TokenBatchSampler,
     clean_translation_pairs,
     example_lengths,
@@ -269,3 +271,60 @@ def test_sampler_drives_a_dataloader(tokenizer, tokenized_validation):
     assert len(batches) == len(sampler)
     assert sum(batch["input_ids"].shape[0] for batch in batches) == len(tokenized_validation)
     assert all(batch["input_ids"].numel() <= 256 and batch["labels"].numel() <= 256 for batch in batches)
+
+
+@pytest.mark.parametrize("num_replicas", [1, 3])
+def test_shape_buckets_cover_every_example_once_in_a_few_fixed_shapes(random_lengths, num_replicas):
+    samplers = [
+        ShapeBucketBatchSampler(random_lengths, 1024, seed=3, num_replicas=num_replicas, rank=rank)
+        for rank in range(num_replicas)
+    ]
+    for sampler in samplers:
+        sampler.set_epoch(2)
+    shares = [list(sampler) for sampler in samplers]
+    assert len({len(share) for share in shares}) == 1  # every replica the same number of batches
+    seen = [index for share in shares for batch in share for index in batch]
+    assert sorted(seen) == list(range(len(random_lengths)))
+    shapes = samplers[0].shapes
+    assert len(shapes) <= 12
+    longest = random_lengths.max(axis=1)
+    buckets = samplers[0].bucket_lengths
+    for batch in (batch for share in shares for batch in share if batch):
+        length = buckets[int(np.searchsorted(buckets, longest[batch].max()))]
+        assert (longest[batch] > ([0, *buckets][buckets.index(length)])).all()  # all of one bucket
+        assert len(batch) <= samplers[0].rows_for(length)
+
+
+def test_shape_bucket_batches_pad_to_their_bucket_and_keep_padding_out_of_the_loss(tokenizer, tokenized_validation):
+    """Every batch has its bucket's rows x length; the labelled tokens are exactly the real targets, and a
+    model's summed loss over them equals the one over the same examples padded to their longest."""
+    from hf_vanilla import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+    from hf_vanilla.modeling_vanilla import label_smoothed_cross_entropy
+    from hf_vanilla.tokenization import config_kwargs_from_tokenizer
+
+    torch.manual_seed(0)
+    model = VanillaTransformerForConditionalGeneration(
+        VanillaTransformerConfig.from_preset("tiny", **config_kwargs_from_tokenizer(tokenizer))
+    ).eval()
+    lengths = example_lengths(tokenized_validation)
+    sampler = ShapeBucketBatchSampler(lengths, 256, seed=0, num_replicas=2)
+    plain = make_collator(tokenizer, model)
+    bucketed = ShapeBucketCollator(plain, sampler)
+    shapes = set(sampler.shapes)
+    for batch_indices in sampler:
+        examples = [tokenized_validation[index] for index in batch_indices]
+        batch = bucketed(examples)
+        assert (batch["input_ids"].shape[0], batch["input_ids"].shape[1]) in shapes
+        assert batch["labels"].shape == batch["input_ids"].shape == batch["decoder_input_ids"].shape
+        assert int((batch["labels"] != -100).sum()) == sum(len(example["labels"]) for example in examples)
+        if not examples:
+            continue
+        reference = plain(examples)
+
+        def summed_loss(collated):
+            inputs = {name: tensor for name, tensor in collated.items() if name != "labels"}
+            logits = model(**inputs, use_cache=False).logits
+            return label_smoothed_cross_entropy(logits.flatten(0, 1), collated["labels"].flatten(), 0.1, 1)
+
+        with torch.no_grad():
+            torch.testing.assert_close(summed_loss(batch), summed_loss(reference), rtol=1e-5, atol=1e-4)

@@ -1,4 +1,5 @@
 import json
+import logging
 import math
 import os
 import pickle
@@ -608,3 +609,21 @@ def test_an_update_between_log_and_save_points_reads_nothing_back_from_the_devic
     train(tiny_config(tiny_dataset, tokenizer_dir, tmp_path / "out", max_steps=12, log_interval=6, save_interval_updates=None))
     assert {step: count for step, count in reads_per_update.items() if step % 6} == dict.fromkeys([1, 2, 3, 4, 5, 7, 8, 9, 10, 11], 0)
     assert reads_per_update[6] > 0  # a log point reads the totals: the counter sees reads where there are some
+
+
+def test_shape_buckets_train_in_the_logged_shapes(tiny_dataset, tokenizer_dir, tmp_path, caplog, monkeypatch):
+    """shape_buckets=yes (the GPU default) on a CPU: every batch the loop sees has one of the logged shapes."""
+    from hf_vanilla import trainer
+
+    seen, real_update = set(), trainer.optimizer_update
+
+    def recording_update(accelerator, model, optimizer, scheduler, group, *args):
+        seen.update(tuple(batch["input_ids"].shape) for batch in group)
+        return real_update(accelerator, model, optimizer, scheduler, group, *args)
+
+    monkeypatch.setattr(trainer, "optimizer_update", recording_update)
+    caplog.set_level(logging.INFO, logger="hf_vanilla.training")
+    train(tiny_config(tiny_dataset, tokenizer_dir, tmp_path / "out", max_steps=8, shape_buckets="yes"))
+    (line,) = [record.getMessage() for record in caplog.records if "batch shapes" in record.getMessage()]
+    logged = {tuple(map(int, shape.split("x"))) for shape in line.split("tokens) ")[1].split(", ")}
+    assert seen and seen <= logged
