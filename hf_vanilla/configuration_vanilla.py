@@ -109,6 +109,11 @@ class VanillaTransformerConfig(PreTrainedConfig):
                 raise ValueError(f"{name} must be in [0, vocab_size={self.vocab_size}), got {value}")
 
     @property
+    def carried_pipelines(self) -> dict[str, dict]:
+        """config.json's `custom_pipelines`: task -> the pipeline whose code the checkpoint carries."""
+        return self.__dict__.get("custom_pipelines") or {}
+
+    @property
     def head_dim(self) -> int:
         return self.d_model // self.num_attention_heads
 

@@ -1,0 +1,121 @@
+"""A trained checkpoint stays whole wherever transformers takes it: saved again by transformers' own
+`save_pretrained` or pushed with `push_to_hub`. Each path runs in a fresh process that never imports hf_vanilla, as
+a user's would."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+from huggingface_hub import ModelCard
+
+RESAVE = """
+import json, sys
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+checkpoint, directory = sys.argv[1:]
+AutoModelForSeq2SeqLM.from_pretrained(checkpoint, trust_remote_code=True).save_pretrained(directory)
+AutoTokenizer.from_pretrained(checkpoint, trust_remote_code=True).save_pretrained(directory)
+print(json.dumps({"imported_hf_vanilla": any(name.split(".")[0] == "hf_vanilla" for name in sys.modules)}))
+"""
+
+TRANSLATE = """
+import json, sys
+from transformers import pipeline
+directory, sources = sys.argv[1], json.loads(sys.argv[2])
+translator = pipeline("vanilla-translation", model=directory, trust_remote_code=True, device="cpu")
+print(json.dumps({
+    "translations": [result["translation_text"] for result in translator(sources)],
+    "imported_hf_vanilla": any(name.split(".")[0] == "hf_vanilla" for name in sys.modules),
+}))
+"""
+
+# The Hub, recorded: create_repo and create_commit (all push_to_hub calls) keep what would be uploaded, and a
+# README.md committed before is what the next push reads back as the repo's card.
+PUSH = """
+import json, sys, types
+import huggingface_hub, huggingface_hub.repocard
+from huggingface_hub.errors import EntryNotFoundError
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+checkpoint, repo_id, card_copy = sys.argv[1:]
+hub = {}
+
+def create_repo(self, repo_id, **kwargs):
+    return types.SimpleNamespace(repo_id=repo_id)
+
+def create_commit(self, repo_id, operations, **kwargs):
+    for operation in operations:
+        with open(operation.path_or_fileobj, "rb") as file:
+            hub[operation.path_in_repo] = file.read()
+
+def hf_hub_download(repo_id, filename, **kwargs):
+    if filename not in hub:
+        raise EntryNotFoundError(f"{filename} is not in {repo_id}")
+    with open(card_copy, "wb") as file:
+        file.write(hub[filename])
+    return card_copy
+
+huggingface_hub.HfApi.create_repo = create_repo
+huggingface_hub.HfApi.create_commit = create_commit
+huggingface_hub.repocard.hf_hub_download = hf_hub_download
+AutoModelForSeq2SeqLM.from_pretrained(checkpoint, trust_remote_code=True).push_to_hub(repo_id)
+AutoTokenizer.from_pretrained(checkpoint, trust_remote_code=True).push_to_hub(repo_id)
+print(json.dumps({"files": sorted(hub), "card": hub["README.md"].decode()}))
+"""
+
+SOURCES = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee."]
+
+
+def run_fresh(script, *args, cwd):
+    """`script` in a new interpreter started in `cwd` (outside the repository, hf_vanilla cannot be imported);
+    its last line of output parsed as JSON."""
+    finished = subprocess.run(
+        [sys.executable, "-c", script, *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+    )
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    assert "[y/N]" not in finished.stdout + finished.stderr  # no prompt to run custom code
+    return json.loads(finished.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture
+def elsewhere(tmp_path_factory):
+    return tmp_path_factory.mktemp("elsewhere")
+
+
+def test_a_checkpoint_saved_again_by_transformers_runs_the_pipeline(trained_run, tmp_path, elsewhere):
+    checkpoint, resaved = trained_run / "checkpoint_last", tmp_path / "resaved"
+    assert run_fresh(RESAVE, checkpoint, resaved, cwd=elsewhere)["imported_hf_vanilla"] is False
+    assert {"pipeline.py", "decoding.py", "modeling_vanilla.py", "configuration_vanilla.py"} <= {
+        path.name for path in resaved.iterdir()
+    }
+    assert ModelCard.load(resaved / "README.md").data.language == ["de", "en"]
+    original = run_fresh(TRANSLATE, checkpoint, json.dumps(SOURCES), cwd=elsewhere)
+    again = run_fresh(TRANSLATE, resaved, json.dumps(SOURCES), cwd=elsewhere)
+    assert again["imported_hf_vanilla"] is False
+    assert again["translations"] == original["translations"]
+
+
+def test_push_to_hub_uploads_the_pipeline_code_and_the_checkpoints_card(trained_run, tmp_path, elsewhere):
+    checkpoint = trained_run / "checkpoint_30"
+    pushed = run_fresh(PUSH, checkpoint, "someone/hf-vanilla-de-en", tmp_path / "card.md", cwd=elsewhere)
+    assert {
+        "config.json",
+        "generation_config.json",
+        "model.safetensors",
+        "configuration_vanilla.py",
+        "modeling_vanilla.py",
+        "pipeline.py",
+        "decoding.py",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "README.md",
+    } <= set(pushed["files"])
+    card, saved_card = ModelCard(pushed["card"]), ModelCard.load(checkpoint / "README.md")
+    assert card.data.to_dict() == saved_card.data.to_dict()
+    assert card.data.pipeline_tag == "translation" and card.data.license == "apache-2.0"
+    assert card.data.eval_results and card.text == saved_card.text
+
