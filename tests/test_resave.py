@@ -1,12 +1,13 @@
 """A trained checkpoint stays whole wherever transformers takes it: saved again by transformers' own
-`save_pretrained` or pushed with `push_to_hub`. Each path runs in a fresh process that never imports hf_vanilla, as
-a user's would."""
+`save_pretrained`, pushed with `push_to_hub`, or run through the pipeline with the package imported. Each path
+runs in a fresh process, as a user's would, importing hf_vanilla only where the user's would."""
 
 import json
 import subprocess
 import sys
 
 import pytest
+from conftest import REPO
 from huggingface_hub import ModelCard
 
 RESAVE = """
@@ -60,6 +61,18 @@ huggingface_hub.repocard.hf_hub_download = hf_hub_download
 AutoModelForSeq2SeqLM.from_pretrained(checkpoint, trust_remote_code=True).push_to_hub(repo_id)
 AutoTokenizer.from_pretrained(checkpoint, trust_remote_code=True).push_to_hub(repo_id)
 print(json.dumps({"files": sorted(hub), "card": hub["README.md"].decode()}))
+"""
+
+INSTALLED_PIPELINE = """
+import json, sys
+import hf_vanilla
+from transformers import pipeline
+directory, sources = sys.argv[1], json.loads(sys.argv[2])
+translator = pipeline("vanilla-translation", model=directory, device="cpu")
+print(json.dumps({
+    "pipeline_module": type(translator).__module__,
+    "translations": [result["translation_text"] for result in translator(sources)],
+}))
 """
 
 SOURCES = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee."]
@@ -118,4 +131,12 @@ def test_push_to_hub_uploads_the_pipeline_code_and_the_checkpoints_card(trained_
     assert card.data.to_dict() == saved_card.data.to_dict()
     assert card.data.pipeline_tag == "translation" and card.data.license == "apache-2.0"
     assert card.data.eval_results and card.text == saved_card.text
+
+
+def test_the_installed_pipeline_runs_a_trained_checkpoint_without_trust_remote_code(trained_run, elsewhere):
+    checkpoint = trained_run / "checkpoint_last"
+    installed = run_fresh(INSTALLED_PIPELINE, checkpoint, json.dumps(SOURCES), cwd=REPO)  # as installed: importable
+    remote = run_fresh(TRANSLATE, checkpoint, json.dumps(SOURCES), cwd=elsewhere)
+    assert installed["pipeline_module"] == "hf_vanilla.pipeline"
+    assert installed["translations"] == remote["translations"]
 
