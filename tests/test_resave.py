@@ -3,6 +3,7 @@
 runs in a fresh process, as a user's would, importing hf_vanilla only where the user's would."""
 
 import json
+import shutil
 import subprocess
 import sys
 
@@ -75,6 +76,18 @@ print(json.dumps({
 }))
 """
 
+PLAIN_GENERATE = """
+import json, sys, warnings
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+directory, source = sys.argv[1:]
+model = AutoModelForSeq2SeqLM.from_pretrained(directory, trust_remote_code=True)
+batch = AutoTokenizer.from_pretrained(directory, trust_remote_code=True)([source], return_tensors="pt")
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    output = model.generate(**batch)
+print(json.dumps({"length": output.shape[-1], "warnings": [str(warning.message) for warning in caught]}))
+"""
+
 SOURCES = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee."]
 
 
@@ -91,6 +104,7 @@ def run_fresh(script, *args, cwd):
     )
     assert finished.returncode == 0, finished.stderr[-3000:]
     assert "[y/N]" not in finished.stdout + finished.stderr  # no prompt to run custom code
+    assert "max_length" not in finished.stderr  # generate's warnings of a default or a second output limit
     return json.loads(finished.stdout.strip().splitlines()[-1])
 
 
@@ -140,3 +154,17 @@ def test_the_installed_pipeline_runs_a_trained_checkpoint_without_trust_remote_c
     assert installed["pipeline_module"] == "hf_vanilla.pipeline"
     assert installed["translations"] == remote["translations"]
 
+
+
+def test_plain_generate_runs_to_the_decoders_positions_not_to_transformers_default_20_tokens(
+    trained_run, tmp_path, elsewhere
+):
+    """A model that never ends a sentence (its end token taken from the checkpoint's configs) shows the limit a
+    plain `generate` works to: the checkpoint's, the decoder's positions, not transformers' default of 20."""
+    never_ending = shutil.copytree(trained_run / "checkpoint_last", tmp_path / "never_ending")
+    for name in ("config.json", "generation_config.json"):
+        config = json.loads((never_ending / name).read_text())
+        (never_ending / name).write_text(json.dumps({**config, "eos_token_id": None}))
+    generated = run_fresh(PLAIN_GENERATE, never_ending, SOURCES[1], cwd=elsewhere)
+    positions = json.loads((never_ending / "config.json").read_text())["max_position_embeddings"]
+    assert generated == {"length": positions, "warnings": []}
