@@ -58,14 +58,30 @@ def save_model_directory(
     return directory
 
 
+def is_local_dataset(dataset: str) -> bool:
+    """Whether training read `dataset` from a directory of this machine rather than the Hub."""
+    return Path(dataset).exists()
+
+
+def dataset_name(dataset: str) -> str:
+    """The data's own name: a Hub id's last part, a local copy's folder name."""
+    return (Path(dataset).resolve() if is_local_dataset(dataset) else Path(dataset)).name
+
+
+def dataset_label(dataset: str) -> str:
+    """How a card names the training data: a Hub id as given, a local copy by its folder's name only (a card is
+    published; the training machine's paths are nobody's business)."""
+    return f"a local copy of {dataset_name(dataset)}" if is_local_dataset(dataset) else dataset
+
+
 def _card_metadata(source_lang, target_lang, dataset, validation, validation_sentences) -> ModelCardData:
     """The card's YAML block: languages, license, task, dataset (a Hub one), validation scores as model-index."""
-    public_dataset = not Path(dataset).exists()
+    public_dataset = not is_local_dataset(dataset)
     results = [
         EvalResult(
             task_type="translation",
             dataset_type=dataset if public_dataset else "local",
-            dataset_name=f"{Path(dataset).name} validation ({validation_sentences or 'all'} sentences)",
+            dataset_name=f"{dataset_name(dataset)} validation ({validation_sentences or 'all'} sentences)",
             dataset_split="validation",
             metric_type=metric,
             metric_name=name,
@@ -114,7 +130,7 @@ def model_card(
 # {name}
 
 The Transformer of "Attention Is All You Need" (Vaswani et al., 2017), trained with
-hf_vanilla to translate {source_lang} -> {target_lang} on {dataset}.
+hf_vanilla to translate {source_lang} -> {target_lang} on {dataset_label(dataset)}.
 {summary}
 
 - Shape: d_model {config.d_model}, d_ff {config.d_ff}, {config.num_attention_heads} heads, \

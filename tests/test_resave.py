@@ -6,10 +6,14 @@ import json
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import REPO
 from huggingface_hub import ModelCard
+
+from hf_vanilla import VanillaTransformerConfig
+from hf_vanilla.standalone import model_card
 
 RESAVE = """
 import json, sys
@@ -168,3 +172,12 @@ def test_plain_generate_runs_to_the_decoders_positions_not_to_transformers_defau
     generated = run_fresh(PLAIN_GENERATE, never_ending, SOURCES[1], cwd=elsewhere)
     positions = json.loads((never_ending / "config.json").read_text())["max_position_embeddings"]
     assert generated == {"length": positions, "warnings": []}
+
+
+def test_a_card_names_a_local_dataset_by_its_folder_and_a_hub_dataset_by_its_id(trained_run, tiny_dataset):
+    card = ModelCard.load(trained_run / "checkpoint_last" / "README.md")
+    assert str(Path(tiny_dataset).parent) not in str(card)
+    assert f"on a local copy of {Path(tiny_dataset).name}." in card.text and card.data.datasets is None
+    config = VanillaTransformerConfig.from_pretrained(trained_run / "checkpoint_last")
+    hub_card = model_card(config, "de", "en", "bentrevett/multi30k", "Trained.", {"val_bleu": 1.0}, 16)
+    assert "on bentrevett/multi30k." in hub_card.text and hub_card.data.datasets == ["bentrevett/multi30k"]
