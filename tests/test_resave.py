@@ -3,17 +3,19 @@
 runs in a fresh process, as a user's would, importing hf_vanilla only where the user's would."""
 
 import json
+import logging
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from conftest import REPO, tiny_config
 from huggingface_hub import ModelCard
 
 from hf_vanilla import VanillaTransformerConfig
 from hf_vanilla.standalone import model_card
+from hf_vanilla.training import train
 
 RESAVE = """
 import json, sys
@@ -181,3 +183,12 @@ def test_a_card_names_a_local_dataset_by_its_folder_and_a_hub_dataset_by_its_id(
     config = VanillaTransformerConfig.from_pretrained(trained_run / "checkpoint_last")
     hub_card = model_card(config, "de", "en", "bentrevett/multi30k", "Trained.", {"val_bleu": 1.0}, 16)
     assert "on bentrevett/multi30k." in hub_card.text and hub_card.data.datasets == ["bentrevett/multi30k"]
+
+
+def test_training_logs_the_distributed_setup_at_its_start(tiny_dataset, tokenizer_dir, tmp_path, caplog):
+    with caplog.at_level(logging.INFO, logger="hf_vanilla.training"):
+        train(tiny_config(tiny_dataset, tokenizer_dir, tmp_path, max_steps=1, save_interval_updates=None))
+    setup = [record.getMessage() for record in caplog.records if "accelerate " in record.getMessage()]
+    assert len(setup) == 1
+    assert "Precision float32 on cpu" in setup[0]
+    assert "accelerate NO, 1 process(es), mixed precision no" in setup[0]
