@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 from conftest import REPO, tiny_config
 from huggingface_hub import ModelCard
+from transformers import AutoTokenizer
 
 from hf_vanilla import VanillaTransformerConfig
+from hf_vanilla.export import export_to_marian
 from hf_vanilla.standalone import model_card
 from hf_vanilla.training import train
 
@@ -192,3 +194,11 @@ def test_training_logs_the_distributed_setup_at_its_start(tiny_dataset, tokenize
     assert len(setup) == 1
     assert "Precision float32 on cpu" in setup[0]
     assert "accelerate NO, 1 process(es), mixed precision no" in setup[0]
+
+
+def test_the_marian_export_names_a_tokenizer_class_transformers_4_and_5_load(trained_run, tmp_path):
+    exported = export_to_marian(trained_run / "checkpoint_last", tmp_path / "marian")
+    saved = json.loads((exported / "tokenizer_config.json").read_text())
+    assert saved["tokenizer_class"] == "PreTrainedTokenizerFast"
+    loaded = AutoTokenizer.from_pretrained(exported)
+    assert loaded.get_vocab() == AutoTokenizer.from_pretrained(trained_run / "checkpoint_last").get_vocab()
