@@ -1,6 +1,7 @@
 """A trained checkpoint stays whole wherever transformers takes it: saved again by transformers' own
-`save_pretrained`, pushed with `push_to_hub`, or run through the pipeline with the package imported. Each path
-runs in a fresh process, as a user's would, importing hf_vanilla only where the user's would."""
+`save_pretrained`, pushed with `push_to_hub`, run through the pipeline with the package imported, decoded by a
+plain `generate`, exported to MarianMT; its card and its training log say what a reader needs. The user's paths
+run in a fresh process, importing hf_vanilla only where the user's would."""
 
 import json
 import logging
