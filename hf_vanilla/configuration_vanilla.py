@@ -1,5 +1,7 @@
 """Configuration of the Transformer of "Attention Is All You Need" (Vaswani et al., 2017)."""
 
+import sys
+
 from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
 
@@ -107,6 +109,34 @@ class VanillaTransformerConfig(PreTrainedConfig):
             token_ids = value if isinstance(value, list) else [] if value is None else [value]
             if not all(0 <= token_id < self.vocab_size for token_id in token_ids):
                 raise ValueError(f"{name} must be in [0, vocab_size={self.vocab_size}), got {value}")
+
+    @property
+    def carried_pipelines(self) -> dict[str, dict]:
+        """config.json's `custom_pipelines`: task -> the pipeline whose code the checkpoint carries."""
+        return self.__dict__.get("custom_pipelines") or {}
+
+    @property
+    def custom_pipelines(self) -> dict[str, dict]:
+        """The carried pipelines whose task the installed code base of this config does not register itself.
+
+        transformers' `pipeline(task, ...)` runs a config's custom pipeline only with trust_remote_code=True,
+        even where the package that wrote the checkpoint is imported and registers the same task; hiding that
+        task here lets `pipeline(task, model=checkpoint)` run the installed pipeline. The saved config keeps
+        every entry.
+        """
+        # Nothing is registered before transformers.pipelines is imported, and importing it here would be slow.
+        pipelines = sys.modules.get("transformers.pipelines")
+        registered = pipelines.PIPELINE_REGISTRY.supported_tasks if pipelines is not None else {}
+        code_base = type(self).__module__.rpartition(".")[0]
+        return {
+            task: entry
+            for task, entry in self.carried_pipelines.items()
+            if getattr(registered.get(task, {}).get("impl"), "__module__", "").rpartition(".")[0] != code_base
+        }
+
+    @custom_pipelines.setter
+    def custom_pipelines(self, pipelines: dict[str, dict]) -> None:
+        self.__dict__["custom_pipelines"] = pipelines
 
     @property
     def head_dim(self) -> int:

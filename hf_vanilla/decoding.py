@@ -21,6 +21,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase, StoppingCrite
 PAPER_GENERATION_KWARGS = {"num_beams": 4, "length_penalty": 0.6}
 PAPER_EXTRA_OUTPUT_TOKENS = 50
 DEFAULT_MAX_TOKENS = 4096
+DECODER_PROMPT_LENGTH = 1  # the decoder start token, which generate counts in max_length
 
 
 def max_source_tokens(model: PreTrainedModel) -> int:
@@ -46,7 +47,24 @@ def encode_sources(
 
 def max_new_tokens_room(model: PreTrainedModel) -> int:
     """The most tokens the decoder can produce: one position each, after the decoder start token's."""
-    return model.config.max_position_embeddings - 1
+    return model.config.max_position_embeddings - DECODER_PROMPT_LENGTH
+
+
+def new_token_limit(max_new_tokens: int) -> dict[str, int | None]:
+    """`generate` keywords for at most `max_new_tokens` new tokens.
+
+    max_length None sets aside the ceiling a checkpoint's generation config carries (max_length, the decoder's
+    positions, so that a plain `generate` never cuts a translation), which generate would otherwise warn is set
+    beside max_new_tokens.
+    """
+    return {"max_new_tokens": max_new_tokens, "max_length": None}
+
+
+def chooses_output_limit(model: PreTrainedModel, settings: Mapping[str, Any]) -> bool:
+    """Whether `generate` settings limit the output: max_new_tokens, or a max_length short of the decoder's
+    positions (the ceiling a checkpoint's generation config carries limits nothing the decoder could reach)."""
+    ceiling = model.config.max_position_embeddings
+    return settings.get("max_new_tokens") is not None or (settings.get("max_length") or ceiling) < ceiling
 
 
 def paper_max_new_tokens(
@@ -63,9 +81,9 @@ class NewTokenLimit(StoppingCriteria):
     per sentence, consecutively, which this expands to.
     """
 
-    def __init__(self, limits: torch.Tensor, prompt_length: int = 1):
+    def __init__(self, limits: torch.Tensor, prompt_length: int = DECODER_PROMPT_LENGTH):
         self.limits = limits
-        self.prompt_length = prompt_length  # the decoder start token
+        self.prompt_length = prompt_length
         self.row_limits = limits  # expanded to the rows once, on the rows' device, then reused every step
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs) -> torch.BoolTensor:
@@ -83,7 +101,7 @@ def paper_length_limit(
     lengths = attention_mask.sum(-1).tolist()
     limits = torch.tensor([paper_max_new_tokens(model, length, extra_output_tokens) for length in lengths])
     return {
-        "max_new_tokens": int(limits.max()),
+        **new_token_limit(int(limits.max())),
         "stopping_criteria": StoppingCriteriaList([NewTokenLimit(limits)]),
     }
 

@@ -15,6 +15,7 @@ label shifting), so it stays `<s>`; nothing in `MarianMTModel` hardwires pad the
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -186,7 +187,18 @@ def export_to_marian(
     with atomic_directory(output_dir) as staging:
         marian.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
+        _name_a_tokenizer_class_every_transformers_knows(staging)
     return output_dir
+
+
+def _name_a_tokenizer_class_every_transformers_knows(directory: Path) -> None:
+    """transformers 5 names a tokenizer.json tokenizer `TokenizersBackend`, which 4.x cannot load; both load
+    `PreTrainedTokenizerFast` from the same tokenizer.json (5.x as its `TokenizersBackend`)."""
+    config_file = directory / "tokenizer_config.json"
+    config = json.loads(config_file.read_text())
+    if config.get("tokenizer_class") == "TokenizersBackend":
+        config["tokenizer_class"] = "PreTrainedTokenizerFast"
+        config_file.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n")
 
 
 @torch.no_grad()

@@ -7,13 +7,18 @@ Imports only torch, transformers and the config, so a saved model directory can 
 import functools
 import inspect
 import math
+import os
+import shutil
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from huggingface_hub import ModelCard
 from torch import nn
 from transformers import initialization as init
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
+from transformers.dynamic_module_utils import get_cached_module_file, get_relative_import_files
 from transformers.generation import GenerationMixin
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import (
@@ -31,11 +36,21 @@ from transformers.modeling_outputs import (
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, AttentionInterface, PreTrainedModel
 from transformers.processing_utils import Unpack
-from transformers.utils import TransformersKwargs, can_return_tuple, is_torchdynamo_compiling
+from transformers.utils import (
+    HF_MODULES_CACHE,
+    TransformersKwargs,
+    cached_file,
+    can_return_tuple,
+    is_torchdynamo_compiling,
+    logging,
+)
 from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_vanilla import VanillaTransformerConfig
+
+logger = logging.get_logger(__name__)
+CARD_FILE = "README.md"
 
 # transformers 5.24 renamed the key/value cache that `generate` hands to forward, and the masks and outputs take,
 # from `past_key_values` to `cache`. The model works with the name of the installed version.
@@ -327,6 +342,47 @@ class DecoderLayer(GradientCheckpointingLayer):
         return self.feed_forward_residual(hidden_states, self.feed_forward)
 
 
+def pipeline_code_files(config: VanillaTransformerConfig, model_code: Path) -> list[Path]:
+    """The files of the pipelines `config.custom_pipelines` names, with the files they import relatively.
+
+    Found beside `model_code` where the model runs from this package; else (a model loaded with
+    trust_remote_code, whose code transformers copied without the pipeline's) in the checkpoint it was loaded
+    from, fetched as transformers fetches remote code.
+    """
+    files = []
+    for entry in config.carried_pipelines.values():
+        module_file = f"{entry['impl'].rpartition('.')[0]}.py"
+        pipeline_code = model_code.with_name(module_file)
+        if not pipeline_code.is_file():
+            try:
+                pipeline_code = Path(HF_MODULES_CACHE) / get_cached_module_file(config.name_or_path, module_file)
+            except (OSError, ValueError) as err:
+                logger.warning(
+                    "the config names the pipeline %s, but its code was not found beside the model's or in %r "
+                    "(%s): the saved directory will not run it",
+                    entry["impl"],
+                    config.name_or_path,
+                    err,
+                )
+                continue
+        files += [pipeline_code, *map(Path, get_relative_import_files(pipeline_code))]
+    return files
+
+
+def checkpoint_card(config: VanillaTransformerConfig) -> Path | None:
+    """The model card (README.md) of the checkpoint the model was loaded from, a directory or a Hub repo; None if
+    it has none or the model was not loaded from one."""
+    if not config.name_or_path:
+        return None
+    card = cached_file(
+        config.name_or_path,
+        CARD_FILE,
+        _raise_exceptions_for_missing_entries=False,
+        _raise_exceptions_for_connection_errors=False,
+    )
+    return Path(card) if card else None
+
+
 class VanillaTransformerPreTrainedModel(PreTrainedModel):
     config: VanillaTransformerConfig
     config_class = VanillaTransformerConfig
@@ -350,6 +406,35 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
             init.zeros_(module.bias)
         elif isinstance(module, SinusoidalPositionalEncoding):
             init.copy_(module.table, sinusoidal_positions(*module.table.shape))
+
+    def save_pretrained(self, save_directory: str | os.PathLike, *args, is_main_process: bool = True, **kwargs):
+        """transformers' save, plus the pipeline code the config names and the model card of the checkpoint the model
+        was loaded from, so that every directory transformers writes (save_pretrained, Trainer checkpoints,
+        push_to_hub) runs `pipeline(task, model=directory, trust_remote_code=True)` and keeps the card's metadata.
+
+        transformers copies only the model's and config's code; `Pipeline.save_pretrained` copies a pipeline's.
+        A card `save_directory` already has is kept.
+        """
+        super().save_pretrained(save_directory, *args, is_main_process=is_main_process, **kwargs)
+        if not is_main_process:
+            return
+        for code_file in pipeline_code_files(self.config, Path(inspect.getfile(type(self)))):
+            shutil.copyfile(code_file, Path(save_directory) / code_file.name)
+        card = checkpoint_card(self.config)
+        if card is not None and not (Path(save_directory) / CARD_FILE).exists():
+            shutil.copyfile(card, Path(save_directory) / CARD_FILE)
+
+    def _upload_modified_files(self, working_dir: str | os.PathLike, *args, **kwargs):
+        """`push_to_hub` writes the Hub's card, or a stub one, over ours just before it uploads: put back the
+        checkpoint's card (languages, license, task, dataset, scores), with the tags transformers added."""
+        card_file = checkpoint_card(self.config)
+        if card_file is not None:
+            card = ModelCard.load(card_file)
+            pushed = Path(working_dir) / CARD_FILE
+            added_tags = ModelCard.load(pushed).data.tags if pushed.exists() else None
+            card.data.tags = list(dict.fromkeys([*(card.data.tags or []), *(added_tags or [])])) or None
+            card.save(pushed)
+        return super()._upload_modified_files(working_dir, *args, **kwargs)
 
     def set_dropout(self, dropout: float, attention_dropout: float, activation_dropout: float) -> None:
         """5.4 Change the dropout probabilities of the built modules for a while (late dropout switches them mid-run).

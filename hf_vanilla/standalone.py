@@ -1,9 +1,10 @@
 """A saved model directory that works alone: loaded, run and published without this package installed.
 
 `save_pretrained` alone copies the modeling code and maps one Auto class. A checkpoint written with
-`save_model_directory` also maps `AutoModel`, carries the `vanilla-translation` pipeline's code (registered in
-its config as transformers' `Pipeline.save_pretrained` does), and holds a README.md model card with Hub
-metadata, so that `push_to_hub` of the directory publishes a usable model.
+`save_model_directory` also maps `AutoModel`, registers the `vanilla-translation` pipeline in its config (as
+transformers' `Pipeline.save_pretrained` does; the model's `save_pretrained` then copies the pipeline's code, here
+and wherever transformers saves the model again), and holds a README.md model card with Hub metadata, so that
+`push_to_hub` of the directory publishes a usable model.
 """
 
 from __future__ import annotations
@@ -14,10 +15,9 @@ from pathlib import Path
 import torch
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
-from transformers.dynamic_module_utils import custom_object_save
 
 from .configuration_vanilla import VanillaTransformerConfig
-from .modeling_vanilla import VanillaTransformerForConditionalGeneration, VanillaTransformerModel
+from .modeling_vanilla import CARD_FILE, VanillaTransformerForConditionalGeneration, VanillaTransformerModel
 from .pipeline import TASK, VanillaTranslationPipeline
 
 
@@ -25,8 +25,6 @@ def _code_reference(cls: type) -> str:
     """How a saved config names a class of the code copied beside it: "module.Class"."""
     return f"{cls.__module__.rsplit('.', 1)[-1]}.{cls.__name__}"
 
-
-CARD_FILE = "README.md"
 
 AUTO_MAP = {
     "AutoConfig": _code_reference(VanillaTransformerConfig),
@@ -50,25 +48,40 @@ def save_model_directory(
     card: ModelCard,
     state_dict: dict[str, torch.Tensor] | None = None,
 ) -> Path:
-    """`save_pretrained` of model and tokenizer into `directory`, plus the pipeline's code and the model card."""
+    """`save_pretrained` of model (with the pipeline's code) and tokenizer into `directory`, and the model card."""
     directory = Path(directory)
     model.config.auto_map = dict(AUTO_MAP)
     model.config.custom_pipelines = custom_pipeline_entry()
     model.save_pretrained(directory, state_dict=state_dict)
     tokenizer.save_pretrained(directory)
-    custom_object_save(VanillaTranslationPipeline, directory)
     card.save(directory / CARD_FILE)
     return directory
 
 
+def is_local_dataset(dataset: str) -> bool:
+    """Whether training read `dataset` from a directory of this machine rather than the Hub."""
+    return Path(dataset).exists()
+
+
+def dataset_name(dataset: str) -> str:
+    """The data's own name: a Hub id's last part, a local copy's folder name."""
+    return (Path(dataset).resolve() if is_local_dataset(dataset) else Path(dataset)).name
+
+
+def dataset_label(dataset: str) -> str:
+    """How a card names the training data: a Hub id as given, a local copy by its folder's name only (a card is
+    published; the training machine's paths are nobody's business)."""
+    return f"a local copy of {dataset_name(dataset)}" if is_local_dataset(dataset) else dataset
+
+
 def _card_metadata(source_lang, target_lang, dataset, validation, validation_sentences) -> ModelCardData:
     """The card's YAML block: languages, license, task, dataset (a Hub one), validation scores as model-index."""
-    public_dataset = not Path(dataset).exists()
+    public_dataset = not is_local_dataset(dataset)
     results = [
         EvalResult(
             task_type="translation",
             dataset_type=dataset if public_dataset else "local",
-            dataset_name=f"{Path(dataset).name} validation ({validation_sentences or 'all'} sentences)",
+            dataset_name=f"{dataset_name(dataset)} validation ({validation_sentences or 'all'} sentences)",
             dataset_split="validation",
             metric_type=metric,
             metric_name=name,
@@ -117,7 +130,7 @@ def model_card(
 # {name}
 
 The Transformer of "Attention Is All You Need" (Vaswani et al., 2017), trained with
-hf_vanilla to translate {source_lang} -> {target_lang} on {dataset}.
+hf_vanilla to translate {source_lang} -> {target_lang} on {dataset_label(dataset)}.
 {summary}
 
 - Shape: d_model {config.d_model}, d_ff {config.d_ff}, {config.num_attention_heads} heads, \

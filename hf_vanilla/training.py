@@ -211,11 +211,34 @@ def _make_accelerator(config: TrainingConfig, output_dir: Path) -> Accelerator:
         log_with="tensorboard" if tensorboard else None,
         project_dir=str(output_dir),
     )
-    logger.info("Precision %s on %s: %s", precision.dtype_name, accelerator.device, precision.reason)
+    logger.info(
+        "Precision %s on %s: %s; %s",
+        precision.dtype_name,
+        accelerator.device,
+        precision.reason,
+        _distributed_setup(accelerator),
+    )
     accelerator.gradient_accumulation_steps = max(
         1, round((config.tokens_per_update or 0) / (config.max_tokens * accelerator.num_processes))
     )
     return accelerator
+
+
+def _distributed_setup(accelerator: Accelerator) -> str:
+    """accelerate's distributed type, processes and mixed precision, with the FSDP or DeepSpeed settings when on."""
+    setup = (
+        f"accelerate {accelerator.distributed_type.value}, {accelerator.num_processes} process(es), "
+        f"mixed precision {accelerator.mixed_precision}"
+    )
+    if (fsdp := getattr(accelerator.state, "fsdp_plugin", None)) is not None:
+        sharding = fsdp.sharding_strategy if fsdp.fsdp_version == 1 else f"reshard {fsdp.reshard_after_forward}"
+        setup += f", FSDP{fsdp.fsdp_version} ({sharding}, CPU offload {fsdp.cpu_offload}, {fsdp.state_dict_type})"
+    if (deepspeed := accelerator.state.deepspeed_plugin) is not None:
+        setup += (
+            f", DeepSpeed ZeRO-{deepspeed.zero_stage} (offload optimizer {deepspeed.offload_optimizer_device}, "
+            f"parameters {deepspeed.offload_param_device})"
+        )
+    return setup
 
 
 def _adam(config: TrainingConfig, model: torch.nn.Module, fused: bool) -> torch.optim.Adam:
@@ -425,11 +448,14 @@ def _model_config(config: TrainingConfig, tokenizer: PreTrainedTokenizerBase) ->
 def generation_config(config: TrainingConfig, model_config: VanillaTransformerConfig) -> GenerationConfig:
     """The decoding defaults a checkpoint carries: beam size and length penalty (section 6.1), special tokens.
 
-    No output limit: the decoders stop each sentence at its source length + 50 (section 6.1), which one fixed
-    number here would override. Checked now, so that a bad setting fails before training, not at the first save.
+    The output limit is the decoder's positions (max_length = max_position_embeddings, as Marian checkpoints
+    carry 512), so that a plain `generate` never cuts a translation at transformers' default 20 tokens; the
+    pipeline and scripts still stop each sentence at its source length + 50 (section 6.1). Checked now, so that
+    a bad setting fails before training, not at the first save.
     """
     generation = GenerationConfig(
         num_beams=config.num_beams,
+        max_length=model_config.max_position_embeddings,
         # Greedy search has no length penalty; generate refuses a config that sets one.
         **({"length_penalty": config.length_penalty} if config.num_beams > 1 else {}),
         **{
