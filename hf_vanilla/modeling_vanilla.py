@@ -1,7 +1,8 @@
 """The Transformer of "Attention Is All You Need" (Vaswani et al., 2017), section by section.
 
-Imports only torch, transformers and the config, so a saved model directory can carry this file and load with
-`trust_remote_code=True`. Shapes: B batch, S source length, T target length, D d_model, H heads, K head size.
+Imports only torch, transformers (with huggingface_hub, its own dependency) and the config, so a saved model
+directory can carry this file and load with `trust_remote_code=True`. Shapes: B batch, S source length, T target
+length, D d_model, H heads, K head size.
 """
 
 import functools
