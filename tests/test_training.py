@@ -3,11 +3,13 @@ import logging
 import math
 import os
 import pickle
+import re
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -211,23 +213,25 @@ def test_time_budget_stops_and_saves_and_counts_across_resumes(tiny_dataset, tok
         train(load_training_config(**{**vars(config), "model_overrides": {"d_ff": 128}}), resume=True)
 
 
-def test_two_processes_equal_one_process_accumulating_two_batches(tiny_dataset, tokenizer_dir, tmp_path):
-    # No dropout: the two processes draw from two random streams, the single one from one.
-    settings = {"dropout": 0.0, "max_steps": 4, "save_interval_updates": None, "validation_max_sentences": 8}
-    train(tiny_config(tiny_dataset, tokenizer_dir, tmp_path / "one", tokens_per_update=2 * 256, **settings))
-    flags = [f"--{name.replace('_', '-')}={value}" for name, value in settings.items() if value is not None]
+def launch_two_processes(dataset, tokenizer_dir, output_dir, settings: dict, *flags: str) -> subprocess.Popen:
+    """scripts/train.py under torchrun, two CPU processes, in a session of its own (killable together)."""
+    flags = [*flags, *(f"--{name.replace('_', '-')}={value}" for name, value in settings.items() if value is not None)]
     command = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
         str(REPO / "scripts" / "train.py"),
-        f"--dataset={tiny_dataset}", f"--tokenizer={tokenizer_dir}", f"--output-dir={tmp_path / 'two'}",
+        f"--dataset={dataset}", f"--tokenizer={tokenizer_dir}", f"--output-dir={output_dir}",
         "--model-preset=tiny", "--max-tokens=256", "--tokens-per-update=512", "--lr=3e-3", "--warmup=10",
         "--log-interval=1", "--no-tensorboard", "--mixed-precision=no", *flags,
     ]  # fmt: skip
     environment = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1"}
-    # A session of its own: on a timeout the launcher and both workers are killed together.
-    launched = subprocess.Popen(
-        command, env=environment, stderr=subprocess.PIPE, text=True, start_new_session=True
-    )
+    return subprocess.Popen(command, env=environment, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def test_two_processes_equal_one_process_accumulating_two_batches(tiny_dataset, tokenizer_dir, tmp_path):
+    # No dropout: the two processes draw from two random streams, the single one from one.
+    settings = {"dropout": 0.0, "max_steps": 4, "save_interval_updates": None, "validation_max_sentences": 8}
+    train(tiny_config(tiny_dataset, tokenizer_dir, tmp_path / "one", tokens_per_update=2 * 256, **settings))
+    launched = launch_two_processes(tiny_dataset, tokenizer_dir, tmp_path / "two", settings)
     try:
         _, stderr = launched.communicate(timeout=300)
     finally:
@@ -627,3 +631,34 @@ def test_shape_buckets_train_in_the_logged_shapes(tiny_dataset, tokenizer_dir, t
     (line,) = [record.getMessage() for record in caplog.records if "batch shapes" in record.getMessage()]
     logged = {tuple(map(int, shape.split("x"))) for shape in line.split("tokens) ")[1].split(", ")}
     assert seen and seen <= logged
+
+
+def test_sigterm_to_torchrun_stops_every_process_at_one_update_and_saves(tiny_dataset, tokenizer_dir, tmp_path):
+    """Preemption of a multi-process run: the launcher passes SIGTERM on, the processes agree on the stop within
+    SHARE_INTERVAL updates, save once together, and --resume continues from there."""
+    from hf_vanilla.trainer import SHARE_INTERVAL
+
+    output_dir = tmp_path / "run"
+    settings = {"max_steps": 5000, "validation_max_sentences": 8}
+    launched = launch_two_processes(tiny_dataset, tokenizer_dir, output_dir, settings)
+    try:
+        log = output_dir / LOG_FILE
+        while launched.poll() is None and (not log.exists() or len(log.read_text().splitlines()) < 5):
+            time.sleep(0.2)
+        launched.send_signal(signal.SIGTERM)
+        _, stderr = launched.communicate(timeout=120)
+    finally:
+        if launched.poll() is None:
+            os.killpg(launched.pid, signal.SIGKILL)
+    stops = re.findall(r"stopped by SIGTERM after update (\d+)", stderr)
+    assert len(stops) == 2 and stops[0] == stops[1], stderr[-3000:]  # each process, the same update
+    step = int(stops[0])
+    assert step % SHARE_INTERVAL == 0
+    progress = json.loads((output_dir / "checkpoint_last" / "training_state" / "progress.json").read_text())
+    assert progress["step"] == step
+    resumed = launch_two_processes(
+        tiny_dataset, tokenizer_dir, output_dir, {**settings, "max_steps": step + 2}, "--resume"
+    )
+    _, stderr = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, stderr[-3000:]
+    assert f"Resumed {output_dir} at update {step}" in stderr
