@@ -32,7 +32,7 @@ from accelerate.utils import (
 )
 from accelerate.utils.other import load as load_tensors
 from torch.utils.data import DataLoader
-from transformers import AutoTokenizer, GenerationConfig, PreTrainedTokenizerBase
+from transformers import GenerationConfig, PreTrainedTokenizerBase
 
 from .configuration_vanilla import SIZE_FIELDS, VanillaTransformerConfig
 from .data import (
@@ -73,6 +73,7 @@ from .tokenization import (
 )
 from .trainer import Trainer, TrainingProgress, ValidationSet
 from .training_args import TrainingConfig, TrainingError
+from .translation import TOKENIZER_FILE, load_tokenizer
 
 logger = get_logger(__name__)  # logs on the main process only
 
@@ -348,7 +349,7 @@ def _load_or_train_tokenizer(config: TrainingConfig) -> PreTrainedTokenizerBase:
     """The tokenizer of `init_from`, else the one at `tokenizer`, trained on the training split if missing."""
     if config.init_from:
         try:
-            tokenizer = AutoTokenizer.from_pretrained(config.init_from)
+            tokenizer = load_tokenizer(config.init_from)
         except (OSError, ValueError) as err:
             raise TrainingError(f"init_from {config.init_from!r}: no saved model there ({err})") from err
         if config.tokenizer and Path(config.tokenizer).exists():
@@ -376,7 +377,7 @@ def _load_or_train_tokenizer(config: TrainingConfig) -> PreTrainedTokenizerBase:
 
 def _load_tokenizer(path) -> PreTrainedTokenizerBase:
     try:
-        return AutoTokenizer.from_pretrained(path)
+        return load_tokenizer(path, needed_files=(TOKENIZER_FILE, "tokenizer_config.json"))
     except (OSError, ValueError) as err:
         raise TrainingError(f"tokenizer {path} cannot be loaded: {err}") from err
 

@@ -158,7 +158,7 @@ def load_model_and_tokenizer(
     torch_dtype = resolve_precision(dtype, device.type).dtype
     directory = Path(model_name_or_path)
     try:
-        tokenizer = _load_tokenizer(model_name_or_path)
+        tokenizer = load_tokenizer(model_name_or_path)
         if directory.is_dir():
             _check_weights_match_config(directory)
         model = AutoModelForSeq2SeqLM.from_pretrained(model_name_or_path, dtype=torch_dtype, **model_kwargs)
@@ -178,17 +178,17 @@ def load_model_and_tokenizer(
     return model.to(device).eval(), tokenizer
 
 
-def _load_tokenizer(model_name_or_path: str | os.PathLike) -> PreTrainedTokenizerBase:
-    """AutoTokenizer's, and a plain ValueError for a directory without tokenizer.json (transformers would
-    blame a missing sentencepiece or tiktoken)."""
+def load_tokenizer(
+    model_name_or_path: str | os.PathLike, needed_files: Sequence[str] = MODEL_DIRECTORY_FILES
+) -> PreTrainedTokenizerBase:
+    """AutoTokenizer's, and a plain ValueError naming the `needed_files` for a directory without tokenizer.json
+    (transformers would blame a missing sentencepiece or tiktoken)."""
     try:
         return AutoTokenizer.from_pretrained(model_name_or_path)
     except ValueError as err:
         directory = Path(model_name_or_path)
         if directory.is_dir() and not (directory / TOKENIZER_FILE).is_file():
-            raise ValueError(
-                f"{directory} has no {TOKENIZER_FILE} (needed files: {', '.join(MODEL_DIRECTORY_FILES)})"
-            ) from err
+            raise ValueError(f"{directory} has no {TOKENIZER_FILE} (needed files: {', '.join(needed_files)})") from err
         raise
 
 

@@ -11,6 +11,7 @@ from itertools import chain
 from pathlib import Path
 
 import pytest
+from synthetic_corpus import synthetic_pairs
 from transformers import AutoTokenizer
 
 from hf_vanilla import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
@@ -22,20 +23,6 @@ from hf_vanilla.translation import load_model_and_tokenizer
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = REPO / "scripts"
-NOUNS = [("Haus", "house"), ("Hund", "dog"), ("Mann", "man"), ("Ball", "ball"), ("Baum", "tree")]
-VERBS = [("sieht", "sees"), ("hat", "has"), ("mag", "likes"), ("malt", "paints")]
-
-
-def synthetic_pairs(count: int) -> list[tuple[str, str]]:
-    """`count` short German-English pairs, made up from a handful of words."""
-    return [
-        (
-            f"der {NOUNS[i % 5][0]} {VERBS[i % 4][0]} den {NOUNS[(i // 5) % 5][0]}",
-            f"the {NOUNS[i % 5][1]} {VERBS[i % 4][1]} the {NOUNS[(i // 5) % 5][1]}",
-        )
-        for i in range(count)
-    ]
-
 
 def json_line(source: str, target: str) -> bytes:
     return json.dumps({"translation": {"de": source, "en": target}}).encode() + b"\n"
@@ -228,3 +215,11 @@ def test_overlong_validation_pair_is_dropped_and_counted(tmp_path, tokenizer_dir
     train(run_config(corpus, tokenizer_dir, tmp_path / "run", max_steps=1))
     assert "Cleaning kept 7 of 8 validation pairs; dropped 0 empty, 1 over 80 words" in caplog.text
     assert "Cleaning kept 80 of 80 train pairs" in caplog.text
+
+
+def test_init_from_a_checkpoint_without_tokenizer_file_names_it(model_dir, tmp_path):
+    broken = shutil.copytree(model_dir, tmp_path / "model")
+    (broken / "tokenizer.json").unlink()
+    config = run_config(write_corpus(tmp_path / "data"), "", tmp_path / "run", init_from=str(broken))
+    with pytest.raises(TrainingError, match=r"model has no tokenizer.json \(needed files: config.json"):
+        train(config)
