@@ -15,7 +15,7 @@ import torch
 from matplotlib.figure import Figure
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from .decoding import new_token_limit, paper_max_new_tokens
+from .decoding import paper_max_new_tokens
 from .files import atomic_file
 
 ATTENTION_KINDS = {
@@ -53,8 +53,10 @@ def sentence_attentions(
     encoded = tokenizer(source, return_tensors="pt").to(model.device)
     with torch.inference_mode():
         if target is None:
-            limit = new_token_limit(paper_max_new_tokens(model, encoded["input_ids"].shape[1]))
-            full_target = model.generate(**encoded, num_beams=1, do_sample=False, **limit)[0]
+            max_new_tokens = paper_max_new_tokens(model, encoded["input_ids"].shape[1])
+            full_target = model.generate(
+                **encoded, num_beams=1, do_sample=False, max_new_tokens=max_new_tokens
+            )[0]
         else:
             target_ids = tokenizer(text_target=target, return_tensors="pt")["input_ids"][0].to(model.device)
             start = torch.tensor([model.config.decoder_start_token_id], device=model.device)

@@ -28,7 +28,6 @@ from tqdm.auto import tqdm
 from transformers import CompileConfig, PreTrainedTokenizerFast
 
 from .configuration_vanilla import SIZE_FIELDS, VanillaTransformerConfig
-from .decoding import new_token_limit
 from .export import convert_to_ctranslate2, export_to_marian, to_marian
 from .files import write_text_atomic
 from .modeling_vanilla import AUTO_ATTENTION, VanillaTransformerForConditionalGeneration
@@ -268,7 +267,7 @@ def make_generation(
                 num_beams=num_beams,
                 do_sample=False,
                 min_new_tokens=new_tokens,
-                **new_token_limit(new_tokens),
+                max_new_tokens=new_tokens,
                 **settings,
             )
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bisect
 import copy
+import dataclasses
 import json
 import logging
 from collections import Counter
@@ -17,7 +18,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import torch
-import torch.nn.functional as F
 from datasets.exceptions import DatasetGenerationError
 from transformers import DataCollatorForSeq2Seq, PreTrainedTokenizerBase
 
@@ -328,7 +328,7 @@ def shape_bucket_lengths(longest: int) -> list[int]:
     return buckets
 
 
-class ShapeBucketBatchSampler(TokenBatchSampler):
+class ShapeBucketBatchSampler:
     """TokenBatchSampler's contract (every example once an epoch, disjoint equal shares per replica, `set_epoch`)
     with batches of a few fixed shapes, for a GPU whose update costs the same whatever its size and which
     replays one captured graph per shape.
@@ -339,20 +339,25 @@ class ShapeBucketBatchSampler(TokenBatchSampler):
     replicas, are filled with rows that carry no label and so stay out of the loss.
     """
 
-    def __init__(self, lengths, max_tokens: int, shuffle: bool = True, seed: int = 0, num_replicas: int = 1, rank: int = 0):
+    def __init__(
+        self, lengths, max_tokens: int, shuffle: bool = True, seed: int = 0, num_replicas: int = 1, rank: int = 0
+    ):
         if not 0 <= rank < num_replicas:
             raise ValueError(f"rank {rank} is outside [0, {num_replicas})")
-        lengths = np.asarray(lengths).reshape(len(lengths), -1)
-        longest = lengths.max(axis=1)
+        longest = np.asarray(lengths).reshape(len(lengths), -1).max(axis=1)
         self.bucket_lengths = shape_bucket_lengths(int(longest.max()))
         self.example_buckets = np.searchsorted(self.bucket_lengths, longest)
         self.max_tokens = max_tokens
         self.shuffle, self.seed, self.num_replicas, self.rank, self.epoch = shuffle, seed, num_replicas, rank, 0
-        batches = sum(-(-int(count) // self.rows_for(length)) for length, count in self._bucket_sizes())
+        batches = sum(-(-count // self.rows_for(length)) for length, count in self._bucket_sizes())
         self._batch_count = -(-batches // num_replicas) * num_replicas
 
     def rows_for(self, bucket_length: int) -> int:
         return max(1, self.max_tokens // bucket_length)
+
+    def bucket_for(self, longest: int) -> int:
+        """The padded length of the bucket an example (or batch) whose longer side is `longest` belongs to."""
+        return self.bucket_lengths[int(np.searchsorted(self.bucket_lengths, longest))]
 
     def _bucket_sizes(self) -> list[tuple[int, int]]:
         counts = np.bincount(self.example_buckets, minlength=len(self.bucket_lengths))
@@ -362,6 +367,9 @@ class ShapeBucketBatchSampler(TokenBatchSampler):
     def shapes(self) -> list[tuple[int, int]]:
         """The (rows, length) of every batch shape an epoch can have."""
         return [(self.rows_for(length), length) for length, _ in self._bucket_sizes()]
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
 
     def __len__(self) -> int:
         return self._batch_count // self.num_replicas
@@ -384,23 +392,18 @@ class ShapeBucketBatchSampler(TokenBatchSampler):
 @dataclass
 class ShapeBucketCollator:
     """Pads a ShapeBucketBatchSampler batch to its bucket's fixed shape: source and target to the bucket length
-    L, and rows up to `rows_for(L)` with filler rows (one end-of-sentence source token, no label)."""
+    L (the collator's own max_length padding), and rows up to `rows_for(L)` with filler rows (one end-of-sentence
+    source token, no label)."""
 
     collator: DataCollatorForSeq2Seq
     sampler: ShapeBucketBatchSampler
 
     def __call__(self, features: list[dict]) -> dict[str, torch.Tensor]:
-        tokenizer = self.collator.tokenizer
-        longest = max((max(len(f["input_ids"]), len(f["labels"])) for f in features), default=1)
-        length = self.sampler.bucket_lengths[int(np.searchsorted(self.sampler.bucket_lengths, longest))]
-        filler = {"input_ids": [tokenizer.eos_token_id], "labels": [-100]}
+        longest = max((max(len(feature["input_ids"]), len(feature["labels"])) for feature in features), default=1)
+        length = self.sampler.bucket_for(longest)
+        filler = {"input_ids": [self.collator.tokenizer.eos_token_id], "labels": [-100]}
         rows = [*features, *[filler] * (self.sampler.rows_for(length) - len(features))]
-        batch = self.collator(rows)
-        pad_values = {"input_ids": tokenizer.pad_token_id, "attention_mask": 0, "labels": -100, "decoder_input_ids": tokenizer.pad_token_id}
-        return {
-            name: F.pad(tensor, (0, length - tensor.shape[1]), value=pad_values[name])
-            for name, tensor in batch.items()
-        }
+        return dataclasses.replace(self.collator, padding="max_length", max_length=length)(rows)
 
 
 def padding_efficiency(batch_sampler, lengths: Sequence[Sequence[int]] | np.ndarray) -> float:

@@ -490,7 +490,8 @@ def optimizer_update(
 ) -> torch.Tensor:
     """One optimizer step over this process's batches of the update: (summed loss, target tokens) of all
     processes, a float64 tensor on the device that nothing here reads back."""
-    group = [{name: tensor.to(accelerator.device, non_blocking=True) for name, tensor in batch.items()} for batch in group]
+    device = accelerator.device
+    group = [{name: tensor.to(device, non_blocking=True) for name, tensor in batch.items()} for batch in group]
     local_tokens = sum((batch["labels"] != -100).sum() for batch in group)
     tokens = accelerator.reduce(local_tokens, "sum")
     # The model divides each micro-batch's summed loss by this; accelerate then divides by the

@@ -11,6 +11,7 @@ from itertools import chain
 from pathlib import Path
 
 import pytest
+from conftest import REPO, SCRIPTS, tiny_config
 from synthetic_corpus import synthetic_pairs
 from transformers import AutoTokenizer
 
@@ -18,11 +19,9 @@ from hf_vanilla import VanillaTransformerConfig, VanillaTransformerForConditiona
 from hf_vanilla.data import load_translation_split
 from hf_vanilla.tokenization import config_kwargs_from_tokenizer, save_tokenizer, train_tokenizer
 from hf_vanilla.training import train
-from hf_vanilla.training_args import TrainingError, load_training_config
+from hf_vanilla.training_args import TrainingError
 from hf_vanilla.translation import load_model_and_tokenizer
 
-REPO = Path(__file__).resolve().parents[1]
-SCRIPTS = REPO / "scripts"
 
 def json_line(source: str, target: str) -> bytes:
     return json.dumps({"translation": {"de": source, "en": target}}).encode() + b"\n"
@@ -63,21 +62,9 @@ def model_dir(tokenizer_dir, tmp_path_factory) -> Path:
 
 
 def run_config(dataset, tokenizer, output_dir, **overrides):
-    values = {
-        "dataset": str(dataset),
-        "tokenizer": str(tokenizer),
-        "output_dir": str(output_dir),
-        "model_preset": "tiny",
-        "max_tokens": 256,
-        "warmup": 10,
-        "max_steps": 2,
-        "log_interval": 1,
-        "tensorboard": False,
-        "validation_bleu": False,
-        "mixed_precision": "no",
-        **overrides,
-    }
-    return load_training_config(**values)
+    """conftest's tiny run, two updates long, without validation BLEU or periodic saves unless asked."""
+    settings = {"max_steps": 2, "validation_bleu": False, "save_interval_updates": None, **overrides}
+    return tiny_config(str(dataset), str(tokenizer), output_dir, **settings)
 
 
 def run_script(name: str, *args) -> subprocess.CompletedProcess:

@@ -1,7 +1,6 @@
 import pytest
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
 
-from hf_vanilla.decoding import DECODER_PROMPT_LENGTH
 from hf_vanilla.pipeline import VanillaTranslationPipeline
 from hf_vanilla.translation import translate_sentences
 
@@ -47,7 +46,7 @@ def test_defaults_are_the_papers_beam_and_output_length(translator, monkeypatch)
     translator("Zwei Hunde spielen im Schnee.")
     assert (configs[0].num_beams, configs[0].length_penalty) == (4, 0.6)
     source_length = len(translator.tokenizer("Zwei Hunde spielen im Schnee.")["input_ids"])
-    assert configs[0].max_length - DECODER_PROMPT_LENGTH == source_length + 50
+    assert configs[0].max_new_tokens == source_length + 50
     assert translator.model.generation_config.num_beams in (None, 1)  # the model's own config is untouched
 
 
@@ -56,8 +55,7 @@ def test_construction_settings_apply_and_call_settings_override_them(tiny_model_
     configs = record_generation_configs(greedy, monkeypatch)
     greedy(["Ein Hund.", "Zwei Katzen."], batch_size=2)
     greedy("Ein Hund.", max_new_tokens=1)
-    new_tokens = [(config.num_beams, config.max_length - DECODER_PROMPT_LENGTH) for config in configs]
-    assert new_tokens == [(1, 3), (1, 1)]
+    assert [(config.num_beams, config.max_new_tokens) for config in configs] == [(1, 3), (1, 1)]
     assert configs[0].length_penalty != 0.6  # no paper default added once num_beams is set
 
 
