@@ -50,23 +50,6 @@ def max_new_tokens_room(model: PreTrainedModel) -> int:
     return model.config.max_position_embeddings - DECODER_PROMPT_LENGTH
 
 
-def new_token_limit(max_new_tokens: int) -> dict[str, int | None]:
-    """`generate` keywords for at most `max_new_tokens` new tokens.
-
-    max_length None sets aside the ceiling a checkpoint's generation config carries (max_length, the decoder's
-    positions, so that a plain `generate` never cuts a translation), which generate would otherwise warn is set
-    beside max_new_tokens.
-    """
-    return {"max_new_tokens": max_new_tokens, "max_length": None}
-
-
-def chooses_output_limit(model: PreTrainedModel, settings: Mapping[str, Any]) -> bool:
-    """Whether `generate` settings limit the output: max_new_tokens, or a max_length short of the decoder's
-    positions (the ceiling a checkpoint's generation config carries limits nothing the decoder could reach)."""
-    ceiling = model.config.max_position_embeddings
-    return settings.get("max_new_tokens") is not None or (settings.get("max_length") or ceiling) < ceiling
-
-
 def paper_max_new_tokens(
     model: PreTrainedModel, longest_source: int, extra_output_tokens: int = PAPER_EXTRA_OUTPUT_TOKENS
 ) -> int:
@@ -101,7 +84,7 @@ def paper_length_limit(
     lengths = attention_mask.sum(-1).tolist()
     limits = torch.tensor([paper_max_new_tokens(model, length, extra_output_tokens) for length in lengths])
     return {
-        **new_token_limit(int(limits.max())),
+        "max_new_tokens": int(limits.max()),
         "stopping_criteria": StoppingCriteriaList([NewTokenLimit(limits)]),
     }
 

@@ -20,7 +20,7 @@ from torch import nn
 from transformers import initialization as init
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
 from transformers.dynamic_module_utils import get_cached_module_file, get_relative_import_files
-from transformers.generation import GenerationMixin
+from transformers.generation import GenerationConfig, GenerationMixin
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import (
     AttentionMaskInterface,
@@ -52,6 +52,7 @@ from .configuration_vanilla import VanillaTransformerConfig
 
 logger = logging.get_logger(__name__)
 CARD_FILE = "README.md"
+OUTPUT_LIMITS = ("max_length", "max_new_tokens")  # generate's two ways to bound a translation
 
 # transformers 5.24 renamed the key/value cache that `generate` hands to forward, and the masks and outputs take,
 # from `past_key_values` to `cache`. The model works with the name of the installed version.
@@ -785,6 +786,15 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             encoder_attentions=outputs.encoder_attentions,
             **{CACHE_NAME: getattr(outputs, CACHE_NAME)},
         )
+
+    def generate(self, *args, generation_config: GenerationConfig | None = None, **kwargs):
+        """transformers' `generate`; asked for no output limit anywhere, it runs to the decoder's positions rather
+        than to transformers' default of 20 new tokens, which would cut most translations. (A limit saved in the
+        generation config instead would make generate warn at every call that sets max_new_tokens.)"""
+        settings = generation_config if generation_config is not None else self.generation_config
+        if all(kwargs.get(name) is None and getattr(settings, name, None) is None for name in OUTPUT_LIMITS):
+            kwargs["max_length"] = self.config.max_position_embeddings
+        return super().generate(*args, generation_config=generation_config, **kwargs)
 
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         if self.config.pad_token_id is None:

@@ -17,10 +17,8 @@ from transformers import AutoModelForSeq2SeqLM, GenerationConfig, Pipeline, Stop
 from transformers.pipelines import PIPELINE_REGISTRY
 
 from .decoding import (
-    DECODER_PROMPT_LENGTH,
     PAPER_EXTRA_OUTPUT_TOKENS,
     check_tokenizer_fingerprint,
-    chooses_output_limit,
     decode_translations,
     encode_sources,
     max_source_tokens,
@@ -108,17 +106,12 @@ class VanillaTranslationPipeline(Pipeline):
         settings = {**generation_config.to_diff_dict(), **generate_kwargs}
         generation_config.update(**paper_decoding_defaults(settings))
         model_kwargs = generation_config.update(**generate_kwargs)
-        if not chooses_output_limit(self.model, settings):
+        if "max_new_tokens" not in settings and "max_length" not in settings:
             limit = paper_length_limit(self.model, model_inputs["attention_mask"], extra_output_tokens)
             generation_config.max_new_tokens = limit["max_new_tokens"]
             model_kwargs["stopping_criteria"] = StoppingCriteriaList(
                 [*model_kwargs.get("stopping_criteria", []), *limit["stopping_criteria"]]
             )
-        if generation_config.max_new_tokens is not None:
-            # As max_length, the one limit generate sees: beside max_new_tokens, the ceiling the checkpoint's
-            # generation config carries as max_length would make generate warn (and it refills a None from it).
-            generation_config.max_length = generation_config.max_new_tokens + DECODER_PROMPT_LENGTH
-            generation_config.max_new_tokens = None
         output_ids = self.model.generate(**model_inputs, generation_config=generation_config, **model_kwargs)
         batch_size = model_inputs["input_ids"].shape[0]
         return {"output_ids": output_ids.reshape(batch_size, -1, output_ids.shape[-1]), "blank": blank}

@@ -449,14 +449,13 @@ def _model_config(config: TrainingConfig, tokenizer: PreTrainedTokenizerBase) ->
 def generation_config(config: TrainingConfig, model_config: VanillaTransformerConfig) -> GenerationConfig:
     """The decoding defaults a checkpoint carries: beam size and length penalty (section 6.1), special tokens.
 
-    The output limit is the decoder's positions (max_length = max_position_embeddings, as Marian checkpoints
-    carry 512), so that a plain `generate` never cuts a translation at transformers' default 20 tokens; the
-    pipeline and scripts still stop each sentence at its source length + 50 (section 6.1). Checked now, so that
-    a bad setting fails before training, not at the first save.
+    No output limit: the decoders stop each sentence at its source length + 50 (section 6.1), which one fixed
+    number here would override (and beside which generate would warn of a max_new_tokens set by the caller); a
+    plain `generate` runs to the decoder's positions (the model's `generate`). Checked now, so that a bad setting
+    fails before training, not at the first save.
     """
     generation = GenerationConfig(
         num_beams=config.num_beams,
-        max_length=model_config.max_position_embeddings,
         # Greedy search has no length penalty; generate refuses a config that sets one.
         **({"length_penalty": config.length_penalty} if config.num_beams > 1 else {}),
         **{

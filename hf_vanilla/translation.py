@@ -28,7 +28,6 @@ from .decoding import (
     encode_sources,
     max_new_tokens_room,
     max_source_tokens,
-    new_token_limit,
     paper_length_limit,
 )
 from .files import write_text_atomic
@@ -118,11 +117,11 @@ def translate_sentences(
                 batch_ids = [input_ids[position] for position in batch]
                 encoded = tokenizer.pad({"input_ids": batch_ids}, return_tensors="pt").to(model.device)
                 limit = (
-                    new_token_limit(generate_kwargs["max_new_tokens"])
+                    {}
                     if "max_new_tokens" in generate_kwargs
                     else paper_length_limit(model, encoded["attention_mask"], extra_output_tokens)
                 )
-                outputs = model.generate(**encoded, **{**limit, **generate_kwargs})
+                outputs = model.generate(**encoded, **limit, **generate_kwargs)
                 for position, text in zip(batch, decode_translations(tokenizer, outputs), strict=True):
                     translations[indices[position]] = text
                 progress.update(len(batch))
@@ -188,7 +187,8 @@ def load_tokenizer(
     except ValueError as err:
         directory = Path(model_name_or_path)
         if directory.is_dir() and not (directory / TOKENIZER_FILE).is_file():
-            raise ValueError(f"{directory} has no {TOKENIZER_FILE} (needed files: {', '.join(needed_files)})") from err
+            needed = ", ".join(needed_files)
+            raise ValueError(f"{directory} has no {TOKENIZER_FILE} (needed files: {needed})") from err
         raise
 
 

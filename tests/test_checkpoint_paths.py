@@ -94,6 +94,7 @@ batch = AutoTokenizer.from_pretrained(directory, trust_remote_code=True)([source
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     output = model.generate(**batch)
+    model.generate(**batch, max_new_tokens=3)  # the README's call sets its own limit: no second limit to warn of
 print(json.dumps({"length": output.shape[-1], "warnings": [str(warning.message) for warning in caught]}))
 """
 
