@@ -483,9 +483,11 @@ class TokenEmbedding(nn.Module):
         """Name the problem here rather than fail with an index error deep inside torch.
 
         Ids are checked on the first call (offset 0) only: a decoding step's ids come from the model itself, and
-        their min/max would cost a device synchronisation every step.
+        their min/max would cost a device synchronisation every step. Nor in training on an accelerator, for the
+        same reason every update: the training script checks its tokenizer against the model once, before.
         """
-        if offset == 0 and input_ids is not None and input_ids.numel():
+        checked = input_ids is not None and (input_ids.device.type == "cpu" or not self.training)
+        if offset == 0 and checked and input_ids.numel():
             if input_ids.min() < 0 or input_ids.max() >= self.config.vocab_size:
                 raise ValueError(
                     f"token ids must be in [0, vocab_size={self.config.vocab_size}), got ids from "
@@ -694,7 +696,8 @@ def label_smoothed_cross_entropy(
     On CPU, F.cross_entropy runs over float32 row blocks of 1 MiB whose log-probabilities and gradients stay in
     cache: 1.5-3x faster than one call over 4k x 8k logits, for the same per-token values and gradients.
     """
-    rows = max(1, (1 << 18) // logits.shape[-1]) if logits.device.type == "cpu" else logits.shape[0]
+    blocked = logits.device.type == "cpu" and not is_torchdynamo_compiling()  # compiled, inductor fuses it all
+    rows = max(1, (1 << 18) // logits.shape[-1]) if blocked else logits.shape[0]
     total = sum(
         F.cross_entropy(block.float(), target, ignore_index=-100, label_smoothing=smoothing, reduction="sum")
         for block, target in zip(logits.split(rows), labels.split(rows), strict=True)

@@ -137,6 +137,7 @@ class Trainer:
     validation: ValidationSet | None
     progress: TrainingProgress
     run_started: float
+    loss_function: Callable  # label_smoothed_loss, compiled or not (training_loss_function)
 
     def __post_init__(self):
         self.output_dir = Path(self.config.output_dir)
@@ -319,6 +320,7 @@ class Trainer:
             group,
             self.config.label_smoothing,
             self.config.clip_grad_norm,
+            self.loss_function,
         )
 
     def save(self) -> None:
@@ -479,6 +481,25 @@ def label_smoothed_loss(
     return label_smoothed_cross_entropy(logits.flatten(0, 1), batch["labels"].flatten(), smoothing, divisor)
 
 
+def training_loss_function(compile_setting: str, device_type: str) -> tuple[Callable, str]:
+    """`label_smoothed_loss` as the `compile` setting (auto: on CUDA only) wants it on `device_type`, and how it runs.
+
+    Compiled with dynamic shapes, every batch shape shares one graph (a new shape costs no compilation; late
+    dropout's switch costs one, as dynamo guards on the rate), and on CUDA inductor replays it, forward and
+    backward, as one CUDA graph per shape ("reduce-overhead"): an update then costs its kernels, not a launch
+    from Python each. Shape buckets keep those shapes few; the warning about many recorded shapes is for
+    unbucketed batches.
+    """
+    if compile_setting == "no" or (compile_setting == "auto" and device_type != "cuda"):
+        return label_smoothed_loss, "eager"
+    if device_type == "cuda":
+        options = {"triton.cudagraphs": True, "triton.cudagraph_dynamic_shape_warn_limit": None}
+        how = "torch.compile with CUDA graphs (reduce-overhead), dynamic shapes"
+    else:
+        options, how = {}, "torch.compile (inductor), dynamic shapes"
+    return torch.compile(label_smoothed_loss, dynamic=True, options=options), how
+
+
 def optimizer_update(
     accelerator: Accelerator,
     model: torch.nn.Module,
@@ -487,9 +508,11 @@ def optimizer_update(
     group: list[dict],
     label_smoothing: float,
     clip_grad_norm: float | None,
+    loss_function: Callable,
 ) -> torch.Tensor:
     """One optimizer step over this process's batches of the update: (summed loss, target tokens) of all
-    processes, a float64 tensor on the device that nothing here reads back."""
+    processes, a float64 tensor on the device that nothing here reads back. `loss_function`: label_smoothed_loss
+    or its compiled form."""
     device = accelerator.device
     group = [{name: tensor.to(device, non_blocking=True) for name, tensor in batch.items()} for batch in group]
     local_tokens = sum((batch["labels"] != -100).sum() for batch in group)
@@ -500,7 +523,9 @@ def optimizer_update(
     loss_sum = torch.zeros((), dtype=torch.float64, device=accelerator.device)
     for batch in group:
         with accelerator.accumulate(model):
-            loss = label_smoothed_loss(model, batch, label_smoothing, num_items)
+            # A new step for CUDA graph trees: the last micro-batch's outputs may be overwritten (none is kept).
+            torch.compiler.cudagraph_mark_step_begin()
+            loss = loss_function(model, batch, label_smoothing, num_items)
             accelerator.backward(loss)
             if clip_grad_norm and accelerator.sync_gradients:
                 accelerator.clip_grad_norm_(model.parameters(), clip_grad_norm)

@@ -71,7 +71,7 @@ from .tokenization import (
     save_tokenizer,
     train_tokenizer,
 )
-from .trainer import Trainer, TrainingProgress, ValidationSet
+from .trainer import Trainer, TrainingProgress, ValidationSet, training_loss_function
 from .training_args import TrainingConfig, TrainingError
 from .translation import TOKENIZER_FILE, load_tokenizer
 
@@ -151,6 +151,8 @@ def _train(
         accelerator.gradient_accumulation_steps,
         config.max_tokens,
     )
+    loss_function, how = training_loss_function(config.compile, accelerator.device.type)
+    logger.info("Training step (compile=%s on %s): %s", config.compile, accelerator.device.type, how)
     Trainer(
         config,
         accelerator,
@@ -162,6 +164,7 @@ def _train(
         validation,
         progress,
         run_started,
+        loss_function,
     ).run(loader, sampler)
     if accelerator.is_main_process and config.average_last:
         checkpoints = average_run_checkpoints(output_dir, config.average_last, config)

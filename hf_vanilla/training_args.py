@@ -102,6 +102,11 @@ class TrainingConfig:
         "auto (on a GPU, off on a CPU), yes or no: batches of a few fixed shapes (length buckets, fixed rows), "
         "which a GPU runs at its pace; the CPU keeps batches padded to their longest example",
     )
+    compile: str = setting(
+        "auto",
+        "auto (on a GPU, off on a CPU, where it measured slower), yes or no: the update's forward and loss through "
+        "torch.compile, one graph for every batch shape, replayed as CUDA graphs on a GPU",
+    )
     seed: int = setting(1, "seed of the weights, batches and dropout")
     # Output
     output_dir: str = setting("", "run directory: checkpoints, logs, the saved config")
@@ -136,8 +141,9 @@ class TrainingConfig:
             raise TrainingError(
                 f"mixed_precision must be one of {', '.join(precisions)}, got {self.mixed_precision!r}"
             )
-        if self.shape_buckets not in ("auto", "yes", "no"):
-            raise TrainingError(f"shape_buckets must be auto, yes or no, got {self.shape_buckets!r}")
+        for name in ("shape_buckets", "compile"):
+            if getattr(self, name) not in ("auto", "yes", "no"):
+                raise TrainingError(f"{name} must be auto, yes or no, got {getattr(self, name)!r}")
         for name in ("max_tokens", "warmup", "log_interval", "tokenizer_vocab_size", "num_beams"):
             if getattr(self, name) <= 0:
                 raise TrainingError(f"{name} must be positive, got {getattr(self, name)}")

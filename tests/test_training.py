@@ -186,6 +186,39 @@ def test_late_dropout_trains_without_dropout_then_switches_it_on(tiny_dataset, t
         assert {name: getattr(config, name) for name in late} == late
 
 
+def test_compiled_update_trains_as_eager_and_follows_late_dropout(tiny_dataset, tokenizer_dir, tmp_path, caplog):
+    """compile=yes (inductor here; CUDA graphs on a GPU): with accumulation, clipping and the schedule's learning
+    rates, the first updates' losses are eager's; late dropout's switch reaches the compiled graph."""
+    settings = {
+        "attention_dropout": 0.0,
+        "activation_dropout": 0.0,
+        "max_steps": 8,
+        "tokens_per_update": 512,  # two batches of 256 tokens an update
+        "clip_grad_norm": 0.5,
+        "validation_max_sentences": 4,
+    }
+    train(tiny_config(tiny_dataset, tokenizer_dir, tmp_path / "eager", dropout=0.0, compile="no", **settings))
+    caplog.set_level(logging.INFO, logger="hf_vanilla.training")
+    train(
+        tiny_config(
+            tiny_dataset,
+            tokenizer_dir,
+            tmp_path / "compiled",
+            dropout=0.5,
+            early_dropout_updates=6,
+            early_dropout=0.0,
+            compile="yes",
+            **settings,
+        )
+    )
+    assert any("(compile=yes on cpu): torch.compile" in record.getMessage() for record in caplog.records)
+    eager, compiled = training_losses(tmp_path / "eager"), training_losses(tmp_path / "compiled")
+    assert [step for step, _ in compiled] == list(range(1, 9))
+    torch.testing.assert_close([loss for _, loss in compiled[:6]], [loss for _, loss in eager[:6]], rtol=2e-4, atol=0)
+    # Dropout 0.5 after update 6: a graph that kept the first rate would give eager's losses.
+    assert all(abs(a - b) > 1e-2 for (_, a), (_, b) in zip(compiled[6:], eager[6:], strict=True))
+
+
 def test_label_smoothed_loss_is_computed_from_the_logits():
     model = VanillaTransformerForConditionalGeneration(
         VanillaTransformerConfig.from_preset("tiny", vocab_size=40)
@@ -292,6 +325,7 @@ def test_average_checkpoints_refuses_different_models(tmp_path):
         ({"max_steps": None}, "set at least one of max_steps, max_epochs, max_minutes"),
         ({"early_dropout": 1.5}, r"early_dropout must be in \[0, 1\), got 1.5"),
         ({"lr_cooldown": -0.1}, r"lr_cooldown must be a share of the budget in \[0, 1\], got -0.1"),
+        ({"compile": "fast"}, "compile must be auto, yes or no, got 'fast'"),
     ],
 )
 def test_bad_input_raises_a_one_line_error(tiny_dataset, tokenizer_dir, tmp_path, overrides, message):
