@@ -47,6 +47,14 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
         help="leave a line longer than the model's positions blank (default: translate its first tokens); "
         "either way a warning names such lines",
     )
+    parser.add_argument(
+        "--cache-implementation",
+        choices=["dynamic", "static"],
+        default="dynamic",
+        help="generate's key/value cache; static preallocates it, and on a GPU generate then compiles the "
+        "decoding step (CUDA graphs) once per batch shape: measured on an H100 at one repeated shape, 3.1-3.4x "
+        "faster greedy, 0.7x with beam search (README); the same tokens in float32",
+    )
     add_runtime_arguments(parser)
 
 
@@ -128,6 +136,8 @@ def decoding_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         kwargs["max_new_tokens"] = args.max_new_tokens
     if args.skip_long_lines:
         kwargs["skip_long_lines"] = True
+    if args.cache_implementation == "static":
+        kwargs["cache_implementation"] = "static"
     return kwargs
 
 

@@ -288,11 +288,13 @@ def test_lines_round_trip_through_files(tmp_path):
         read_lines(path)
 
 
-def test_translate_script_keeps_lines_in_order(tiny_model_dir, tiny_model_and_tokenizer):
+@pytest.mark.parametrize("cache", ["dynamic", "static"])
+def test_translate_script_keeps_lines_in_order(tiny_model_dir, tiny_model_and_tokenizer, cache):
+    """With either cache (static: the one generate compiles on a GPU), the dynamic cache's translations."""
     lines = ["Ein Hund rennt.", "", "Zwei Katzen schlafen auf dem Sofa.", "Kinder."]
     completed = subprocess.run(
         [sys.executable, str(SCRIPTS / "translate.py"), str(tiny_model_dir), "--num-beams", "2"]
-        + ["--max-new-tokens", "4", "--device", "cpu", "--quiet"],
+        + ["--max-new-tokens", "4", "--device", "cpu", "--quiet", "--cache-implementation", cache],
         input="\n".join(lines) + "\n",
         capture_output=True,
         text=True,
