@@ -481,19 +481,21 @@ def label_smoothed_loss(
     return label_smoothed_cross_entropy(logits.flatten(0, 1), batch["labels"].flatten(), smoothing, divisor)
 
 
-def training_loss_function(compile_setting: str, device_type: str) -> tuple[Callable, str]:
+def training_loss_function(compile_setting: str, device_type: str, bucketed: bool) -> tuple[Callable, str]:
     """`label_smoothed_loss` as the `compile` setting (auto: on CUDA only) wants it on `device_type`, and how it runs.
 
     Compiled with dynamic shapes, every batch shape shares one graph (a new shape costs no compilation; late
     dropout's switch costs one, as dynamo guards on the rate), and on CUDA inductor replays it, forward and
     backward, as one CUDA graph per shape ("reduce-overhead"): an update then costs its kernels, not a launch
-    from Python each. Shape buckets keep those shapes few; the warning about many recorded shapes is for
-    unbucketed batches.
+    from Python each. With `bucketed` batches the shapes are few, and torch's warning about recording many is
+    turned off; without, it stays (a graph per batch shape costs memory and recording time).
     """
     if compile_setting == "no" or (compile_setting == "auto" and device_type != "cuda"):
         return label_smoothed_loss, "eager"
     if device_type == "cuda":
-        options = {"triton.cudagraphs": True, "triton.cudagraph_dynamic_shape_warn_limit": None}
+        options = {"triton.cudagraphs": True}
+        if bucketed:
+            options["triton.cudagraph_dynamic_shape_warn_limit"] = None
         how = "torch.compile with CUDA graphs (reduce-overhead), dynamic shapes"
     else:
         options, how = {}, "torch.compile (inductor), dynamic shapes"

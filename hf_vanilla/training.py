@@ -151,7 +151,8 @@ def _train(
         accelerator.gradient_accumulation_steps,
         config.max_tokens,
     )
-    loss_function, how = training_loss_function(config.compile, accelerator.device.type)
+    bucketed = isinstance(sampler.samplers[0], ShapeBucketBatchSampler)
+    loss_function, how = training_loss_function(config.compile, accelerator.device.type, bucketed)
     logger.info("Training step (compile=%s on %s): %s", config.compile, accelerator.device.type, how)
     Trainer(
         config,
