@@ -86,18 +86,20 @@ def select_on_validation(
     device: str | None = None,
     dtype: str = "float32",
     max_tokens: int = DEFAULT_MAX_TOKENS,
+    **generate_kwargs,
 ) -> dict[str, Any]:
     """Pick the model, beam size and length penalty with the best cased validation BLEU, then report other splits.
 
     Every model of `models` (run directories expand to their best, last and average checkpoints) is
     decoded on `validation_split` with every beam size and length penalty (greedy search, beam 1,
     once: it has no length penalty). The winner alone is then evaluated on each of `report_splits`
-    with `evaluate_bleu`, so a test set is reported, never tuned on. `max_sentences` limits every split.
+    with `evaluate_bleu`, so a test set is reported, never tuned on. `max_sentences` limits every split;
+    `generate_kwargs` (`cache_implementation="static"`, say) go to every decoding.
     Writes `selection.json` (every validation score and the choice) and the reports into `output_dir`;
     returns the same dictionary.
     """
     candidates = expand_candidates(models)
-    settings = decoding_grid(num_beams, length_penalties)
+    settings = [{**setting, **generate_kwargs} for setting in decoding_grid(num_beams, length_penalties)]
     pairs = load_evaluation_pairs(
         dataset, source_lang, target_lang, validation_split, config_name, max_sentences
     )
@@ -118,6 +120,7 @@ def select_on_validation(
             dtype=dtype,
             max_tokens=max_tokens,
             **decoding,
+            **generate_kwargs,
         )
         for split in report_splits
     }

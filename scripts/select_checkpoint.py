@@ -15,6 +15,7 @@ from hf_vanilla.cli import (
     ArgumentParser,
     add_dataset_arguments,
     add_runtime_arguments,
+    cache_kwargs,
     dataset_kwargs,
     positive_int,
     runtime_kwargs,
@@ -62,6 +63,7 @@ def main() -> None:
             report_splits=args.report_split,
             **dataset_kwargs(args),
             **runtime_kwargs(args),
+            **cache_kwargs(args),
         )
     except (ValueError, FileNotFoundError) as err:
         sys.exit(f"error: {err}")

@@ -18,6 +18,7 @@ from hf_vanilla.cli import (
     add_dataset_arguments,
     add_runtime_arguments,
     beam_kwargs,
+    cache_kwargs,
     dataset_kwargs,
     runtime_kwargs,
 )
@@ -46,6 +47,7 @@ def main() -> None:
             target_bleu=args.target_bleu,
             split=args.split,
             **runtime_kwargs(args),
+            **cache_kwargs(args),
             **dataset_kwargs(args),
             **beam_kwargs(args),
         )

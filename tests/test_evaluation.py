@@ -369,6 +369,34 @@ def test_selection_takes_the_best_validation_setting_and_decodes_test_with_it_on
     assert json.loads((output_dir / "selection.json").read_text()) == selection
 
 
+def test_selection_with_the_static_cache_scores_what_the_dynamic_cache_does(run_dir, corpus_path, tmp_path):
+    """`--cache-implementation static` (compiled decoding on a GPU) reaches every decoding, with the same scores."""
+    selections = {
+        cache: select_on_validation(
+            [run_dir],
+            corpus_path,
+            "de",
+            "en",
+            tmp_path / cache,
+            num_beams=[1, 2],
+            max_sentences=4,
+            **({"cache_implementation": "static"} if cache == "static" else {}),
+        )
+        for cache in ("dynamic", "static")
+    }
+    assert all(row["cache_implementation"] == "static" for row in selections["static"]["validation"])
+    scores = {
+        cache: [
+            (row["model"], row["num_beams"], row["bleu"], row["chrf"]) for row in selection["validation"]
+        ]
+        + [selection["reports"]["test"]["cased"]["bleu"]]
+        for cache, selection in selections.items()
+    }
+    assert scores["static"] == scores["dynamic"]
+    hypotheses = {cache: (tmp_path / cache / "test.de-en.hyp").read_text() for cache in selections}
+    assert hypotheses["static"] == hypotheses["dynamic"]
+
+
 def test_selection_names_a_directory_that_holds_no_model(tmp_path, corpus_path):
     with pytest.raises(FileNotFoundError, match="neither a saved model directory nor a training run"):
         select_on_validation([tmp_path], corpus_path, "de", "en", tmp_path / "out")
