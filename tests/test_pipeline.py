@@ -32,10 +32,23 @@ def test_task_name_builds_our_pipeline_and_returns_translation_text(translator):
     assert isinstance(result[0]["translation_text"], str) and result[0]["translation_text"]
 
 
-def test_batched_list_matches_evaluation_translations_in_order(translator):
-    results = translator(SOURCES, batch_size=3, num_beams=1, max_new_tokens=6)
+@pytest.mark.parametrize("cache", ["dynamic", "static"])
+@pytest.mark.parametrize("num_beams", [1, 2])
+def test_batched_list_matches_evaluation_translations_in_order(translator, num_beams, cache, monkeypatch):
+    """In order, as translate_sentences (dynamic cache) translates; the static cache (compiled on a GPU) too."""
+    static = {"cache_implementation": "static"} if cache == "static" else {}
+    caches, generate = [], translator.model.generate
+
+    def recording_generate(*args, generation_config, **kwargs):
+        caches.append(generation_config.cache_implementation)
+        return generate(*args, generation_config=generation_config, **kwargs)
+
+    monkeypatch.setattr(translator.model, "generate", recording_generate)
+    results = translator(SOURCES, batch_size=3, num_beams=num_beams, max_new_tokens=6, **static)
+    monkeypatch.undo()
+    assert set(caches) == {static.get("cache_implementation")}
     expected = translate_sentences(
-        translator.model, translator.tokenizer, SOURCES, show_progress=False, num_beams=1, max_new_tokens=6
+        translator.model, translator.tokenizer, SOURCES, show_progress=False, num_beams=num_beams, max_new_tokens=6
     )
     assert [result["translation_text"] for result in results] == expected
     assert expected[1] == ""
