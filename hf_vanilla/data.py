@@ -460,6 +460,10 @@ class UpdateBatchSampler:
     def updates_per_epoch(self) -> int:
         return len(self.samplers[0])
 
+    @property
+    def shape_buckets(self) -> bool:
+        return isinstance(self.samplers[0], ShapeBucketBatchSampler)
+
     def set_epoch(self, epoch: int, first_update: int = 0) -> None:
         for sampler in self.samplers:
             sampler.set_epoch(epoch)

@@ -492,14 +492,19 @@ def training_loss_function(compile_setting: str, device_type: str, bucketed: boo
     """
     if compile_setting == "no" or (compile_setting == "auto" and device_type != "cuda"):
         return label_smoothed_loss, "eager"
-    if device_type == "cuda":
-        options = {"triton.cudagraphs": True}
-        if bucketed:
-            options["triton.cudagraph_dynamic_shape_warn_limit"] = None
-        how = "torch.compile with CUDA graphs (reduce-overhead), dynamic shapes"
-    else:
-        options, how = {}, "torch.compile (inductor), dynamic shapes"
-    return torch.compile(label_smoothed_loss, dynamic=True, options=options), how
+    if device_type != "cuda":
+        return torch.compile(label_smoothed_loss, dynamic=True), "torch.compile (inductor), dynamic shapes"
+    options = {"triton.cudagraphs": True}
+    if bucketed:
+        options["triton.cudagraph_dynamic_shape_warn_limit"] = None
+    compiled = torch.compile(label_smoothed_loss, dynamic=True, options=options)
+
+    def graphed_loss(*args):
+        # A new step for CUDA graph trees: the last micro-batch's outputs may be overwritten (none is kept).
+        torch.compiler.cudagraph_mark_step_begin()
+        return compiled(*args)
+
+    return graphed_loss, "torch.compile with CUDA graphs (reduce-overhead), dynamic shapes"
 
 
 def optimizer_update(
@@ -525,8 +530,6 @@ def optimizer_update(
     loss_sum = torch.zeros((), dtype=torch.float64, device=accelerator.device)
     for batch in group:
         with accelerator.accumulate(model):
-            # A new step for CUDA graph trees: the last micro-batch's outputs may be overwritten (none is kept).
-            torch.compiler.cudagraph_mark_step_begin()
             loss = loss_function(model, batch, label_smoothing, num_items)
             accelerator.backward(loss)
             if clip_grad_norm and accelerator.sync_gradients:

@@ -36,7 +36,6 @@ from transformers import GenerationConfig, PreTrainedTokenizerBase
 
 from .configuration_vanilla import SIZE_FIELDS, VanillaTransformerConfig
 from .data import (
-    ShapeBucketBatchSampler,
     ShapeBucketCollator,
     UpdateBatchSampler,
     clean_translation_pairs,
@@ -151,8 +150,7 @@ def _train(
         accelerator.gradient_accumulation_steps,
         config.max_tokens,
     )
-    bucketed = isinstance(sampler.samplers[0], ShapeBucketBatchSampler)
-    loss_function, how = training_loss_function(config.compile, accelerator.device.type, bucketed)
+    loss_function, how = training_loss_function(config.compile, accelerator.device.type, sampler.shape_buckets)
     logger.info("Training step (compile=%s on %s): %s", config.compile, accelerator.device.type, how)
     Trainer(
         config,
@@ -277,7 +275,7 @@ def _update_sampler(config: TrainingConfig, train_data, accelerator: Accelerator
         )
     except ValueError as err:
         raise TrainingError(str(err)) from err
-    if shape_buckets:
+    if sampler.shape_buckets:
         shapes = sampler.samplers[0].shapes
         logger.info(
             "Shape buckets (shape_buckets=%s on %s): %d batch shapes (rows x tokens) %s",
@@ -292,8 +290,7 @@ def _update_sampler(config: TrainingConfig, train_data, accelerator: Accelerator
 def _collator(tokenizer, model, sampler: UpdateBatchSampler):
     """Pads each batch to its longest example, or to its bucket's fixed shape when batches come in buckets."""
     collator = make_collator(tokenizer, model)
-    first = sampler.samplers[0]
-    return ShapeBucketCollator(collator, first) if isinstance(first, ShapeBucketBatchSampler) else collator
+    return ShapeBucketCollator(collator, sampler.samplers[0]) if sampler.shape_buckets else collator
 
 
 def _planned_updates(config: TrainingConfig, sampler: UpdateBatchSampler) -> int | None:
