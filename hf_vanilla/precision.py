@@ -63,7 +63,8 @@ def cpu_has_native_bf16() -> bool:
     """Whether this CPU multiplies bf16 matrices natively (AVX512-BF16 or AMX) through oneDNN.
 
     oneDNN's own check honours ONEDNN_MAX_CPU_ISA, so `ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2`
-    makes a bf16 machine behave, and be detected, as an AVX2-only one.
+    makes a bf16 machine behave, and be detected, as an AVX2-only one. Give such a run a TORCHINDUCTOR_CACHE_DIR of
+    its own: inductor's cache does not tell the two apart, and a compiled step reusing the AVX512 build crashed.
     """
     instructions = _guarded(lambda: torch.cpu._is_avx512_bf16_supported()) or _guarded(
         lambda: torch.cpu._is_amx_tile_supported()
