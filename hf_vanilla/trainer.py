@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
+import functools
 import json
 import math
 import shutil
@@ -470,19 +471,37 @@ class CheckpointWriter:
 
 
 def label_smoothed_loss(
-    model: torch.nn.Module, batch: dict[str, torch.Tensor], smoothing: float, divisor: float | torch.Tensor
+    model: torch.nn.Module,
+    batch: dict[str, torch.Tensor],
+    smoothing: float,
+    divisor: float | torch.Tensor,
+    rdrop_alpha: float = 0.0,
 ) -> torch.Tensor:
     """5.4 Label-smoothed cross-entropy of a collated batch (with decoder_input_ids), summed, then / divisor.
 
-    From the logits: the model's own loss is plain cross-entropy, so it is not asked for.
+    From the logits: the model's own loss is plain cross-entropy, so it is not asked for. With `rdrop_alpha`
+    (R-Drop, not in the paper) the batch runs twice in one forward, each copy under its own dropout masks: the
+    mean of the two copies' losses plus rdrop_alpha/4 x the symmetric KL divergence of their predictions.
     """
+    if rdrop_alpha:
+        batch = {name: torch.cat([tensor, tensor]) for name, tensor in batch.items()}
     inputs = {name: tensor for name, tensor in batch.items() if name != "labels"}
-    logits = model(**inputs, use_cache=False).logits
-    return label_smoothed_cross_entropy(logits.flatten(0, 1), batch["labels"].flatten(), smoothing, divisor)
+    logits, labels = model(**inputs, use_cache=False).logits.flatten(0, 1), batch["labels"].flatten()
+    if not rdrop_alpha:
+        return label_smoothed_cross_entropy(logits, labels, smoothing, divisor)
+    first, second = logits.float().log_softmax(-1).chunk(2)
+    # KL(p||q) + KL(q||p) = sum (p - q)(log p - log q); a mask product, not indexing, keeps it free of syncs
+    symmetric_kl = ((first.exp() - second.exp()) * (first - second)).sum(-1)
+    kept = labels.chunk(2)[0] != -100
+    cross_entropy = label_smoothed_cross_entropy(logits, labels, smoothing, 2)
+    return (cross_entropy + rdrop_alpha / 4 * (symmetric_kl * kept).sum()) / divisor
 
 
-def training_loss_function(compile_setting: str, device_type: str, bucketed: bool) -> tuple[Callable, str]:
-    """`label_smoothed_loss` as the `compile` setting (auto: on CUDA only) wants it on `device_type`, and how it runs.
+def training_loss_function(
+    compile_setting: str, device_type: str, bucketed: bool, rdrop_alpha: float = 0.0
+) -> tuple[Callable, str]:
+    """`label_smoothed_loss` (with `rdrop_alpha`) as the `compile` setting (auto: on CUDA only) wants it on
+    `device_type`, and how it runs.
 
     Compiled with dynamic shapes, every batch shape shares one graph (a new shape costs no compilation; late
     dropout's switch costs one, as dynamo guards on the rate), and on CUDA inductor replays it, forward and
@@ -490,14 +509,15 @@ def training_loss_function(compile_setting: str, device_type: str, bucketed: boo
     from Python each. With `bucketed` batches the shapes are few, and torch's warning about recording many is
     turned off; without, it stays (a graph per batch shape costs memory and recording time).
     """
+    loss = functools.partial(label_smoothed_loss, rdrop_alpha=rdrop_alpha) if rdrop_alpha else label_smoothed_loss
     if compile_setting == "no" or (compile_setting == "auto" and device_type != "cuda"):
-        return label_smoothed_loss, "eager"
+        return loss, "eager"
     if device_type != "cuda":
-        return torch.compile(label_smoothed_loss, dynamic=True), "torch.compile (inductor), dynamic shapes"
+        return torch.compile(loss, dynamic=True), "torch.compile (inductor), dynamic shapes"
     options = {"triton.cudagraphs": True}
     if bucketed:
         options["triton.cudagraph_dynamic_shape_warn_limit"] = None
-    compiled = torch.compile(label_smoothed_loss, dynamic=True, options=options)
+    compiled = torch.compile(loss, dynamic=True, options=options)
 
     def graphed_loss(*args):
         # A new step for CUDA graph trees: the last micro-batch's outputs may be overwritten (none is kept).

@@ -71,6 +71,12 @@ class TrainingConfig:
     )
     early_dropout: float = setting(0.1, "dropout of the first early_dropout_updates updates")
     label_smoothing: float = setting(0.1, "label smoothing of the training loss (section 5.4)")
+    rdrop_alpha: float = setting(
+        0.0,
+        "R-Drop (Liang et al., 2021; not in the paper): each batch runs twice with its own dropout and the loss "
+        "adds alpha/4 x the two predictions' symmetric KL divergence per target token (the weight of fairseq's "
+        "--rdrop-alpha; the logged training loss includes it); twice the compute an update; 0: off",
+    )
     # Batches
     max_tokens: int = setting(4096, "padded tokens a side per batch and process (section 5.1)")
     tokens_per_update: int | None = setting(None, "accumulate batches to about this many tokens per update")
@@ -166,6 +172,8 @@ class TrainingConfig:
             raise TrainingError(f"early_dropout_updates must be 0 or more, got {self.early_dropout_updates}")
         if not 0 <= self.early_dropout < 1:  # the model config checks the other dropout values
             raise TrainingError(f"early_dropout must be in [0, 1), got {self.early_dropout}")
+        if self.rdrop_alpha < 0:
+            raise TrainingError(f"rdrop_alpha must be 0 (off) or more, got {self.rdrop_alpha}")
         if not 0 <= self.lr_cooldown <= 1:
             raise TrainingError(
                 f"lr_cooldown must be a share of the budget in [0, 1], got {self.lr_cooldown}"

@@ -219,18 +219,62 @@ def test_compiled_update_trains_as_eager_and_follows_late_dropout(tiny_dataset, 
     assert all(abs(a - b) > 1e-2 for (_, a), (_, b) in zip(compiled[6:], eager[6:], strict=True))
 
 
-def test_label_smoothed_loss_is_computed_from_the_logits():
+def tiny_model_and_batch(**overrides) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
+    """A tiny model and a collated batch of two pairs, the second target padded after 3 tokens."""
     model = VanillaTransformerForConditionalGeneration(
-        VanillaTransformerConfig.from_preset("tiny", vocab_size=40)
+        VanillaTransformerConfig.from_preset("tiny", vocab_size=40, **overrides)
     )
     labels = torch.randint(4, 40, (2, 5))
     labels[1, 3:] = -100
     batch = {"input_ids": torch.randint(4, 40, (2, 6)), "labels": labels}
     batch["decoder_input_ids"] = model.prepare_decoder_input_ids_from_labels(labels)
+    return model, batch
+
+
+def test_label_smoothed_loss_is_computed_from_the_logits():
+    model, batch = tiny_model_and_batch()
+    labels = batch["labels"]
     model.eval()
     logits, keep = model(**batch).logits, labels != -100
     expected = F.cross_entropy(logits[keep], labels[keep], label_smoothing=0.1, reduction="sum") / 4
     torch.testing.assert_close(label_smoothed_loss(model, batch, 0.1, 4), expected)
+
+
+def test_rdrop_adds_the_symmetric_kl_of_two_dropout_passes():
+    """R-Drop: the batch twice in one forward, each copy with its own dropout; (mean of the two label-smoothed
+    losses + alpha/4 x KL(p||q) + KL(q||p) over target tokens) / divisor. Without dropout it is the plain loss."""
+    model, batch = tiny_model_and_batch(dropout=0.3)
+    twice = {name: torch.cat([tensor, tensor]) for name, tensor in batch.items()}
+    torch.manual_seed(0)
+    logits = model(**{name: tensor for name, tensor in twice.items() if name != "labels"}).logits
+    keep = twice["labels"] != -100
+    cross_entropy = F.cross_entropy(logits[keep], twice["labels"][keep], label_smoothing=0.1, reduction="sum") / 2
+    p, q = F.softmax(logits.float(), -1).chunk(2)
+    kl = (p * (p / q).log()).sum(-1) + (q * (q / p).log()).sum(-1)
+    expected = (cross_entropy + 5 / 4 * kl[keep.chunk(2)[0]].sum()) / 4
+
+    torch.manual_seed(0)
+    loss = label_smoothed_loss(model, batch, 0.1, 4, rdrop_alpha=5)
+    torch.testing.assert_close(loss, expected)
+    loss.backward()  # through both copies
+    assert all(parameter.grad is not None for parameter in model.parameters())
+    assert kl[keep.chunk(2)[0]].sum() > 0.01
+    model.eval()
+    plain = label_smoothed_loss(model, batch, 0.1, 4)
+    torch.testing.assert_close(label_smoothed_loss(model, batch, 0.1, 4, rdrop_alpha=5), plain)
+
+
+def test_rdrop_setting_reaches_the_training_loss(tiny_dataset, tokenizer_dir, tmp_path):
+    """Without dropout the two copies agree and R-Drop trains as the plain loss; with dropout its logged losses
+    carry the KL term (the unit test above checks its value)."""
+    settings = {"max_steps": 4, "save_interval_updates": 4, "average_last": 1, "validation_max_sentences": 4}
+    losses = {}
+    for dropout, alpha in ((0.0, 0.0), (0.0, 5.0), (0.3, 0.0), (0.3, 5.0)):
+        output_dir = tmp_path / f"dropout{dropout}-alpha{alpha}"
+        train(tiny_config(tiny_dataset, tokenizer_dir, output_dir, dropout=dropout, rdrop_alpha=alpha, **settings))
+        losses[dropout, alpha] = [loss for _, loss in training_losses(output_dir)]
+    torch.testing.assert_close(losses[0.0, 5.0], losses[0.0, 0.0], rtol=1e-5, atol=0)
+    assert all(abs(a - b) > 1e-3 for a, b in zip(losses[0.3, 5.0], losses[0.3, 0.0], strict=True))
 
 
 def test_time_budget_stops_and_saves_and_counts_across_resumes(tiny_dataset, tokenizer_dir, tmp_path):
@@ -324,6 +368,7 @@ def test_average_checkpoints_refuses_different_models(tmp_path):
         ({"model_preset": "huge"}, "unknown preset 'huge'"),
         ({"max_steps": None}, "set at least one of max_steps, max_epochs, max_minutes"),
         ({"early_dropout": 1.5}, r"early_dropout must be in \[0, 1\), got 1.5"),
+        ({"rdrop_alpha": -1}, r"rdrop_alpha must be 0 \(off\) or more, got -1"),
         ({"lr_cooldown": -0.1}, r"lr_cooldown must be a share of the budget in \[0, 1\], got -0.1"),
         ({"compile": "fast"}, "compile must be auto, yes or no, got 'fast'"),
     ],
