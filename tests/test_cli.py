@@ -1,7 +1,9 @@
-"""Every flag of every script has a help line and both spellings, `--source-lang` and `--source_lang`."""
+"""Every flag of every script has a help line and both spellings, `--source-lang` and `--source_lang`; the
+quickstart names its recipes."""
 
 import argparse
 import runpy
+import subprocess
 import sys
 
 import pytest
@@ -56,3 +58,16 @@ def test_train_flags_override_the_config_file_in_either_spelling(monkeypatch, tm
         "resume": False,
         "overwrite_output_dir": False,
     }
+
+
+def test_quickstart_refuses_an_unknown_recipe_before_installing_anything():
+    finished = subprocess.run(
+        ["bash", str(SCRIPTS / "quickstart.sh"), "de", "en", "fastest"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert finished.returncode == 2
+    assert "no recipe 'fastest'" in finished.stderr
+    assert finished.stderr.split("the recipes are:")[1].split() == ["base", "best", "small"]
+    assert "pip" not in finished.stdout + finished.stderr
