@@ -29,10 +29,10 @@ echo "quickstart: $recipe recipe, $source_lang->$target_lang on $dataset, into $
 
 python3 -m pip install --quiet torch==2.13.0
 python3 -m pip install --quiet -e ".[tensorboard]"
-resume=()
-if [ -e "$run/checkpoint_last/training_state" ]; then resume=(--resume); fi
+resume=
+if [ -e "$run/checkpoint_last/training_state" ]; then resume=--resume; fi
 python3 scripts/train.py --config "$config" --dataset "$dataset" \
-    --source-lang "$source_lang" --target-lang "$target_lang" --output-dir "$run" "${resume[@]}"
+    --source-lang "$source_lang" --target-lang "$target_lang" --output-dir "$run" $resume
 python3 scripts/select_checkpoint.py "$run" --dataset "$dataset" \
     --source-lang "$source_lang" --target-lang "$target_lang" \
     --num-beams 4 8 --length-penalty 0.6 1.0 --output-dir "$run/evaluation"
