@@ -2,7 +2,7 @@
 # The main job on a fresh machine: install, train a Multi30k recipe, choose on validation, report sacreBLEU.
 #   bash scripts/quickstart.sh                # de->en, the 30-minute recipe (configs/multi30k-small.yaml)
 #   bash scripts/quickstart.sh en de          # en->de
-#   bash scripts/quickstart.sh de en best     # the no-time-limit recipe (configs/multi30k-best.yaml, 14,000 updates)
+#   bash scripts/quickstart.sh de en best     # the no-time-limit recipe (configs/multi30k-best.yaml)
 # Trains configs/multi30k-RECIPE.yaml, chooses between the best, last and averaged checkpoints and the beam size /
 # length penalty on validation BLEU, then decodes test2016 once. An interrupted run continues where its last
 # checkpoint left it when the same command is given again.
@@ -29,8 +29,9 @@ echo "quickstart: $recipe recipe, $source_lang->$target_lang on $dataset, into $
 
 python3 -m pip install --quiet torch==2.13.0
 python3 -m pip install --quiet -e ".[tensorboard]"
+# An existing run directory is continued; train.py decides what in it can resume (and says so when nothing can).
 resume=
-if [ -e "$run/checkpoint_last/training_state" ]; then resume=--resume; fi
+if [ -d "$run" ]; then resume=--resume; fi
 python3 scripts/train.py --config "$config" --dataset "$dataset" \
     --source-lang "$source_lang" --target-lang "$target_lang" --output-dir "$run" $resume
 python3 scripts/select_checkpoint.py "$run" --dataset "$dataset" \
