@@ -115,6 +115,16 @@ def add_dataset_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_tokenized_bleu_argument(parser: argparse.ArgumentParser) -> None:
+    """`--tokenized-bleu`: the papers' tokenized, lowercased BLEU beside sacreBLEU (needs sacremoses)."""
+    parser.add_argument(
+        "--tokenized-bleu",
+        action="store_true",
+        help="also report BLEU on lowercased, Moses-tokenized text, as Multi30k papers print it "
+        "(beside sacreBLEU, never instead; needs pip install 'hf_vanilla[tokenized]')",
+    )
+
+
 def add_language_arguments(parser: argparse.ArgumentParser) -> None:
     """The dataset (Hub name or local copy), its config and the translation direction."""
     parser.add_argument("--dataset", default=PUBLIC_MULTI30K, help="Hub dataset name or local path")

@@ -16,9 +16,10 @@ from .decoding import (
     PAPER_GENERATION_KWARGS,
 )
 from .files import write_text_atomic
-from .scoring import evaluate_bleu, load_evaluation_pairs, score_model
+from .scoring import evaluate_bleu, load_evaluation_pairs, require_moses_tokenizer, score_model
 
 RUN_CANDIDATES = ("checkpoint_best", "checkpoint_last", "checkpoint_average")
+SCORE_KINDS = ("cased", "lowercased", "tokenized_lowercased")  # the scores of a report kept in selection.json
 
 
 def expand_candidates(paths: Sequence[str | os.PathLike]) -> list[Path]:
@@ -86,6 +87,7 @@ def select_on_validation(
     device: str | None = None,
     dtype: str = "float32",
     max_tokens: int = DEFAULT_MAX_TOKENS,
+    tokenized_bleu: bool = False,
     **generate_kwargs,
 ) -> dict[str, Any]:
     """Pick the model, beam size and length penalty with the best cased validation BLEU, then report other splits.
@@ -94,10 +96,13 @@ def select_on_validation(
     decoded on `validation_split` with every beam size and length penalty (greedy search, beam 1,
     once: it has no length penalty). The winner alone is then evaluated on each of `report_splits`
     with `evaluate_bleu`, so a test set is reported, never tuned on. `max_sentences` limits every split;
-    `generate_kwargs` (`cache_implementation="static"`, say) go to every decoding.
+    `generate_kwargs` (`cache_implementation="static"`, say) go to every decoding; `tokenized_bleu` adds
+    the papers' tokenized, lowercased BLEU to the reports (validation is chosen on sacreBLEU alone).
     Writes `selection.json` (every validation score and the choice) and the reports into `output_dir`;
     returns the same dictionary.
     """
+    if tokenized_bleu:
+        require_moses_tokenizer()  # before the validation decodings, not after them
     candidates = expand_candidates(models)
     settings = [{**setting, **generate_kwargs} for setting in decoding_grid(num_beams, length_penalties)]
     pairs = load_evaluation_pairs(
@@ -119,6 +124,7 @@ def select_on_validation(
             device=device,
             dtype=dtype,
             max_tokens=max_tokens,
+            tokenized_bleu=tokenized_bleu,
             **decoding,
             **generate_kwargs,
         )
@@ -131,7 +137,7 @@ def select_on_validation(
         "validation": rows,
         "chosen": chosen,
         "reports": {
-            split: {case: report[case] for case in ("cased", "lowercased")}
+            split: {case: report[case] for case in SCORE_KINDS if case in report}
             for split, report in reports.items()
         },
     }

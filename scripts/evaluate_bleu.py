@@ -15,6 +15,7 @@ from hf_vanilla.cli import (
     ArgumentParser,
     add_dataset_arguments,
     add_decoding_arguments,
+    add_tokenized_bleu_argument,
     dataset_kwargs,
     decoding_kwargs,
     runtime_kwargs,
@@ -28,6 +29,7 @@ def main() -> None:
     add_dataset_arguments(parser)
     parser.add_argument("--split", default="test", help="split to translate and score")
     parser.add_argument("--ter", action="store_true", help="also compute TER")
+    add_tokenized_bleu_argument(parser)
     parser.add_argument("--seed", type=int, default=0, help="matters only when sampling")
     parser.add_argument("--output-dir", default="outputs/evaluation", help="where the hypotheses and report go")
     args = parser.parse_args()
@@ -39,16 +41,20 @@ def main() -> None:
             output_dir=args.output_dir,
             split=args.split,
             ter=args.ter,
+            tokenized_bleu=args.tokenized_bleu,
             seed=args.seed,
             **dataset_kwargs(args),
             **runtime_kwargs(args),
             **decoding_kwargs(args),
         )
-    except (ValueError, FileNotFoundError) as err:
+    except (ValueError, FileNotFoundError, ImportError) as err:
         sys.exit(f"error: {err}")
     print(json.dumps(report, indent=2, ensure_ascii=False))
     for case in ("cased", "lowercased"):
         print(f"{case} BLEU {report[case]['bleu']:.2f}  ({report[case]['bleu_signature']})")
+    if "tokenized_lowercased" in report:
+        tokenized = report["tokenized_lowercased"]
+        print(f"tokenized lowercased BLEU {tokenized['bleu']:.2f}  ({tokenized['bleu_signature']})")
 
 
 if __name__ == "__main__":

@@ -4,8 +4,8 @@
 #   bash scripts/quickstart.sh en de          # en->de
 #   bash scripts/quickstart.sh de en best     # the no-time-limit recipe (configs/multi30k-best.yaml)
 # Trains configs/multi30k-RECIPE.yaml, chooses between the best, last and averaged checkpoints and the beam size /
-# length penalty on validation BLEU, then decodes test2016 once. An interrupted run continues where its last
-# checkpoint left it when the same command is given again.
+# length penalty on validation BLEU, then decodes test2016 once (sacreBLEU, with the papers' tokenized BLEU beside
+# it). An interrupted run continues where its last checkpoint left it when the same command is given again.
 # Data: the Hub's bentrevett/multi30k, or the local copy at ../shared/datasets/multi30k where that folder exists
 # (an offline workspace); MULTI30K=PATH names another local copy. Precision: chosen for the hardware (the log says
 # which and why).
@@ -28,7 +28,7 @@ fi
 echo "quickstart: $recipe recipe, $source_lang->$target_lang on $dataset, into $run"
 
 python3 -m pip install --quiet torch==2.13.0
-python3 -m pip install --quiet -e ".[tensorboard]"
+python3 -m pip install --quiet -e ".[tensorboard,tokenized]"
 # An existing run directory is continued; train.py decides what in it can resume (and says so when nothing can).
 resume=
 if [ -d "$run" ]; then resume=--resume; fi
@@ -36,4 +36,4 @@ python3 scripts/train.py --config "$config" --dataset "$dataset" \
     --source-lang "$source_lang" --target-lang "$target_lang" --output-dir "$run" $resume
 python3 scripts/select_checkpoint.py "$run" --dataset "$dataset" \
     --source-lang "$source_lang" --target-lang "$target_lang" \
-    --num-beams 4 8 --length-penalty 0.6 1.0 --output-dir "$run/evaluation"
+    --num-beams 4 8 --length-penalty 0.6 1.0 --tokenized-bleu --output-dir "$run/evaluation"

@@ -15,6 +15,7 @@ from hf_vanilla.cli import (
     ArgumentParser,
     add_dataset_arguments,
     add_runtime_arguments,
+    add_tokenized_bleu_argument,
     cache_kwargs,
     dataset_kwargs,
     positive_int,
@@ -49,6 +50,7 @@ def main() -> None:
         "--report-split", nargs="*", default=["test"], help="splits decoded with the choice only (none: skip)"
     )
     add_runtime_arguments(parser)
+    add_tokenized_bleu_argument(parser)
     parser.add_argument("--output-dir", default="outputs/selection", help="where selection.json and the reports go")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
@@ -61,11 +63,12 @@ def main() -> None:
             length_penalties=args.length_penalty,
             validation_split=args.validation_split,
             report_splits=args.report_split,
+            tokenized_bleu=args.tokenized_bleu,
             **dataset_kwargs(args),
             **runtime_kwargs(args),
             **cache_kwargs(args),
         )
-    except (ValueError, FileNotFoundError) as err:
+    except (ValueError, FileNotFoundError, ImportError) as err:
         sys.exit(f"error: {err}")
     chosen = selection["chosen"]
     print(
@@ -82,6 +85,11 @@ def main() -> None:
         print(
             f"{split}: cased BLEU {report['cased']['bleu']:.2f}, lowercased {report['lowercased']['bleu']:.2f}, "
             f"chrF {report['cased']['chrf']:.2f}"
+            + (
+                f"; tokenized lowercased BLEU {report['tokenized_lowercased']['bleu']:.2f} (beside, not instead)"
+                if "tokenized_lowercased" in report
+                else ""
+            )
         )
 
 

@@ -1,3 +1,4 @@
+import importlib.util
 import json
 import shutil
 import subprocess
@@ -12,7 +13,12 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from hf_vanilla import scoring as scoring_module
 from hf_vanilla.data import load_translation_split
-from hf_vanilla.scoring import evaluate_bleu, evaluate_translation, score_translations
+from hf_vanilla.scoring import (
+    evaluate_bleu,
+    evaluate_translation,
+    score_tokenized_lowercased,
+    score_translations,
+)
 from hf_vanilla.selection import select_on_validation
 from hf_vanilla.tokenization import save_tokenizer
 from hf_vanilla.translation import (
@@ -165,6 +171,23 @@ def test_lowercase_ignores_case():
     assert lowercased["bleu"] == pytest.approx(100.0)
     assert "case:lc" in lowercased["bleu_signature"]
     assert "ter" not in lowercased
+
+
+def test_tokenized_bleu_scores_lowercased_moses_tokens():
+    """The papers' tokenized BLEU: lowercase, Moses tokens (English clitics split, hyphens kept), then BLEU."""
+    hypotheses = ["A man's T-shirt, isn't it?", "Two dogs run."]
+    references = ["The man's T-shirt, isn't it?", "Two dogs are running."]
+    by_hand = (
+        ["a man 's t-shirt , isn 't it ?", "two dogs run ."],
+        ["the man 's t-shirt , isn 't it ?", "two dogs are running ."],
+    )
+    scores = score_tokenized_lowercased(hypotheses, references, "en")
+    assert scores["bleu"] == pytest.approx(
+        sacrebleu.corpus_bleu(by_hand[0], [by_hand[1]], tokenize="none").score
+    )
+    assert scores["bleu"] != pytest.approx(score_translations(hypotheses, references, lowercase=True)["bleu"])
+    assert "case:lc" in scores["bleu_signature"] and "tok:none" in scores["bleu_signature"]
+    assert "pretok:moses-sacremoses-" in scores["bleu_signature"]
 
 
 @pytest.mark.parametrize(
@@ -397,6 +420,46 @@ def test_selection_with_the_static_cache_scores_what_the_dynamic_cache_does(run_
     assert hypotheses["static"] == hypotheses["dynamic"]
 
 
+def test_selection_reports_tokenized_bleu_of_the_test_hypotheses(tiny_model_dir, corpus_path, tmp_path):
+    selection = select_on_validation(
+        [tiny_model_dir],
+        corpus_path,
+        "de",
+        "en",
+        tmp_path,
+        num_beams=[1],
+        max_sentences=4,
+        tokenized_bleu=True,
+    )
+    hypotheses = read_lines(tmp_path / "test.de-en.hyp")
+    references = load_translation_split(corpus_path, "de", "en", "test")["target"][:4]
+    expected = score_tokenized_lowercased(hypotheses, references, "en")
+    assert json.loads((tmp_path / "test.de-en.json").read_text())["tokenized_lowercased"] == expected
+    assert selection["reports"]["test"]["tokenized_lowercased"] == expected
+    assert selection["chosen"]["bleu"] == selection["validation"][0]["bleu"]  # chosen on sacreBLEU alone
+
+
+def test_tokenized_bleu_without_sacremoses_is_refused_before_any_decoding(
+    tiny_model_dir, corpus_path, tmp_path, monkeypatch
+):
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *args: None if name == "sacremoses" else find_spec(name, *args),
+    )
+
+    def no_decoding(*args, **kwargs):
+        raise AssertionError("decoded before the missing tokenizer was named")
+
+    monkeypatch.setattr(scoring_module, "evaluate_translation", no_decoding)
+    with pytest.raises(ImportError, match=r"pip install 'hf_vanilla\[tokenized\]'"):
+        select_on_validation([tiny_model_dir], corpus_path, "de", "en", tmp_path / "out", tokenized_bleu=True)
+    with pytest.raises(ImportError, match="sacremoses"):
+        evaluate_bleu(tiny_model_dir, corpus_path, "de", "en", tmp_path / "out", tokenized_bleu=True)
+    assert not (tmp_path / "out").exists()
+
+
 def test_selection_names_a_directory_that_holds_no_model(tmp_path, corpus_path):
     with pytest.raises(FileNotFoundError, match="neither a saved model directory nor a training run"):
         select_on_validation([tmp_path], corpus_path, "de", "en", tmp_path / "out")
@@ -422,6 +485,25 @@ def test_select_checkpoint_script_prints_the_validation_table(tiny_model_dir, co
     assert table[0].startswith("validation (3 sentences), nrefs:1|case:mixed")
     assert len(table) == 2 + 2 and sum("<- chosen" in line for line in table) == 1
     assert json.loads((tmp_path / "selection.json").read_text())["reports"] == {}
+
+
+def test_select_checkpoint_script_prints_tokenized_bleu_beside_sacrebleu(
+    tiny_model_dir, corpus_path, tmp_path
+):
+    completed = subprocess.run(
+        [sys.executable, str(SCRIPTS / "select_checkpoint.py"), str(tiny_model_dir), "--dataset", corpus_path]
+        + ["--num-beams", "1", "--max-sentences", "3", "--device", "cpu", "--tokenized-bleu"]
+        + ["--output-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    report = json.loads((tmp_path / "test.de-en.json").read_text())
+    assert completed.stdout.splitlines()[-1] == (
+        f"test: cased BLEU {report['cased']['bleu']:.2f}, lowercased {report['lowercased']['bleu']:.2f}, "
+        f"chrF {report['cased']['chrf']:.2f}; tokenized lowercased BLEU "
+        f"{report['tokenized_lowercased']['bleu']:.2f} (beside, not instead)"
+    )
 
 
 LONG_LINE = " ".join(["Hund"] * 2000)
