@@ -31,27 +31,30 @@ from .translation import load_model_and_tokenizer, translate_sentences, write_li
 logger = logging.getLogger(__name__)
 
 
+def _require_pairs(hypotheses: Sequence[str], references: Sequence[str]) -> None:
+    """Raise a ValueError naming the problem unless there is one reference for each of the hypotheses."""
+    if len(hypotheses) != len(references):
+        raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references; they must pair up")
+    if not references:
+        raise ValueError("no references to score against")
+
+
 def score_translations(
     hypotheses: Sequence[str],
     references: Sequence[str],
     lowercase: bool = False,
     ter: bool = False,
     target_lang: str = "",
-    pretokenized: bool = False,
 ) -> dict[str, float | str]:
     """Corpus sacreBLEU, chrF and optionally TER of `hypotheses` against one reference each.
 
     Returns {"bleu", "bleu_signature", "chrf", "chrf_signature"} and, with `ter`, {"ter",
     "ter_signature"}. `lowercase` scores case-insensitively (as most Multi30k / IWSLT papers report);
-    `target_lang` selects sacreBLEU's tokenizer for zh / ja / ko targets; `pretokenized` text is split on
-    spaces only (sacreBLEU's "none" tokenizer).
+    `target_lang` selects sacreBLEU's tokenizer for zh / ja / ko targets.
     """
-    if len(hypotheses) != len(references):
-        raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references; they must pair up")
-    if not references:
-        raise ValueError("no references to score against")
+    _require_pairs(hypotheses, references)
     metrics = {
-        "bleu": BLEU(lowercase=lowercase, tokenize="none" if pretokenized else None, trg_lang=target_lang),
+        "bleu": BLEU(lowercase=lowercase, trg_lang=target_lang),
         "chrf": CHRF(lowercase=lowercase),
     }
     if ter:
@@ -91,12 +94,12 @@ def score_tokenized_lowercased(
     def tokenized(sentences: Sequence[str]) -> list[str]:
         return [moses.tokenize(sentence.lower(), return_str=True, escape=False) for sentence in sentences]
 
-    scores = score_translations(
-        tokenized(hypotheses), tokenized(references), lowercase=True, pretokenized=True
-    )
+    _require_pairs(hypotheses, references)
+    # The text is split already (on spaces only); force: its tokenized periods are meant, not a mistake.
+    bleu = BLEU(lowercase=True, tokenize="none", force=True)
     return {
-        "bleu": scores["bleu"],
-        "bleu_signature": f"{scores['bleu_signature']}|pretok:moses-sacremoses-{sacremoses_version}",
+        "bleu": bleu.corpus_score(tokenized(hypotheses), [tokenized(references)]).score,
+        "bleu_signature": f"{bleu.get_signature()}|pretok:moses-sacremoses-{sacremoses_version}",
     }
 
 
