@@ -2,10 +2,11 @@
 
 `train` (training.py) prepares everything and hands it to `Trainer`. An update reads nothing back from the
 device: its loss and token count are added up there and read at a log or save point, where the run also checks
-that it has not diverged. Decisions that follow the update count (max_steps, save_interval_updates) are the same
-on every process; those that follow the clock (max_minutes, save_interval_minutes) and a stop signal are taken
-on the main process and shared with every process in one reduction as `TrainerControl`, every update with one
-process (no device involved) and every `SHARE_INTERVAL` updates with several, so all stop and save together.
+that it has not diverged. Decisions that follow the update count (max_steps, save_interval_updates) or the
+validation loss (patience: every process reads the same reduced loss) are the same on every process; those that
+follow the clock (max_minutes, save_interval_minutes) and a stop signal are taken on the main process and shared
+with every process in one reduction as `TrainerControl`, every update with one process (no device involved) and
+every `SHARE_INTERVAL` updates with several, so all stop and save together.
 """
 
 from __future__ import annotations
@@ -82,6 +83,8 @@ class TrainingProgress:
     elapsed_seconds: float = 0.0
     last_save_seconds: float = 0.0
     best_metric: float | None = None
+    best_val_loss: float | None = None
+    validations_since_best: int = 0  # validations without a lower loss since best_val_loss (for patience)
     # Totals since the last log record, so that a resumed run logs the same averages.
     interval_loss: float = 0.0
     interval_tokens: int = 0
@@ -93,6 +96,13 @@ class TrainingProgress:
     def load_state_dict(self, state: dict) -> None:
         for name, value in state.items():
             setattr(self, name, value)
+
+    def count_validation_loss(self, loss: float) -> None:
+        """Note a validation loss: a new best, or one more validation without improvement."""
+        if self.best_val_loss is None or loss < self.best_val_loss:
+            self.best_val_loss, self.validations_since_best = loss, 0
+        else:
+            self.validations_since_best += 1
 
 
 @dataclass
@@ -160,8 +170,8 @@ class Trainer:
         return self.clock_offset + time.monotonic()
 
     def run(self, loader: DataLoader, sampler: UpdateBatchSampler) -> None:
-        """Update until a budget (steps, epochs, minutes) is spent or a stop signal comes, saving at the intervals
-        and at the end."""
+        """Update until a budget (steps, epochs, minutes) or the patience is spent or a stop signal comes, saving
+        at the intervals and at the end."""
         progress = self.progress
         self.log.updates_per_epoch = sampler.updates_per_epoch
         bar = tqdm(
@@ -172,7 +182,7 @@ class Trainer:
             mininterval=1,
         )
         # A resumed run may have reached its limits already (every process reads the same progress).
-        stop = self._epochs_done() or self._steps_done() or self._over_time()
+        stop = self._epochs_done() or self._steps_done() or self._over_time() or self._out_of_patience()
         self._follow_clock(progress.elapsed_seconds)
         with self._stop_signals_caught():
             while not stop:
@@ -188,6 +198,7 @@ class Trainer:
                     stop = control.should_stop or control.stop_signal or self._steps_done()
                     if stop or control.should_save:
                         self.save()
+                        stop = stop or self._out_of_patience()
                     if control.stop_signal:
                         self._stopped_by(control.stop_signal)
                 if not stop:
@@ -308,6 +319,21 @@ class Trainer:
             and self.progress.elapsed_seconds >= 60 * self.config.max_minutes
         )
 
+    def _out_of_patience(self) -> bool:
+        """Whether the validation loss has gone `patience` validations without improving (every process reads
+        the same reduced loss, so all agree)."""
+        patience, progress = self.config.patience, self.progress
+        if patience is None or progress.validations_since_best < patience:
+            return False
+        logger.info(
+            "Update %d: the validation loss has not improved for %d validations (best %.4f); stopping (patience %d)",
+            progress.step,
+            progress.validations_since_best,
+            progress.best_val_loss,
+            patience,
+        )
+        return True
+
     def _follow_clock(self, elapsed_seconds: float) -> None:
         if self.config.max_minutes is not None:
             self.schedule.clock_spent = elapsed_seconds / (60 * self.config.max_minutes)
@@ -341,6 +367,8 @@ class Trainer:
             ):
                 metrics = validate(accelerator, self.model, self.tokenizer, self.validation, self.config)
         is_best = accelerator.is_main_process and metrics is not None and self.log.validation(metrics)
+        if metrics is not None:
+            progress.count_validation_loss(metrics["val_loss"])
         progress.last_save_seconds = progress.elapsed_seconds = self.elapsed()
         try:
             self.checkpoints.save(self.model, progress, metrics, is_best)

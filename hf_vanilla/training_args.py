@@ -98,6 +98,11 @@ class TrainingConfig:
     max_steps: int | None = setting(None, "stop after this many updates")
     max_epochs: int | None = setting(None, "stop after this many epochs")
     max_minutes: float | None = setting(None, "stop after this much wall clock (resumes add up), then save")
+    patience: int | None = setting(
+        None,
+        "stop once the validation loss has not improved for N validations in a row (fairseq's --patience); "
+        "null: never",
+    )
     mixed_precision: str = setting(
         "auto",
         "auto (bf16 where the GPU or CPU runs it natively, fp16 on a GPU without bf16, else fp32), "
@@ -158,6 +163,7 @@ class TrainingConfig:
             "max_steps",
             "max_epochs",
             "max_minutes",
+            "patience",
             "lr",
             "clip_grad_norm",
             "save_interval_updates",
@@ -177,6 +183,18 @@ class TrainingConfig:
         if not 0 <= self.lr_cooldown <= 1:
             raise TrainingError(
                 f"lr_cooldown must be a share of the budget in [0, 1], got {self.lr_cooldown}"
+            )
+        if self.patience is not None and self.validation_split is None:
+            raise TrainingError("patience counts validations: set validation_split")
+        if self.patience is not None and self.save_interval_updates is None and self.save_interval_minutes is None:
+            raise TrainingError(
+                "patience counts validations, which come at the saves: set save_interval_updates or "
+                "save_interval_minutes"
+            )
+        if self.patience is not None and self.average_last and self.average_last > self.patience + 1:
+            raise TrainingError(
+                f"average_last ({self.average_last}) can exceed the checkpoints of a run that patience stops "
+                f"(at least patience + 1 = {self.patience + 1}): lower average_last or raise patience"
             )
         if self.keep_checkpoints and self.average_last and self.keep_checkpoints < self.average_last:
             raise TrainingError(

@@ -290,6 +290,43 @@ def test_time_budget_stops_and_saves_and_counts_across_resumes(tiny_dataset, tok
         train(load_training_config(**{**vars(config), "model_overrides": {"d_ff": 128}}), resume=True)
 
 
+def test_patience_stops_after_validations_without_a_lower_loss_and_stays_stopped_on_resume(
+    tiny_dataset, tokenizer_dir, tmp_path, monkeypatch, caplog
+):
+    """fairseq's --patience: the run ends at the third validation in a row that is no better than the best."""
+    scripted_losses = iter([5.0, 4.0, 4.5, 4.0, 4.2, 3.0, 2.0])
+
+    def scripted_validation(*args):
+        return {"val_loss": next(scripted_losses)}
+
+    monkeypatch.setattr("hf_vanilla.trainer.validate", scripted_validation)
+    config = tiny_config(tiny_dataset, tokenizer_dir, tmp_path, max_steps=100, save_interval_updates=2, patience=3)
+    with caplog.at_level(logging.INFO, logger="hf_vanilla.trainer"):
+        train(config)
+    assert max(step for step, _ in training_losses(tmp_path)) == 10  # validations at 2, 4 (best), 6, 8, 10
+    saved = [path.name for path in numbered_checkpoints(tmp_path)]
+    assert saved == [f"checkpoint_{step}" for step in (2, 4, 6, 8, 10)]
+    assert "not improved for 3 validations (best 4.0000); stopping (patience 3)" in caplog.text
+    train(config, resume=True)  # the patience is spent and saved with the run: nothing more to train
+    assert max(step for step, _ in training_losses(tmp_path)) == 10
+    assert next(scripted_losses) == 3.0  # no validation ran on resume
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"validation_split": None}, "patience counts validations: set validation_split"),
+        ({"save_interval_updates": None}, "which come at the saves: set save_interval_updates or"),
+        ({"patience": 0}, "patience must be positive or null, got 0"),
+        ({"average_last": 4}, r"average_last \(4\) can exceed the checkpoints of a run that patience stops"),
+    ],
+)
+def test_patience_settings_that_cannot_work_are_refused(tiny_dataset, tokenizer_dir, tmp_path, overrides, message):
+    with pytest.raises(TrainingError, match=message):
+        train(tiny_config(tiny_dataset, tokenizer_dir, tmp_path / "out", **{"patience": 2, **overrides}))
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").glob("checkpoint*"))
+
+
 def launch_two_processes(dataset, tokenizer_dir, output_dir, settings: dict, *flags: str) -> subprocess.Popen:
     """scripts/train.py under torchrun, two CPU processes, in a session of its own (killable together)."""
     flags = [*flags, *(f"--{name.replace('_', '-')}={value}" for name, value in settings.items() if value is not None)]
