@@ -197,7 +197,7 @@ class Trainer:
                     control = self._decide()
                     stop = control.should_stop or control.stop_signal or self._steps_done()
                     if stop or control.should_save:
-                        self.save()
+                        self.save(at_interval=control.should_save)
                         stop = stop or self._out_of_patience()
                     if control.stop_signal:
                         self._stopped_by(control.stop_signal)
@@ -350,10 +350,12 @@ class Trainer:
             self.loss_function,
         )
 
-    def save(self) -> None:
+    def save(self, at_interval: bool = False) -> None:
         """Check, validate, log, then write checkpoint_<step>, checkpoint_best (if it is) and checkpoint_last.
 
-        Nothing is written from a run whose loss or weights are no longer finite."""
+        Only the validations of interval saves count for the patience, so that a run stopped by a signal and
+        resumed stops where an uninterrupted one does. Nothing is written from a run whose loss or weights are no
+        longer finite."""
         accelerator, progress = self.accelerator, self.progress
         self._read_totals()
         finite = torch.stack([parameter.isfinite().all() for parameter in self.model.parameters()]).all()
@@ -367,7 +369,7 @@ class Trainer:
             ):
                 metrics = validate(accelerator, self.model, self.tokenizer, self.validation, self.config)
         is_best = accelerator.is_main_process and metrics is not None and self.log.validation(metrics)
-        if metrics is not None:
+        if metrics is not None and at_interval:
             progress.count_validation_loss(metrics["val_loss"])
         progress.last_save_seconds = progress.elapsed_seconds = self.elapsed()
         try:

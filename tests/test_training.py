@@ -36,7 +36,7 @@ from hf_vanilla.schedule import (
     make_lr_scheduler,
     peak_learning_rate,
 )
-from hf_vanilla.trainer import Trainer, label_smoothed_loss
+from hf_vanilla.trainer import Trainer, TrainingStopped, label_smoothed_loss
 from hf_vanilla.training import train
 from hf_vanilla.training_args import TrainingError, load_training_config
 
@@ -310,6 +310,31 @@ def test_patience_stops_after_validations_without_a_lower_loss_and_stays_stopped
     train(config, resume=True)  # the patience is spent and saved with the run: nothing more to train
     assert max(step for step, _ in training_losses(tmp_path)) == 10
     assert next(scripted_losses) == 3.0  # no validation ran on resume
+
+
+def test_patience_ignores_the_validation_of_a_signal_stop_so_resume_stops_where_an_uninterrupted_run_does(
+    tiny_dataset, tokenizer_dir, tmp_path, monkeypatch
+):
+    monkeypatch.setattr("hf_vanilla.trainer.validate", lambda *args: {"val_loss": 4.0})  # best at the first
+    settings = {"max_steps": 100, "save_interval_updates": 2, "patience": 2}
+    uninterrupted = tmp_path / "uninterrupted"
+    train(tiny_config(tiny_dataset, tokenizer_dir, uninterrupted, **settings))
+    assert max(step for step, _ in training_losses(uninterrupted)) == 6  # validations at 2 (best), 4, 6
+
+    stopped = tmp_path / "stopped"
+    real_update = Trainer._update
+
+    def update_then_sigterm_at_3(session, group):
+        if session.progress.step == 2:  # the update under way becomes update 3, between two interval saves
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real_update(session, group)
+
+    monkeypatch.setattr(Trainer, "_update", update_then_sigterm_at_3)
+    with pytest.raises(TrainingStopped, match="after update 3"):
+        train(tiny_config(tiny_dataset, tokenizer_dir, stopped, **settings))
+    monkeypatch.setattr(Trainer, "_update", real_update)
+    train(tiny_config(tiny_dataset, tokenizer_dir, stopped, **settings), resume=True)
+    assert max(step for step, _ in training_losses(stopped)) == 6
 
 
 @pytest.mark.parametrize(
