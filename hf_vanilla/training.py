@@ -150,9 +150,7 @@ def _train(
         accelerator.gradient_accumulation_steps,
         config.max_tokens,
     )
-    loss_function, how = training_loss_function(
-        config.compile, accelerator.device.type, sampler.shape_buckets, config.rdrop_alpha
-    )
+    loss_function, how = training_loss_function(config.compile, config.rdrop_alpha)
     logger.info("Training step (compile=%s on %s): %s", config.compile, accelerator.device.type, how)
     Trainer(
         config,

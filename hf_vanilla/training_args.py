@@ -115,8 +115,8 @@ class TrainingConfig:
     )
     compile: str = setting(
         "auto",
-        "auto (on a GPU, off on a CPU, where it measured slower), yes or no: the update's forward and loss through "
-        "torch.compile, one graph for every batch shape, replayed as CUDA graphs on a GPU",
+        "auto (off: slower on a CPU; on a GPU 1.4x faster an update after ~100 s of compiling), yes or no: "
+        "the update's forward and loss through torch.compile, one graph for every batch shape",
     )
     seed: int = setting(1, "seed of the weights, batches and dropout")
     # Output

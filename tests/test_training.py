@@ -36,7 +36,7 @@ from hf_vanilla.schedule import (
     make_lr_scheduler,
     peak_learning_rate,
 )
-from hf_vanilla.trainer import Trainer, TrainingStopped, label_smoothed_loss
+from hf_vanilla.trainer import Trainer, TrainingStopped, label_smoothed_loss, training_loss_function
 from hf_vanilla.training import train
 from hf_vanilla.training_args import TrainingError, load_training_config
 
@@ -186,9 +186,16 @@ def test_late_dropout_trains_without_dropout_then_switches_it_on(tiny_dataset, t
         assert {name: getattr(config, name) for name in late} == late
 
 
+@pytest.mark.parametrize("setting", ["auto", "no"])
+def test_compile_auto_and_no_train_eager(setting):
+    """Only compile=yes compiles: auto stays eager on every device (the CUDA-graph step crashed on an H100)."""
+    loss_function, how = training_loss_function(setting, rdrop_alpha=1.0)
+    assert how == "eager" and loss_function.func is label_smoothed_loss and loss_function.keywords == {"rdrop_alpha": 1.0}
+
+
 def test_compiled_update_trains_as_eager_and_follows_late_dropout(tiny_dataset, tokenizer_dir, tmp_path, caplog):
-    """compile=yes (inductor here; CUDA graphs on a GPU): with accumulation, clipping and the schedule's learning
-    rates, the first updates' losses are eager's; late dropout's switch reaches the compiled graph."""
+    """compile=yes (inductor): with accumulation, clipping and the schedule's learning rates, the first updates'
+    losses are eager's; late dropout's switch reaches the compiled graph."""
     settings = {
         "attention_dropout": 0.0,
         "activation_dropout": 0.0,
