@@ -330,8 +330,8 @@ def shape_bucket_lengths(longest: int) -> list[int]:
 
 class ShapeBucketBatchSampler:
     """TokenBatchSampler's contract (every example once an epoch, disjoint equal shares per replica, `set_epoch`)
-    with batches of a few fixed shapes, for a GPU whose update costs the same whatever its size and which
-    replays one captured graph per shape.
+    with batches of a few fixed shapes, for a GPU whose update costs the same whatever its size and which then
+    sees a few repeated shapes.
 
     Each example goes to the smallest bucket (`shape_bucket_lengths`) holding its longer side; a batch of
     bucket L holds `rows_for(L)` examples of that bucket, which `ShapeBucketCollator` pads to exactly that many
