@@ -1,0 +1,102 @@
+"""The tries runner: tries side by side, each chosen on validation, every one listed; bad tries refused up front."""
+
+import dataclasses
+import json
+
+import pytest
+import yaml
+from conftest import SCRIPTS, tiny_config
+
+from hf_vanilla.run_directory import LAST
+from hf_vanilla.tries import TRIES_JSON, TRIES_TABLE, TriesError, Try, load_tries, run_tries, train_command
+
+
+@pytest.fixture
+def tiny_config_file(tiny_dataset, tokenizer_dir, trained_run, tmp_path):
+    """A tiny training config as a YAML file; `trained_run` has already trained the shared tokenizer, so tries
+    running side by side do not both train it."""
+    config = tiny_config(
+        tiny_dataset, tokenizer_dir, tmp_path / "unused", max_steps=8, save_interval_updates=4
+    )
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(dataclasses.asdict(config)))
+    return path
+
+
+def write_tries(path, **spec):
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def test_tries_run_side_by_side_and_every_one_is_listed(tiny_config_file, tmp_path):
+    tries_file = write_tries(
+        tmp_path / "tries.yaml",
+        config=str(tiny_config_file),
+        train="--max-steps 6",
+        select="--num-beams 1 --max-sentences 8",
+        tries={"seed2": "--seed 2", "no-french": "--source-lang fr"},
+    )
+    rows = run_tries(tries_file, tmp_path / "out", SCRIPTS, parallel=2)
+
+    by_name = {row["name"]: row for row in rows}
+    trained = by_name["seed2"]
+    assert trained["training_exit"] == 0 and trained["selection_exit"] == 0
+    assert trained["updates"] == 6  # the common flag overrides the config's 8
+    assert trained["chosen"]["num_beams"] == 1 and trained["chosen"]["model"].startswith("checkpoint_")
+    selection = json.loads((tmp_path / "out/seed2/selection/selection.json").read_text())
+    assert trained["chosen"]["bleu"] == selection["chosen"]["bleu"]
+    assert selection["reports"] == {}  # tries are compared on validation; test is never decoded for them
+    failed = by_name["no-french"]
+    assert failed["training_exit"] != 0 and "fr" in failed["training_error"] and "chosen" not in failed
+
+    saved = json.loads((tmp_path / "out" / TRIES_JSON).read_text())
+    assert [row["name"] for row in saved["tries"]] == ["seed2", "no-french"] and "cpu_model" in saved[
+        "environment"
+    ]
+    table = (tmp_path / "out" / TRIES_TABLE).read_text().splitlines()
+    assert table[0].startswith("Machine: ") and "torch" in table[0]
+    assert table[4].startswith("| seed2 | `--seed 2` | finished | 6 |")  # ranked by validation BLEU
+    assert table[5].startswith("| no-french | `--source-lang fr` | exit 1: ")
+
+
+def test_train_command_resumes_a_saved_run_and_restarts_one_that_saved_nothing(tmp_path):
+    attempt = Try("a", ("--seed", "2"), ("--config", "c.yaml", "--seed", "2"))
+    run = tmp_path / "a"
+    assert train_command(SCRIPTS, attempt, run)[-4:] == ["--seed", "2", "--output-dir", str(run)]
+    run.mkdir()
+    (run / "train_log.jsonl").write_text("")
+    assert train_command(SCRIPTS, attempt, run)[-1] == "--overwrite-output-dir"
+    (run / LAST).mkdir()
+    assert train_command(SCRIPTS, attempt, run)[-1] == "--resume"
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ({"tries": {}}, "non-empty 'tries'"),
+        ({"tries": {"a": "--seed 2"}, "trains": "--seed 1"}, "unknown keys ['trains']"),
+        ({"tries": {"a b": "--seed 2"}}, "try name 'a b'"),
+        ({"tries": {"a": "--output-dir elsewhere"}}, "try a sets --output-dir, which the tries runner sets"),
+        ({"tries": {"a": "--seed 2"}, "select": "--source_lang en"}, "select sets --source-lang"),
+        ({"tries": {"a": "--sede 2"}}, "try a: train.py has no flags ['--sede', '2']"),
+        ({"tries": {"a": "--dropout much"}}, "try a: "),
+        ({"tries": {"a": "--seed '2"}}, "try a: No closing quotation"),
+        ({"tries": {"a": 2}}, "try a must be a string of flags"),
+        ({"config": "no/such.yaml", "tries": {"a": "--seed 2"}}, "config no/such.yaml does not exist"),
+    ],
+)
+def test_bad_tries_are_refused_before_any_runs(tmp_path, spec, message):
+    tries_file = write_tries(tmp_path / "tries.yaml", **spec)
+    with pytest.raises(TriesError) as refused:
+        load_tries(tries_file)
+    assert message in str(refused.value)
+
+
+def test_a_try_whose_config_refuses_it_is_named(tiny_config_file, tmp_path):
+    tries_file = write_tries(
+        tmp_path / "tries.yaml",
+        config=str(tiny_config_file),
+        tries={"ok": None, "same-lang": "--target-lang de"},
+    )
+    with pytest.raises(TriesError, match="try same-lang: source_lang and target_lang are both 'de'"):
+        load_tries(tries_file)
