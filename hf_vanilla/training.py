@@ -96,7 +96,7 @@ def train(config: TrainingConfig, resume: bool = False, overwrite_output_dir: bo
     accelerator = _make_accelerator(config, output_dir)
     set_seed(config.seed)
     with accelerator.main_process_first():
-        tokenizer = _load_or_train_tokenizer(config)
+        tokenizer = load_or_train_tokenizer(config)
         model_config = _model_config(config, tokenizer)
         inputs = _load_data(config, tokenizer, model_config.max_position_embeddings)
     with _run_lock(output_dir, accelerator):
@@ -346,7 +346,7 @@ def _start_or_resume(config: TrainingConfig, accelerator: Accelerator, output_di
 # Inputs
 
 
-def _load_or_train_tokenizer(config: TrainingConfig) -> PreTrainedTokenizerBase:
+def load_or_train_tokenizer(config: TrainingConfig) -> PreTrainedTokenizerBase:
     """The tokenizer of `init_from`, else the one at `tokenizer`, trained on the training split if missing."""
     if config.init_from:
         try:

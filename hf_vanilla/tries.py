@@ -43,7 +43,8 @@ from .benchmark import describe_environment, environment
 from .files import write_text_atomic
 from .plotting import read_training_log
 from .run_directory import CONFIG_FILE, LAST, LOG_FILE, RETIRED_LAST
-from .training_args import TrainingError, load_training_config, training_argument_parser
+from .training import load_or_train_tokenizer
+from .training_args import TrainingConfig, TrainingError, load_training_config, training_argument_parser
 
 TRIES_JSON, TRIES_TABLE, LOGS, SELECTION = "tries.json", "tries.md", "logs", "selection"
 SPEC_KEYS = {"config", "train", "select", "tries"}
@@ -59,11 +60,13 @@ class TriesError(ValueError):
 
 @dataclass(frozen=True)
 class Try:
-    """One try: its name (its run's directory), its own flags, and the whole train.py command line after the script."""
+    """One try: its name (its run's directory), its own flags, the whole train.py command line after the
+    script, and the TrainingConfig that line makes."""
 
     name: str
     own_arguments: tuple[str, ...]
     train_arguments: tuple[str, ...]
+    config: TrainingConfig
 
 
 def _flags(value: Any, where: str) -> list[str]:
@@ -122,13 +125,12 @@ def load_tries(
         own = _flags(value, f"try {name}")
         _refuse_runner_flags(own, RUNNER_TRAIN_FLAGS, f"try {name}")
         arguments = (*base, *common, *own, *runner)
-        _check_training_flags(name, arguments)
-        tries.append(Try(name, tuple(own), arguments))
+        tries.append(Try(name, tuple(own), arguments, _training_config(name, arguments)))
     return tries, select
 
 
-def _check_training_flags(name: str, arguments: Sequence[str]) -> None:
-    """Parse and build the try's TrainingConfig as train.py would, so a bad flag costs no machine time."""
+def _training_config(name: str, arguments: Sequence[str]) -> TrainingConfig:
+    """The try's TrainingConfig, parsed and checked as train.py would, so a bad flag costs no machine time."""
     parser = training_argument_parser(exit_on_error=False)
     parser.add_argument("--config")
     try:
@@ -139,9 +141,11 @@ def _check_training_flags(name: str, arguments: Sequence[str]) -> None:
         raise TriesError(f"try {name}: train.py has no flags {unknown}")
     values = vars(parsed)
     try:
-        load_training_config(values.pop("config", None), **values, output_dir=name).check()
+        config = load_training_config(values.pop("config", None), **values, output_dir=name)
+        config.check()
     except TrainingError as err:
         raise TriesError(f"try {name}: {err}") from err
+    return config
 
 
 def train_command(scripts_dir: Path, attempt: Try, run_dir: Path) -> list[str]:
@@ -343,6 +347,14 @@ def run_tries(
     env = dict(os.environ)
     # The tries share the CPU's cores rather than each starting a thread on every one.
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // parallel)))
+    # Tries sharing a missing tokenizer would each train it at once: it is trained first, once.
+    missing = {attempt.config.tokenizer: attempt.config for attempt in tries if not attempt.config.init_from}
+    for config in missing.values():
+        if not Path(config.tokenizer).exists():
+            try:
+                load_or_train_tokenizer(config)
+            except TrainingError as err:
+                raise TriesError(f"the tries' tokenizer {config.tokenizer}: {err}") from err
     processes = _Processes()
     try:
         with ThreadPoolExecutor(max_workers=parallel) as pool:

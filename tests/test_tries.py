@@ -8,6 +8,7 @@ import yaml
 from conftest import SCRIPTS, tiny_config
 
 from hf_vanilla.run_directory import LAST
+from hf_vanilla.training_args import load_training_config
 from hf_vanilla.tries import TRIES_JSON, TRIES_TABLE, TriesError, Try, load_tries, run_tries, train_command
 
 
@@ -60,8 +61,10 @@ def test_tries_run_side_by_side_and_every_one_is_listed(tiny_config_file, tmp_pa
 
 
 def test_train_command_resumes_a_saved_run_and_restarts_one_that_saved_nothing(tmp_path):
-    attempt = Try("a", ("--seed", "2"), ("--config", "c.yaml", "--seed", "2"))
     run = tmp_path / "a"
+    attempt = Try(
+        "a", ("--seed", "2"), ("--config", "c.yaml", "--seed", "2"), load_training_config(output_dir=run)
+    )
     assert train_command(SCRIPTS, attempt, run)[-4:] == ["--seed", "2", "--output-dir", str(run)]
     run.mkdir()
     (run / "train_log.jsonl").write_text("")
