@@ -20,6 +20,7 @@ A tries file is YAML:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -37,6 +38,7 @@ from typing import Any
 
 import torch
 import yaml
+from accelerate import PartialState
 from tqdm.auto import tqdm
 
 from .benchmark import describe_environment, environment
@@ -347,14 +349,12 @@ def run_tries(
     env = dict(os.environ)
     # The tries share the CPU's cores rather than each starting a thread on every one.
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // parallel)))
-    # Tries sharing a missing tokenizer would each train it at once: it is trained first, once.
-    missing = {attempt.config.tokenizer: attempt.config for attempt in tries if not attempt.config.init_from}
-    for config in missing.values():
+    # Tries sharing a missing tokenizer would each train it at once: the first that can trains it, before they start.
+    for config in (attempt.config for attempt in tries if not attempt.config.init_from):
         if not Path(config.tokenizer).exists():
-            try:
+            PartialState(cpu=True)  # training's logger is accelerate's, which needs its state (never a GPU here)
+            with contextlib.suppress(TrainingError):  # that try fails in its own run, the error in its log
                 load_or_train_tokenizer(config)
-            except TrainingError as err:
-                raise TriesError(f"the tries' tokenizer {config.tokenizer}: {err}") from err
     processes = _Processes()
     try:
         with ThreadPoolExecutor(max_workers=parallel) as pool:

@@ -13,11 +13,10 @@ from hf_vanilla.tries import TRIES_JSON, TRIES_TABLE, TriesError, Try, load_trie
 
 
 @pytest.fixture
-def tiny_config_file(tiny_dataset, tokenizer_dir, trained_run, tmp_path):
-    """A tiny training config as a YAML file; `trained_run` has already trained the shared tokenizer, so tries
-    running side by side do not both train it."""
+def tiny_config_file(tiny_dataset, tmp_path):
+    """A tiny training config as a YAML file, naming a tokenizer that does not exist yet."""
     config = tiny_config(
-        tiny_dataset, tokenizer_dir, tmp_path / "unused", max_steps=8, save_interval_updates=4
+        tiny_dataset, tmp_path / "bpe", tmp_path / "unused", max_steps=8, save_interval_updates=4
     )
     path = tmp_path / "tiny.yaml"
     path.write_text(yaml.safe_dump(dataclasses.asdict(config)))
@@ -49,6 +48,9 @@ def test_tries_run_side_by_side_and_every_one_is_listed(tiny_config_file, tmp_pa
     assert selection["reports"] == {}  # tries are compared on validation; test is never decoded for them
     failed = by_name["no-french"]
     assert failed["training_exit"] != 0 and "fr" in failed["training_error"] and "chosen" not in failed
+    # The tokenizer both tries name was trained once, before they started, not by each of them at once.
+    assert (tmp_path / "bpe" / "tokenizer.json").exists()
+    assert "No tokenizer at" not in (tmp_path / "out/logs/seed2.train.log").read_text()
 
     saved = json.loads((tmp_path / "out" / TRIES_JSON).read_text())
     assert [row["name"] for row in saved["tries"]] == ["seed2", "no-french"] and "cpu_model" in saved[
