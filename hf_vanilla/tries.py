@@ -192,10 +192,11 @@ class _Processes:
         self._lock = threading.Lock()
         self.stopping = False
 
-    def run(self, command: list[str], log: Path, env: dict[str, str]) -> int:
+    def run(self, command: list[str], log: Path, env: dict[str, str]) -> int | None:
+        """`command`'s exit code, its output appended to `log`; None if the runner was stopping before it began."""
         with self._lock:
             if self.stopping:
-                return -signal.SIGTERM
+                return None
             with open(log, "ab") as output:
                 process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=env)
             self._running.add(process)
@@ -241,7 +242,7 @@ def _run_one(
         "training_exit": training_exit,
         "training_seconds": time.monotonic() - started,
     }
-    if training_exit != 0:
+    if training_exit:
         result["training_error"] = _last_line(train_log)
     # A run that stopped early (diverged, time box, signal) is still chosen on what it saved.
     if not processes.stopping and (run_dir / CONFIG_FILE).exists() and any(run_dir.glob("checkpoint_*")):
@@ -249,7 +250,7 @@ def _run_one(
         result["selection_exit"] = processes.run(
             select_command(scripts_dir, run_dir, select), select_log, env
         )
-        if result["selection_exit"] != 0:
+        if result["selection_exit"]:
             result["selection_error"] = _last_line(select_log)
     return result
 
@@ -305,10 +306,8 @@ def tries_table(rows: Sequence[dict[str, Any]], described: str) -> str:
     ]
     for row in ranked:
         chosen = row.get("chosen", {})
-        ended = (
-            "finished"
-            if row["training_exit"] == 0
-            else f"exit {row['training_exit']}: {row.get('training_error', '')}"
+        ended = {0: "finished", None: "not started"}.get(
+            row["training_exit"], f"exit {row['training_exit']}: {row.get('training_error', '')}"
         )
         if "selection_error" in row:
             ended += f"; selection failed: {row['selection_error']}"

@@ -2,6 +2,10 @@
 
 import dataclasses
 import json
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 import yaml
@@ -105,3 +109,30 @@ def test_a_try_whose_config_refuses_it_is_named(tiny_config_file, tmp_path):
     )
     with pytest.raises(TriesError, match="try same-lang: source_lang and target_lang are both 'de'"):
         load_tries(tries_file)
+
+
+def test_a_stopped_runner_stops_every_run_with_a_save_and_lists_it(tiny_config_file, tmp_path):
+    tries_file = write_tries(
+        tmp_path / "tries.yaml",
+        config=str(tiny_config_file),
+        train="--max-steps 100000 --save-interval-updates 100000 --average-last null",
+        tries={"long": None},
+    )
+    output = tmp_path / "out"
+    runner = subprocess.Popen(
+        [sys.executable, str(SCRIPTS / "run_tries.py"), str(tries_file), "--output-dir", str(output)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    log = output / "long" / "train_log.jsonl"
+    deadline = time.monotonic() + 120
+    while not (log.exists() and log.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    runner.send_signal(signal.SIGTERM)  # to the runner alone: it passes the stop on
+    _, stderr = runner.communicate(timeout=120)
+
+    assert runner.returncode == 1 and "stopped: every run saved" in stderr
+    assert (output / "long" / LAST).is_dir()  # the run's own stop saved it
+    (row,) = json.loads((output / TRIES_JSON).read_text())["tries"]
+    assert row["training_exit"] == 128 + signal.SIGTERM and row["updates"] > 0 and "selection_exit" not in row
