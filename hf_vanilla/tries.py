@@ -51,6 +51,7 @@ from .training_args import TrainingConfig, TrainingError, load_training_config, 
 TRIES_JSON, TRIES_TABLE, LOGS, SELECTION = "tries.json", "tries.md", "logs", "selection"
 SPEC_KEYS = {"config", "train", "select", "tries"}
 TRY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+PROGRESS_BAR = re.compile(r"^[^|]*\d+%\|[^|]*\|[^\[]*\[[^\]]*\]")  # tqdm's " 12%|█▏   | 987/8000 [...]"
 # The runner names each run's directory and config itself (its --dataset and --minutes come last, so they win).
 RUNNER_TRAIN_FLAGS = {"--config", "--output-dir", "--resume", "--overwrite-output-dir"}
 RUNNER_SELECT_FLAGS = {"--output-dir", "--dataset", "--dataset-config", "--source-lang", "--target-lang"}
@@ -216,13 +217,14 @@ class _Processes:
             process.wait()
 
 
-def _last_line(log: Path) -> str:
-    lines = (
-        [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
-        if log.exists()
-        else []
-    )
-    return lines[-1].strip() if lines else ""
+def _last_message(log: Path) -> str:
+    """The last thing a script said in `log`, past the progress bars drawn over and after it."""
+    text = log.read_text(errors="replace") if log.exists() else ""
+    for segment in reversed(re.split(r"[\r\n]", text)):
+        message = PROGRESS_BAR.sub("", segment).strip()
+        if message:
+            return message
+    return ""
 
 
 def _run_one(
@@ -243,7 +245,7 @@ def _run_one(
         "training_seconds": time.monotonic() - started,
     }
     if training_exit:
-        result["training_error"] = _last_line(train_log)
+        result["training_error"] = _last_message(train_log)
     # A run that stopped early (diverged, time box, signal) is still chosen on what it saved.
     if not processes.stopping and (run_dir / CONFIG_FILE).exists() and any(run_dir.glob("checkpoint_*")):
         select_log = logs / f"{attempt.name}.select.log"
@@ -251,7 +253,7 @@ def _run_one(
             select_command(scripts_dir, run_dir, select), select_log, env
         )
         if result["selection_exit"]:
-            result["selection_error"] = _last_line(select_log)
+            result["selection_error"] = _last_message(select_log)
     return result
 
 

@@ -136,3 +136,5 @@ def test_a_stopped_runner_stops_every_run_with_a_save_and_lists_it(tiny_config_f
     assert (output / "long" / LAST).is_dir()  # the run's own stop saved it
     (row,) = json.loads((output / TRIES_JSON).read_text())["tries"]
     assert row["training_exit"] == 128 + signal.SIGTERM and row["updates"] > 0 and "selection_exit" not in row
+    # The run's own last word, not the progress bar it drew after it.
+    assert row["training_error"].startswith(f"stopped by SIGTERM after update {row['updates']}, saved in ")
