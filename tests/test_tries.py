@@ -65,6 +65,13 @@ def test_tries_run_side_by_side_and_every_one_is_listed(tiny_config_file, tmp_pa
     assert table[4].startswith("| seed2 | `--seed 2` | finished | 6 |")  # ranked by validation BLEU
     assert table[5].startswith("| no-french | `--source-lang fr` | exit 1: ")
 
+    # Given again, the finished run resumes, trains nothing more, and is listed as before.
+    (again,) = [
+        row for row in run_tries(tries_file, tmp_path / "out", SCRIPTS, parallel=2) if row["name"] == "seed2"
+    ]
+    assert again["training_exit"] == 0 and again["updates"] == 6 and again["chosen"] == trained["chosen"]
+    assert "Resumed" in (tmp_path / "out/logs/seed2.train.log").read_text()
+
 
 def test_train_command_resumes_a_saved_run_and_restarts_one_that_saved_nothing(tmp_path):
     run = tmp_path / "a"
