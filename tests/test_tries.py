@@ -9,7 +9,7 @@ import time
 
 import pytest
 import yaml
-from conftest import SCRIPTS, tiny_config
+from conftest import REPO, SCRIPTS, tiny_config
 
 from hf_vanilla.run_directory import LAST
 from hf_vanilla.training_args import load_training_config
@@ -145,3 +145,11 @@ def test_a_stopped_runner_stops_every_run_with_a_save_and_lists_it(tiny_config_f
     assert row["training_exit"] == 128 + signal.SIGTERM and row["updates"] > 0 and "selection_exit" not in row
     # The run's own last word, not the progress bar it drew after it.
     assert row["training_error"].startswith(f"stopped by SIGTERM after update {row['updates']}, saved in ")
+
+
+@pytest.mark.parametrize("tries_file", sorted((REPO / "docs" / "tries").glob("*.yaml")), ids=lambda path: path.name)
+def test_the_shipped_tries_files_are_valid(tries_file, monkeypatch):
+    """The tries files in docs/ (the next GPU session's among them) load, every try's config checked."""
+    monkeypatch.chdir(REPO)  # their config paths are relative to the repository
+    tries, _ = load_tries(tries_file, dataset="any/dataset")
+    assert tries and all(attempt.config.dataset == "any/dataset" for attempt in tries)
