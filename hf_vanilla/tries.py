@@ -44,7 +44,7 @@ from tqdm.auto import tqdm
 from .benchmark import describe_environment, environment
 from .files import write_text_atomic
 from .plotting import read_training_log
-from .run_directory import CONFIG_FILE, LAST, LOG_FILE, RETIRED_LAST
+from .run_directory import LAST, LOG_FILE, RETIRED_LAST
 from .training import load_or_train_tokenizer
 from .training_args import TrainingConfig, TrainingError, load_training_config, training_argument_parser
 
@@ -167,20 +167,20 @@ def train_command(scripts_dir: Path, attempt: Try, run_dir: Path) -> list[str]:
     return command
 
 
-def select_command(scripts_dir: Path, run_dir: Path, select: Sequence[str]) -> list[str]:
-    """select_checkpoint.py on `run_dir`'s checkpoints, on the run's own data, validation only unless `select`
+def select_command(scripts_dir: Path, attempt: Try, run_dir: Path, select: Sequence[str]) -> list[str]:
+    """select_checkpoint.py on `run_dir`'s checkpoints, on the try's own data, validation only unless `select`
     names report splits."""
-    config = yaml.safe_load((run_dir / CONFIG_FILE).read_text())
+    config = attempt.config
     data = [
         "--dataset",
-        config["dataset"],
+        config.dataset,
         "--source-lang",
-        config["source_lang"],
+        config.source_lang,
         "--target-lang",
-        config["target_lang"],
+        config.target_lang,
     ]
-    if config.get("dataset_config"):
-        data += ["--dataset-config", config["dataset_config"]]
+    if config.dataset_config:
+        data += ["--dataset-config", config.dataset_config]
     script = [sys.executable, str(scripts_dir / "select_checkpoint.py"), str(run_dir)]
     return [*script, *data, "--report-split", *select, "--output-dir", str(run_dir / SELECTION)]
 
@@ -247,10 +247,10 @@ def _run_one(
     if training_exit:
         result["training_error"] = _last_message(train_log)
     # A run that stopped early (diverged, time box, signal) is still chosen on what it saved.
-    if not processes.stopping and (run_dir / CONFIG_FILE).exists() and any(run_dir.glob("checkpoint_*")):
+    if not processes.stopping and any(run_dir.glob("checkpoint_*")):
         select_log = logs / f"{attempt.name}.select.log"
         result["selection_exit"] = processes.run(
-            select_command(scripts_dir, run_dir, select), select_log, env
+            select_command(scripts_dir, attempt, run_dir, select), select_log, env
         )
         if result["selection_exit"]:
             result["selection_error"] = _last_message(select_log)
@@ -353,7 +353,9 @@ def run_tries(
     # Tries sharing a missing tokenizer would each train it at once: the first that can trains it, before they start.
     for config in (attempt.config for attempt in tries if not attempt.config.init_from):
         if not Path(config.tokenizer).exists():
-            PartialState(cpu=True)  # training's logger is accelerate's, which needs its state (never a GPU here)
+            PartialState(
+                cpu=True
+            )  # training's logger is accelerate's, which needs its state (never a GPU here)
             with contextlib.suppress(TrainingError):  # that try fails in its own run, the error in its log
                 load_or_train_tokenizer(config)
     processes = _Processes()
