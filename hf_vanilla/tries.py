@@ -52,7 +52,8 @@ TRIES_JSON, TRIES_TABLE, LOGS, SELECTION = "tries.json", "tries.md", "logs", "se
 SPEC_KEYS = {"config", "train", "select", "tries"}
 TRY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 PROGRESS_BAR = re.compile(r"^[^|]*\d+%\|[^|]*\|[^\[]*\[[^\]]*\]")  # tqdm's " 12%|█▏   | 987/8000 [...]"
-# The runner names each run's directory and config itself (its --dataset and --minutes come last, so they win).
+# The runner names each run's directory and config itself. Its --minutes comes last, so it wins; its --dataset
+# comes before the tries' own flags, so that a try may train on another dataset (a distilled one).
 RUNNER_TRAIN_FLAGS = {"--config", "--output-dir", "--resume", "--overwrite-output-dir"}
 RUNNER_SELECT_FLAGS = {"--output-dir", "--dataset", "--dataset-config", "--source-lang", "--target-lang"}
 
@@ -94,7 +95,8 @@ def load_tries(
 ) -> tuple[list[Try], list[str]]:
     """The tries of a tries file, each checked as train.py would check it, and the selection flags.
 
-    `dataset` and `minutes` (train.py's `--max-minutes`, a time box for every try) override the config.
+    `dataset` overrides the config's, and a try's own `--dataset` overrides that; `minutes` (train.py's
+    `--max-minutes`, a time box for every try) overrides both the config and the tries.
     Raises TriesError, naming the try, for anything that would stop a try before its first update.
     """
     try:
@@ -116,9 +118,8 @@ def load_tries(
     _refuse_runner_flags(common, RUNNER_TRAIN_FLAGS, "train")
     _refuse_runner_flags(select, RUNNER_SELECT_FLAGS, "select")
     base = ["--config", str(config)] if config is not None else []
-    runner = (["--dataset", dataset] if dataset is not None else []) + (
-        ["--max-minutes", str(minutes)] if minutes is not None else []
-    )
+    runner_dataset = ["--dataset", dataset] if dataset is not None else []
+    runner_minutes = ["--max-minutes", str(minutes)] if minutes is not None else []
     tries = []
     for name, value in spec["tries"].items():
         if not isinstance(name, str) or not TRY_NAME.fullmatch(name):
@@ -127,7 +128,7 @@ def load_tries(
             )
         own = _flags(value, f"try {name}")
         _refuse_runner_flags(own, RUNNER_TRAIN_FLAGS, f"try {name}")
-        arguments = (*base, *common, *own, *runner)
+        arguments = (*base, *runner_dataset, *common, *own, *runner_minutes)
         tries.append(Try(name, tuple(own), arguments, _training_config(name, arguments)))
     return tries, select
 

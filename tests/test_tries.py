@@ -147,9 +147,27 @@ def test_a_stopped_runner_stops_every_run_with_a_save_and_lists_it(tiny_config_f
     assert row["training_error"].startswith(f"stopped by SIGTERM after update {row['updates']}, saved in ")
 
 
-@pytest.mark.parametrize("tries_file", sorted((REPO / "docs" / "tries").glob("*.yaml")), ids=lambda path: path.name)
+@pytest.mark.parametrize(
+    "tries_file", sorted((REPO / "docs" / "tries").glob("*.yaml")), ids=lambda path: path.name
+)
 def test_the_shipped_tries_files_are_valid(tries_file, monkeypatch):
     """The tries files in docs/ (the next GPU session's among them) load, every try's config checked."""
     monkeypatch.chdir(REPO)  # their config paths are relative to the repository
     tries, _ = load_tries(tries_file, dataset="any/dataset")
-    assert tries and all(attempt.config.dataset == "any/dataset" for attempt in tries)
+    assert tries and all(
+        attempt.config.dataset == "any/dataset"
+        for attempt in tries
+        if "--dataset" not in attempt.own_arguments
+    )
+
+
+def test_a_tries_own_dataset_wins_over_the_runners_and_the_runners_minutes_over_the_tries(
+    tiny_config_file, tmp_path
+):
+    tries_file = tmp_path / "tries.yaml"
+    tries_file.write_text(
+        f"config: {tiny_config_file}\ntries:\n  plain: --max-minutes 5\n  distilled: --dataset out/distilled\n"
+    )
+    plain, distilled = load_tries(tries_file, dataset="any/dataset", minutes=2)[0]
+    assert (plain.config.dataset, plain.config.max_minutes) == ("any/dataset", 2)
+    assert (distilled.config.dataset, distilled.config.max_minutes) == ("out/distilled", 2)

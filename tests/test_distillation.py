@@ -1,0 +1,180 @@
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import SCRIPTS, tiny_config
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+from hf_vanilla.data import load_translation_split
+from hf_vanilla.distillation import PROVENANCE_FILE, distill_dataset
+from hf_vanilla.training import train
+from hf_vanilla.translation import translate_sentences
+
+GREEDY = {"num_beams": 1, "max_new_tokens": 8}  # an untrained teacher: short outputs keep the tests quick
+
+
+@pytest.fixture(scope="module")
+def teacher(tiny_model_dir):
+    return AutoModelForSeq2SeqLM.from_pretrained(tiny_model_dir), AutoTokenizer.from_pretrained(
+        tiny_model_dir
+    )
+
+
+@pytest.fixture(scope="module")
+def distilled(teacher, tiny_dataset, tmp_path_factory):
+    output_dir = tmp_path_factory.mktemp("distilled") / "de-en"
+    provenance = distill_dataset(
+        *teacher, tiny_dataset, "de", "en", output_dir, teacher="tiny", show_progress=False, **GREEDY
+    )
+    return output_dir, provenance
+
+
+def test_training_targets_are_the_teachers_translations_of_the_sources_in_order(
+    teacher, tiny_dataset, distilled
+):
+    output_dir, provenance = distilled
+    original = load_translation_split(tiny_dataset, "de", "en", "train")
+    written = load_translation_split(str(output_dir), "de", "en", "train")
+    assert written["source"] == original["source"]
+    assert written["target"] == translate_sentences(
+        *teacher, original["source"], show_progress=False, **GREEDY
+    )
+    assert written["target"] != original["target"]
+    assert provenance["rows"] == {"train": 400, "validation": 16}
+    assert json.loads((output_dir / PROVENANCE_FILE).read_text()) == provenance
+    assert provenance["generate_kwargs"] == GREEDY and provenance["teacher"] == "tiny"
+
+
+def test_other_splits_are_copied_unchanged(tiny_dataset, distilled):
+    output_dir, _ = distilled
+    original = load_translation_split(tiny_dataset, "de", "en", "validation")
+    written = load_translation_split(str(output_dir), "de", "en", "validation")
+    assert written.to_dict() == original.to_dict()
+
+
+def test_keep_original_puts_the_original_pairs_before_the_distilled_ones(
+    teacher, tiny_dataset, distilled, tmp_path
+):
+    provenance = distill_dataset(
+        *teacher,
+        tiny_dataset,
+        "de",
+        "en",
+        tmp_path / "both",
+        keep_original=True,
+        show_progress=False,
+        **GREEDY,
+    )
+    original = load_translation_split(tiny_dataset, "de", "en", "train").to_dict()
+    distilled_only = load_translation_split(str(distilled[0]), "de", "en", "train").to_dict()
+    written = load_translation_split(str(tmp_path / "both"), "de", "en", "train").to_dict()
+    assert written["source"] == original["source"] * 2
+    assert written["target"] == original["target"] + distilled_only["target"]
+    assert provenance["rows"]["train"] == 800
+
+
+def test_a_student_trains_on_the_distilled_dataset(distilled, tokenizer_dir, tmp_path):
+    run = train(tiny_config(str(distilled[0]), tokenizer_dir, tmp_path / "student", max_steps=4))
+    assert (run / "checkpoint_4").is_dir() and (run / "checkpoint_last").is_dir()
+
+
+def test_a_directory_that_is_not_empty_is_refused_and_kept(teacher, tiny_dataset, tmp_path):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "notes.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match="out exists and is not empty; pass --overwrite"):
+        distill_dataset(*teacher, tiny_dataset, "de", "en", tmp_path / "out", show_progress=False, **GREEDY)
+    assert [path.name for path in (tmp_path / "out").iterdir()] == ["notes.txt"]
+    distill_dataset(
+        *teacher, tiny_dataset, "de", "en", tmp_path / "out", overwrite=True, show_progress=False, **GREEDY
+    )
+    assert sorted(path.name for path in (tmp_path / "out").iterdir()) == [
+        PROVENANCE_FILE,
+        "train.jsonl",
+        "validation.jsonl",
+    ]
+
+
+def test_a_teacher_that_fails_midway_leaves_no_directory(teacher, tiny_dataset, tmp_path, monkeypatch):
+    model, tokenizer = teacher
+    calls = []
+
+    def fail_on_second_batch(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("out of memory")
+        return original_generate(*args, **kwargs)
+
+    original_generate = model.generate
+    monkeypatch.setattr(model, "generate", fail_on_second_batch)
+    with pytest.raises(RuntimeError, match="out of memory"):
+        distill_dataset(
+            model,
+            tokenizer,
+            tiny_dataset,
+            "de",
+            "en",
+            tmp_path / "out",
+            max_tokens=64,
+            show_progress=False,
+            **GREEDY,
+        )
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (["--source-lang", "fr"], "Language 'fr' not in dataset"),
+        (["--train-split", "training"], "Split 'training' not in dataset"),
+    ],
+)
+def test_script_names_bad_input_in_one_line_and_writes_nothing(
+    tiny_model_dir, tiny_dataset, tmp_path, options, message
+):
+    result = subprocess.run(
+        [
+            sys.executable,
+            SCRIPTS / "distill.py",
+            tiny_model_dir,
+            "--dataset",
+            tiny_dataset,
+            "--output-dir",
+            tmp_path / "out",
+            "--device",
+            "cpu",
+            *options,
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1].startswith(f"error: {message}")
+    assert not (tmp_path / "out").exists()
+
+
+def test_script_writes_the_dataset_and_says_how_many_pairs(tiny_model_dir, tiny_dataset, tmp_path):
+    result = subprocess.run(
+        [
+            sys.executable,
+            SCRIPTS / "distill.py",
+            tiny_model_dir,
+            "--dataset",
+            tiny_dataset,
+            "--output-dir",
+            tmp_path / "out",
+            "--device",
+            "cpu",
+            "--num-beams",
+            "1",
+            "--max-new-tokens",
+            "4",
+            "--keep-original",
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr
+    assert f"wrote {tmp_path / 'out'}: 800 training pairs" in result.stdout
+    assert json.loads((tmp_path / "out" / PROVENANCE_FILE).read_text())["keep_original"] is True
