@@ -122,6 +122,15 @@ def test_a_teacher_that_fails_midway_leaves_no_directory(teacher, tiny_dataset, 
     assert list(tmp_path.iterdir()) == []
 
 
+def run_distill_script(model_dir, dataset, output_dir, *options):
+    return subprocess.run(
+        [sys.executable, SCRIPTS / "distill.py", model_dir, "--dataset", dataset, "--output-dir", output_dir]
+        + ["--device", "cpu", *options],
+        capture_output=True,
+        text=True,
+    )
+
+
 @pytest.mark.parametrize(
     "options, message",
     [
@@ -132,49 +141,15 @@ def test_a_teacher_that_fails_midway_leaves_no_directory(teacher, tiny_dataset, 
 def test_script_names_bad_input_in_one_line_and_writes_nothing(
     tiny_model_dir, tiny_dataset, tmp_path, options, message
 ):
-    result = subprocess.run(
-        [
-            sys.executable,
-            SCRIPTS / "distill.py",
-            tiny_model_dir,
-            "--dataset",
-            tiny_dataset,
-            "--output-dir",
-            tmp_path / "out",
-            "--device",
-            "cpu",
-            *options,
-        ],
-        capture_output=True,
-        text=True,
-    )
+    result = run_distill_script(tiny_model_dir, tiny_dataset, tmp_path / "out", *options)
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1].startswith(f"error: {message}")
     assert not (tmp_path / "out").exists()
 
 
 def test_script_writes_the_dataset_and_says_how_many_pairs(tiny_model_dir, tiny_dataset, tmp_path):
-    result = subprocess.run(
-        [
-            sys.executable,
-            SCRIPTS / "distill.py",
-            tiny_model_dir,
-            "--dataset",
-            tiny_dataset,
-            "--output-dir",
-            tmp_path / "out",
-            "--device",
-            "cpu",
-            "--num-beams",
-            "1",
-            "--max-new-tokens",
-            "4",
-            "--keep-original",
-            "--quiet",
-        ],
-        capture_output=True,
-        text=True,
-    )
+    options = ["--num-beams", "1", "--max-new-tokens", "4", "--keep-original", "--quiet"]
+    result = run_distill_script(tiny_model_dir, tiny_dataset, tmp_path / "out", *options)
     assert result.returncode == 0, result.stderr
     assert f"wrote {tmp_path / 'out'}: 800 training pairs" in result.stdout
     assert json.loads((tmp_path / "out" / PROVENANCE_FILE).read_text())["keep_original"] is True
