@@ -34,6 +34,11 @@ class ArgumentParser(argparse.ArgumentParser):
 def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of the translating scripts; read them back with `decoding_kwargs` and `runtime_kwargs`."""
     parser.add_argument("model", help="saved model directory (with its tokenizer) or Hub id")
+    add_generation_arguments(parser)
+
+
+def add_generation_arguments(parser: argparse.ArgumentParser) -> None:
+    """`add_decoding_arguments` without the model, for a script that names its models otherwise."""
     add_beam_arguments(parser)
     parser.add_argument(
         "--max-new-tokens",

@@ -1,6 +1,8 @@
-"""Sequence-level knowledge distillation (Kim and Rush, 2016): a teacher's translations of the training sources
-become the training targets of a new dataset, in the Hub `translation` layout, so that train.py and
-select_checkpoint.py read it with `--dataset DIR` like any other. A departure from the paper, off unless asked for.
+"""Training data from trained models, a departure from the paper, off unless asked for: sequence-level knowledge
+distillation (Kim and Rush, 2016), where forward teachers translate the training sources into new targets, and
+data diversification (Nguyen et al., 2020), which adds backward models' translations of the training targets as
+new sources. The result is a dataset in the Hub `translation` layout that train.py and select_checkpoint.py read
+with `--dataset DIR` like any other.
 """
 
 from __future__ import annotations
@@ -8,46 +10,50 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import datasets
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from .data import load_translation_split
 from .decoding import DEFAULT_MAX_TOKENS
 from .files import atomic_directory
-from .translation import translate_sentences
+from .translation import load_model_and_tokenizer, translate_sentences
 
 logger = logging.getLogger(__name__)
 PROVENANCE_FILE = "distillation.json"  # not a split: datasets reads only the files named after splits
 
 
 def distill_dataset(
-    model: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerBase,
     dataset: str,
     source_lang: str,
     target_lang: str,
     output_dir: str | os.PathLike,
     *,
-    teacher: str = "",
+    forward: Sequence[str] = (),
+    backward: Sequence[str] = (),
+    keep_original: bool = False,
     config_name: str | None = None,
     train_split: str = "train",
-    keep_original: bool = False,
     overwrite: bool = False,
+    device: str | None = None,
+    dtype: str = "float32",
     max_tokens: int = DEFAULT_MAX_TOKENS,
     show_progress: bool = True,
     **generate_kwargs: Any,
 ) -> dict[str, Any]:
-    """Translate the sources of `dataset`'s `train_split` with `model` and write `output_dir`: that split with the
-    teacher's translations as targets (after the original pairs with `keep_original`), every other split as it
-    was, and `distillation.json` saying how it was made (returned). Only the two languages are kept.
+    """Write `output_dir`: `dataset`'s `train_split` made of the original pairs (with `keep_original`), then each
+    `forward` model's translations of the sources paired with those sources, then each `backward` model's
+    (target_lang -> source_lang) translations of the targets paired with those targets; every other split as it
+    was; and `distillation.json` saying how it was made (returned). Only the two languages are kept.
 
-    `generate_kwargs` (num_beams, length_penalty...) go to `translate_sentences`. An `output_dir` that exists and is
-    not empty is refused unless `overwrite`; the directory appears only once it is whole.
+    The models are saved model directories or Hub ids, loaded one at a time on `device` in `dtype`;
+    `generate_kwargs` (num_beams, length_penalty...) go to `translate_sentences`. An `output_dir` that exists and
+    is not empty is refused unless `overwrite`; the directory appears only once it is whole.
     """
+    if not forward and not backward:
+        raise ValueError("no teacher: name at least one forward or backward model")
     output_dir = Path(output_dir)
     if output_dir.exists() and not overwrite and (not output_dir.is_dir() or any(output_dir.iterdir())):
         raise FileExistsError(f"{output_dir} exists and is not empty; pass --overwrite to replace it")
@@ -56,34 +62,43 @@ def distill_dataset(
     for split in datasets.load_dataset(dataset, config_name):
         if split != train_split:
             pairs[split] = load_translation_split(dataset, source_lang, target_lang, split, config_name)
-    sources, references = pairs[train_split]["source"], pairs[train_split]["target"]
-    translations = translate_sentences(
-        model, tokenizer, sources, max_tokens, show_progress=show_progress, **generate_kwargs
-    )
-    distilled_train = list(zip(sources, translations, strict=True))
-    if keep_original:
-        distilled_train = list(zip(sources, references, strict=True)) + distilled_train
+    sources, targets = pairs[train_split]["source"], pairs[train_split]["target"]
+    training_pairs = list(zip(sources, targets, strict=True)) if keep_original else []
+    teachers = []
+    for side, models, inputs, references in (
+        ("forward", forward, sources, targets),
+        ("backward", backward, targets, sources),
+    ):
+        for model_name in models:
+            model, tokenizer = load_model_and_tokenizer(model_name, device, dtype)
+            translations = translate_sentences(
+                model, tokenizer, inputs, max_tokens, show_progress=show_progress, **generate_kwargs
+            )
+            del model  # one teacher in memory at a time
+            new_pairs = zip(inputs, translations, strict=True)
+            training_pairs += new_pairs if side == "forward" else ((new, old) for old, new in new_pairs)
+            equal = sum(map(str.__eq__, translations, references))
+            teachers.append({"model": str(model_name), "side": side, "equal_to_reference": equal})
     provenance = {
-        "teacher": teacher,
         "dataset": dataset,
         "config_name": config_name,
         "source_lang": source_lang,
         "target_lang": target_lang,
         "train_split": train_split,
         "keep_original": keep_original,
+        "teachers": teachers,
         "generate_kwargs": generate_kwargs,
         "max_tokens": max_tokens,
-        "rows": {split: len(rows) for split, rows in pairs.items()} | {train_split: len(distilled_train)},
-        "teacher_equals_reference": sum(map(str.__eq__, translations, references)),
+        "rows": {split: len(rows) for split, rows in pairs.items()} | {train_split: len(training_pairs)},
     }
     with atomic_directory(output_dir) as staging:
         for split, rows in pairs.items():
             split_pairs = (
-                distilled_train if split == train_split else zip(rows["source"], rows["target"], strict=True)
+                training_pairs if split == train_split else zip(rows["source"], rows["target"], strict=True)
             )
             _write_translation_jsonl(staging / f"{split}.jsonl", split_pairs, source_lang, target_lang)
         (staging / PROVENANCE_FILE).write_text(json.dumps(provenance, indent=2) + "\n", encoding="utf-8")
-    logger.info("wrote %s: %d training pairs", output_dir, len(distilled_train))
+    logger.info("wrote %s: %d training pairs", output_dir, len(training_pairs))
     return provenance
 
 
@@ -93,7 +108,5 @@ def _write_translation_jsonl(
     """One `{"translation": {source_lang: ..., target_lang: ...}}` object a line, the Hub `translation` layout."""
     with path.open("w", encoding="utf-8") as file:
         for source, target in pairs:
-            file.write(
-                json.dumps({"translation": {source_lang: source, target_lang: target}}, ensure_ascii=False)
-                + "\n"
-            )
+            row = {"translation": {source_lang: source, target_lang: target}}
+            file.write(json.dumps(row, ensure_ascii=False) + "\n")

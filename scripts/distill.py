@@ -1,59 +1,68 @@
-"""Sequence-level knowledge distillation (Kim and Rush, 2016): translate a dataset's training sources with a trained
-teacher and write a dataset whose training targets are the teacher's translations (after the original pairs with
---keep-original); the other splits are copied as they are. Train a student on it with `train.py --dataset DIR`.
+"""Training data from trained models (a departure from the paper): sequence-level knowledge distillation (Kim and
+Rush, 2016) and data diversification (Nguyen et al., 2020). Each --forward model translates the training sources
+into new targets; each --backward model (target -> source) translates the training targets into new sources. The
+training split written holds the original pairs (--keep-original), then the forward models' pairs, then the
+backward models'; the other splits are copied as they are. Train a student on it with `train.py --dataset DIR`.
 
-    python scripts/distill.py outputs/multi30k-best-en-de/checkpoint_average --source-lang en --target-lang de \\
-        --num-beams 4 --length-penalty 1.0 --keep-original --output-dir outputs/multi30k-en-de-distilled
+    python scripts/distill.py --forward outputs/multi30k-best-en-de/checkpoint_average \\
+        --backward outputs/multi30k-best-de-en/checkpoint_average --source-lang en --target-lang de \\
+        --num-beams 4 --length-penalty 1.0 --keep-original --output-dir outputs/multi30k-en-de-diversified
 """
 
 import logging
 import sys
 
-from hf_vanilla.cli import ArgumentParser, add_decoding_arguments, add_language_arguments, decoding_kwargs
+from hf_vanilla.cli import (
+    ArgumentParser,
+    add_generation_arguments,
+    add_language_arguments,
+    decoding_kwargs,
+    runtime_kwargs,
+)
 from hf_vanilla.distillation import distill_dataset
-from hf_vanilla.translation import load_model_and_tokenizer
 
 
 def main() -> None:
     parser = ArgumentParser(description=__doc__)
-    add_decoding_arguments(parser)
-    add_language_arguments(parser)
-    parser.add_argument("--train-split", default="train", help="the split whose targets the teacher replaces")
     parser.add_argument(
-        "--keep-original", action="store_true", help="train on the original pairs and the distilled ones"
+        "--forward", nargs="+", default=[], help="source -> target models (directories or Hub ids)"
     )
+    parser.add_argument("--backward", nargs="+", default=[], help="target -> source models")
+    add_language_arguments(parser)
+    parser.add_argument("--train-split", default="train", help="the split the models translate")
+    parser.add_argument("--keep-original", action="store_true", help="keep the original pairs too")
     parser.add_argument("--output-dir", required=True, help="dataset directory to write")
     parser.add_argument(
         "--overwrite", action="store_true", help="replace an output directory that is not empty"
     )
+    add_generation_arguments(parser)
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    logging.basicConfig(level=logging.WARNING)
 
     try:
-        model, tokenizer = load_model_and_tokenizer(args.model, args.device, args.dtype)
         provenance = distill_dataset(
-            model,
-            tokenizer,
             args.dataset,
             args.source_lang,
             args.target_lang,
             args.output_dir,
-            teacher=args.model,
+            forward=args.forward,
+            backward=args.backward,
+            keep_original=args.keep_original,
             config_name=args.dataset_config,
             train_split=args.train_split,
-            keep_original=args.keep_original,
             overwrite=args.overwrite,
-            max_tokens=args.max_tokens,
             show_progress=not args.quiet,
+            **runtime_kwargs(args),
             **decoding_kwargs(args),
         )
     except (ValueError, FileNotFoundError, FileExistsError) as err:
         sys.exit(f"error: {err}")
-    print(
-        f"wrote {args.output_dir}: {provenance['rows'][args.train_split]} training pairs, "
-        f"{provenance['teacher_equals_reference']} of the teacher's translations equal their reference"
+    teachers = ", ".join(
+        f"{teacher['side']} {teacher['model']} ({teacher['equal_to_reference']} equal to the reference)"
+        for teacher in provenance["teachers"]
     )
+    print(f"wrote {args.output_dir}: {provenance['rows'][args.train_split]} training pairs; {teachers}")
 
 
 if __name__ == "__main__":

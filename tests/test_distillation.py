@@ -6,12 +6,13 @@ import pytest
 from conftest import SCRIPTS, tiny_config
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
+from hf_vanilla import distillation
 from hf_vanilla.data import load_translation_split
 from hf_vanilla.distillation import PROVENANCE_FILE, distill_dataset
 from hf_vanilla.training import train
 from hf_vanilla.translation import translate_sentences
 
-GREEDY = {"num_beams": 1, "max_new_tokens": 8}  # an untrained teacher: short outputs keep the tests quick
+GREEDY = {"num_beams": 1, "max_new_tokens": 8}  # untrained teachers: short outputs keep the tests quick
 
 
 @pytest.fixture(scope="module")
@@ -22,56 +23,61 @@ def teacher(tiny_model_dir):
 
 
 @pytest.fixture(scope="module")
-def distilled(teacher, tiny_dataset, tmp_path_factory):
+def original(tiny_dataset):
+    return load_translation_split(tiny_dataset, "de", "en", "train").to_dict()
+
+
+@pytest.fixture(scope="module")
+def distilled(tiny_model_dir, tiny_dataset, tmp_path_factory):
     output_dir = tmp_path_factory.mktemp("distilled") / "de-en"
     provenance = distill_dataset(
-        *teacher, tiny_dataset, "de", "en", output_dir, teacher="tiny", show_progress=False, **GREEDY
+        tiny_dataset, "de", "en", output_dir, forward=[tiny_model_dir], show_progress=False, **GREEDY
     )
     return output_dir, provenance
 
 
-def test_training_targets_are_the_teachers_translations_of_the_sources_in_order(
-    teacher, tiny_dataset, distilled
-):
+def translated(teacher, sentences):
+    return translate_sentences(*teacher, sentences, show_progress=False, **GREEDY)
+
+
+def test_forward_targets_are_the_teachers_translations_of_the_sources_in_order(teacher, original, distilled):
     output_dir, provenance = distilled
-    original = load_translation_split(tiny_dataset, "de", "en", "train")
-    written = load_translation_split(str(output_dir), "de", "en", "train")
+    written = load_translation_split(str(output_dir), "de", "en", "train").to_dict()
     assert written["source"] == original["source"]
-    assert written["target"] == translate_sentences(
-        *teacher, original["source"], show_progress=False, **GREEDY
-    )
+    assert written["target"] == translated(teacher, original["source"])
     assert written["target"] != original["target"]
     assert provenance["rows"] == {"train": 400, "validation": 16}
     assert json.loads((output_dir / PROVENANCE_FILE).read_text()) == provenance
-    assert provenance["generate_kwargs"] == GREEDY and provenance["teacher"] == "tiny"
+    assert provenance["generate_kwargs"] == GREEDY and provenance["teachers"][0]["side"] == "forward"
 
 
 def test_other_splits_are_copied_unchanged(tiny_dataset, distilled):
     output_dir, _ = distilled
-    original = load_translation_split(tiny_dataset, "de", "en", "validation")
     written = load_translation_split(str(output_dir), "de", "en", "validation")
-    assert written.to_dict() == original.to_dict()
+    assert written.to_dict() == load_translation_split(tiny_dataset, "de", "en", "validation").to_dict()
 
 
-def test_keep_original_puts_the_original_pairs_before_the_distilled_ones(
-    teacher, tiny_dataset, distilled, tmp_path
+def test_diversified_data_is_the_original_then_forward_then_backward_pairs(
+    teacher, original, tiny_model_dir, tiny_dataset, tmp_path
 ):
     provenance = distill_dataset(
-        *teacher,
         tiny_dataset,
         "de",
         "en",
-        tmp_path / "both",
+        tmp_path / "diversified",
+        forward=[tiny_model_dir],
+        backward=[tiny_model_dir],
         keep_original=True,
         show_progress=False,
         **GREEDY,
     )
-    original = load_translation_split(tiny_dataset, "de", "en", "train").to_dict()
-    distilled_only = load_translation_split(str(distilled[0]), "de", "en", "train").to_dict()
-    written = load_translation_split(str(tmp_path / "both"), "de", "en", "train").to_dict()
-    assert written["source"] == original["source"] * 2
-    assert written["target"] == original["target"] + distilled_only["target"]
-    assert provenance["rows"]["train"] == 800
+    written = load_translation_split(str(tmp_path / "diversified"), "de", "en", "train").to_dict()
+    assert written["source"] == original["source"] * 2 + translated(teacher, original["target"])
+    assert (
+        written["target"] == original["target"] + translated(teacher, original["source"]) + original["target"]
+    )
+    assert provenance["rows"]["train"] == 1200
+    assert [teacher["side"] for teacher in provenance["teachers"]] == ["forward", "backward"]
 
 
 def test_a_student_trains_on_the_distilled_dataset(distilled, tokenizer_dir, tmp_path):
@@ -79,15 +85,14 @@ def test_a_student_trains_on_the_distilled_dataset(distilled, tokenizer_dir, tmp
     assert (run / "checkpoint_4").is_dir() and (run / "checkpoint_last").is_dir()
 
 
-def test_a_directory_that_is_not_empty_is_refused_and_kept(teacher, tiny_dataset, tmp_path):
+def test_a_directory_that_is_not_empty_is_refused_and_kept(tiny_model_dir, tiny_dataset, tmp_path):
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "notes.txt").write_text("mine")
+    options = {"forward": [tiny_model_dir], "show_progress": False, **GREEDY}
     with pytest.raises(FileExistsError, match="out exists and is not empty; pass --overwrite"):
-        distill_dataset(*teacher, tiny_dataset, "de", "en", tmp_path / "out", show_progress=False, **GREEDY)
+        distill_dataset(tiny_dataset, "de", "en", tmp_path / "out", **options)
     assert [path.name for path in (tmp_path / "out").iterdir()] == ["notes.txt"]
-    distill_dataset(
-        *teacher, tiny_dataset, "de", "en", tmp_path / "out", overwrite=True, show_progress=False, **GREEDY
-    )
+    distill_dataset(tiny_dataset, "de", "en", tmp_path / "out", overwrite=True, **options)
     assert sorted(path.name for path in (tmp_path / "out").iterdir()) == [
         PROVENANCE_FILE,
         "train.jsonl",
@@ -95,37 +100,39 @@ def test_a_directory_that_is_not_empty_is_refused_and_kept(teacher, tiny_dataset
     ]
 
 
-def test_a_teacher_that_fails_midway_leaves_no_directory(teacher, tiny_dataset, tmp_path, monkeypatch):
-    model, tokenizer = teacher
+def test_no_teacher_is_refused(tiny_dataset, tmp_path):
+    with pytest.raises(ValueError, match="no teacher: name at least one forward or backward model"):
+        distill_dataset(tiny_dataset, "de", "en", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_teacher_that_fails_leaves_no_directory(tiny_model_dir, tiny_dataset, tmp_path, monkeypatch):
     calls = []
 
-    def fail_on_second_batch(*args, **kwargs):
+    def fail_on_the_second_teacher(*args, **kwargs):
         calls.append(1)
         if len(calls) == 2:
             raise RuntimeError("out of memory")
-        return original_generate(*args, **kwargs)
+        return translate_sentences(*args, **kwargs)
 
-    original_generate = model.generate
-    monkeypatch.setattr(model, "generate", fail_on_second_batch)
+    monkeypatch.setattr(distillation, "translate_sentences", fail_on_the_second_teacher)
     with pytest.raises(RuntimeError, match="out of memory"):
         distill_dataset(
-            model,
-            tokenizer,
             tiny_dataset,
             "de",
             "en",
             tmp_path / "out",
-            max_tokens=64,
+            forward=[tiny_model_dir] * 2,
             show_progress=False,
             **GREEDY,
         )
-    assert list(tmp_path.iterdir()) == []
+    assert len(calls) == 2 and list(tmp_path.iterdir()) == []
 
 
 def run_distill_script(model_dir, dataset, output_dir, *options):
     return subprocess.run(
-        [sys.executable, SCRIPTS / "distill.py", model_dir, "--dataset", dataset, "--output-dir", output_dir]
-        + ["--device", "cpu", *options],
+        [sys.executable, SCRIPTS / "distill.py", "--forward", model_dir, "--dataset", dataset]
+        + ["--output-dir", output_dir, "--device", "cpu", *options],
         capture_output=True,
         text=True,
     )
@@ -148,8 +155,8 @@ def test_script_names_bad_input_in_one_line_and_writes_nothing(
 
 
 def test_script_writes_the_dataset_and_says_how_many_pairs(tiny_model_dir, tiny_dataset, tmp_path):
-    options = ["--num-beams", "1", "--max-new-tokens", "4", "--keep-original", "--quiet"]
+    options = ["--backward", tiny_model_dir, "--num-beams", "1", "--max-new-tokens", "4", "--keep-original"]
     result = run_distill_script(tiny_model_dir, tiny_dataset, tmp_path / "out", *options)
     assert result.returncode == 0, result.stderr
-    assert f"wrote {tmp_path / 'out'}: 800 training pairs" in result.stdout
+    assert f"wrote {tmp_path / 'out'}: 1200 training pairs; forward {tiny_model_dir} (" in result.stdout
     assert json.loads((tmp_path / "out" / PROVENANCE_FILE).read_text())["keep_original"] is True
