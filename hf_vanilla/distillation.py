@@ -15,10 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import datasets
+from transformers import AutoConfig
 
 from .data import load_translation_split
 from .decoding import DEFAULT_MAX_TOKENS
 from .files import atomic_directory
+from .scoring import score_translations
 from .translation import load_model_and_tokenizer, translate_sentences
 
 logger = logging.getLogger(__name__)
@@ -46,14 +48,21 @@ def distill_dataset(
     """Write `output_dir`: `dataset`'s `train_split` made of the original pairs (with `keep_original`), then each
     `forward` model's translations of the sources paired with those sources, then each `backward` model's
     (target_lang -> source_lang) translations of the targets paired with those targets; every other split as it
-    was; and `distillation.json` saying how it was made (returned). Only the two languages are kept.
+    was; and `distillation.json` saying how it was made, with each model's sacreBLEU against the training split's
+    own references (a model of the wrong direction scores near 0), returned. Only the two languages are kept.
 
     The models are saved model directories or Hub ids, loaded one at a time on `device` in `dtype`;
     `generate_kwargs` (num_beams, length_penalty...) go to `translate_sentences`. An `output_dir` that exists and
-    is not empty is refused unless `overwrite`; the directory appears only once it is whole.
+    is not empty is refused unless `overwrite`; the directory appears only once it is whole. Every model's config
+    is read before any decoding, so a wrong name fails at once, not after the models before it have decoded.
     """
     if not forward and not backward:
         raise ValueError("no teacher: name at least one forward or backward model")
+    for model_name in (*forward, *backward):
+        try:
+            AutoConfig.from_pretrained(model_name)
+        except OSError as err:
+            raise FileNotFoundError(f"cannot load model {str(model_name)!r}: {err}") from err
     output_dir = Path(output_dir)
     if output_dir.exists() and not overwrite and (not output_dir.is_dir() or any(output_dir.iterdir())):
         raise FileExistsError(f"{output_dir} exists and is not empty; pass --overwrite to replace it")
@@ -63,6 +72,7 @@ def distill_dataset(
         if split != train_split:
             pairs[split] = load_translation_split(dataset, source_lang, target_lang, split, config_name)
     sources, targets = pairs[train_split]["source"], pairs[train_split]["target"]
+    reference_lang = {"forward": target_lang, "backward": source_lang}
     training_pairs = list(zip(sources, targets, strict=True)) if keep_original else []
     teachers = []
     for side, models, inputs, references in (
@@ -77,8 +87,8 @@ def distill_dataset(
             del model  # one teacher in memory at a time
             new_pairs = zip(inputs, translations, strict=True)
             training_pairs += new_pairs if side == "forward" else ((new, old) for old, new in new_pairs)
-            equal = sum(map(str.__eq__, translations, references))
-            teachers.append({"model": str(model_name), "side": side, "equal_to_reference": equal})
+            scores = score_translations(translations, references, target_lang=reference_lang[side])
+            teachers.append({"model": str(model_name), "side": side, "train_bleu": scores["bleu"]})
     provenance = {
         "dataset": dataset,
         "config_name": config_name,

@@ -59,7 +59,7 @@ def main() -> None:
     except (ValueError, FileNotFoundError, FileExistsError) as err:
         sys.exit(f"error: {err}")
     teachers = ", ".join(
-        f"{teacher['side']} {teacher['model']} ({teacher['equal_to_reference']} equal to the reference)"
+        f"{teacher['side']} {teacher['model']} (BLEU {teacher['train_bleu']:.2f} against the training references)"
         for teacher in provenance["teachers"]
     )
     print(f"wrote {args.output_dir}: {provenance['rows'][args.train_split]} training pairs; {teachers}")

@@ -3,6 +3,7 @@ import subprocess
 import sys
 
 import pytest
+import sacrebleu
 from conftest import SCRIPTS, tiny_config
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
@@ -104,6 +105,31 @@ def test_no_teacher_is_refused(tiny_dataset, tmp_path):
     with pytest.raises(ValueError, match="no teacher: name at least one forward or backward model"):
         distill_dataset(tiny_dataset, "de", "en", tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_model_that_does_not_load_is_named_before_any_decoding(
+    tiny_model_dir, tiny_dataset, tmp_path, monkeypatch
+):
+    monkeypatch.setattr(distillation, "translate_sentences", lambda *args, **kwargs: pytest.fail("decoded"))
+    with pytest.raises(FileNotFoundError, match="cannot load model '.*no-such-model'"):
+        distill_dataset(
+            tiny_dataset,
+            "de",
+            "en",
+            tmp_path / "out",
+            forward=[tiny_model_dir],
+            backward=[tmp_path / "no-such-model"],
+        )
+    assert not (tmp_path / "out").exists()
+
+
+def test_each_models_bleu_against_the_training_references_is_recorded(original, distilled):
+    (forward,) = distilled[1]["teachers"]
+    assert forward["train_bleu"] == pytest.approx(
+        sacrebleu.corpus_bleu(
+            load_translation_split(str(distilled[0]), "de", "en", "train")["target"], [original["target"]]
+        ).score
+    )
 
 
 def test_a_teacher_that_fails_leaves_no_directory(tiny_model_dir, tiny_dataset, tmp_path, monkeypatch):
