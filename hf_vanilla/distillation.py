@@ -72,12 +72,11 @@ def distill_dataset(
         if split != train_split:
             pairs[split] = load_translation_split(dataset, source_lang, target_lang, split, config_name)
     sources, targets = pairs[train_split]["source"], pairs[train_split]["target"]
-    reference_lang = {"forward": target_lang, "backward": source_lang}
     training_pairs = list(zip(sources, targets, strict=True)) if keep_original else []
     teachers = []
-    for side, models, inputs, references in (
-        ("forward", forward, sources, targets),
-        ("backward", backward, targets, sources),
+    for side, models, inputs, references, output_lang in (
+        ("forward", forward, sources, targets, target_lang),
+        ("backward", backward, targets, sources, source_lang),
     ):
         for model_name in models:
             model, tokenizer = load_model_and_tokenizer(model_name, device, dtype)
@@ -87,7 +86,7 @@ def distill_dataset(
             del model  # one teacher in memory at a time
             new_pairs = zip(inputs, translations, strict=True)
             training_pairs += new_pairs if side == "forward" else ((new, old) for old, new in new_pairs)
-            scores = score_translations(translations, references, target_lang=reference_lang[side])
+            scores = score_translations(translations, references, target_lang=output_lang)
             teachers.append({"model": str(model_name), "side": side, "train_bleu": scores["bleu"]})
     provenance = {
         "dataset": dataset,
@@ -116,7 +115,5 @@ def _write_translation_jsonl(
     path: Path, pairs: Iterable[tuple[str, str]], source_lang: str, target_lang: str
 ) -> None:
     """One `{"translation": {source_lang: ..., target_lang: ...}}` object a line, the Hub `translation` layout."""
-    with path.open("w", encoding="utf-8") as file:
-        for source, target in pairs:
-            row = {"translation": {source_lang: source, target_lang: target}}
-            file.write(json.dumps(row, ensure_ascii=False) + "\n")
+    rows = [{source_lang: source, target_lang: target} for source, target in pairs]
+    datasets.Dataset.from_dict({"translation": rows}).to_json(path, force_ascii=False)

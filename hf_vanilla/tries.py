@@ -354,9 +354,8 @@ def run_tries(
     # Tries sharing a missing tokenizer would each train it at once: the first that can trains it, before they start.
     for config in (attempt.config for attempt in tries if not attempt.config.init_from):
         if not Path(config.tokenizer).exists():
-            PartialState(
-                cpu=True
-            )  # training's logger is accelerate's, which needs its state (never a GPU here)
+            # training's logger is accelerate's, which needs its state (never a GPU here)
+            PartialState(cpu=True)
             with contextlib.suppress(TrainingError):  # that try fails in its own run, the error in its log
                 load_or_train_tokenizer(config)
     processes = _Processes()
