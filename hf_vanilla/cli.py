@@ -112,6 +112,23 @@ def cache_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     return {"cache_implementation": "static"} if args.cache_implementation == "static" else {}
 
 
+def add_ensemble_argument(parser: argparse.ArgumentParser) -> None:
+    """`--ensemble`: more models that translate with the first as one; read it back with `ensemble_kwargs`."""
+    parser.add_argument(
+        "--ensemble",
+        nargs="+",
+        default=[],
+        metavar="MODEL",
+        help="saved models sharing the first model's tokenizer that translate with it as one, their next-token "
+        "probabilities averaged (a departure from the paper's single models; default: none)",
+    )
+
+
+def ensemble_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """The `ensemble` keyword of `evaluate_bleu` and `select_on_validation`; none without `--ensemble`."""
+    return {"ensemble": args.ensemble} if args.ensemble else {}
+
+
 def add_dataset_arguments(parser: argparse.ArgumentParser) -> None:
     """The options that name a translation dataset and its direction; read them back with `dataset_kwargs`."""
     add_language_arguments(parser)

@@ -26,7 +26,7 @@ from .decoding import (
     paper_decoding_defaults,
 )
 from .files import write_text_atomic
-from .translation import load_model_and_tokenizer, translate_sentences, write_lines_atomic
+from .translation import load_ensemble, load_model_and_tokenizer, translate_sentences, write_lines_atomic
 
 logger = logging.getLogger(__name__)
 
@@ -128,6 +128,7 @@ def evaluate_translation(
     target_lang: str = "",
     show_progress: bool = True,
     tokenized_bleu: bool = False,
+    ensemble: Sequence[PreTrainedModel] = (),
     **generate_kwargs,
 ) -> tuple[list[str], dict[str, Any]]:
     """Translate `sources` and score against `references`: (hypotheses, report).
@@ -136,7 +137,7 @@ def evaluate_translation(
     signature, the number of sentences and of blank sources (translated to "", logged), the
     generation settings and the speed; with `tokenized_bleu`, also "tokenized_lowercased" (the
     papers' BLEU, `score_tokenized_lowercased`). A missing or blank reference is an error: it would
-    lower the score silently.
+    lower the score silently. `ensemble`: models that translate with `model` as one (`translate_sentences`).
     """
     if tokenized_bleu:
         require_moses_tokenizer()  # before decoding, not after
@@ -159,7 +160,13 @@ def evaluate_translation(
         )
     started = time.perf_counter()
     hypotheses = translate_sentences(
-        model, tokenizer, sources, max_tokens=max_tokens, show_progress=show_progress, **generate_kwargs
+        model,
+        tokenizer,
+        sources,
+        max_tokens=max_tokens,
+        show_progress=show_progress,
+        ensemble=ensemble,
+        **generate_kwargs,
     )
     seconds = time.perf_counter() - started
     report = {
@@ -196,10 +203,13 @@ def score_model(
     max_tokens: int = DEFAULT_MAX_TOKENS,
     settings: Sequence[dict[str, Any]] = ({},),
     show_progress: bool = False,
+    ensemble: Sequence[str | os.PathLike] = (),
 ) -> list[dict[str, Any]]:
     """A saved model decoded on `pairs` (`source` / `target`) with each of `settings` (generate kwargs): one row
-    each, with cased and lowercased BLEU, chrF, the BLEU signature and the seconds spent."""
+    each, with cased and lowercased BLEU, chrF, the BLEU signature and the seconds spent. With `ensemble` (saved
+    models), they decode with it as one."""
     model, tokenizer = load_model_and_tokenizer(model_name_or_path, device, dtype)
+    members = load_ensemble(ensemble, device, dtype)
     rows = []
     for setting in settings:
         _, report = evaluate_translation(
@@ -210,6 +220,7 @@ def score_model(
             max_tokens=max_tokens,
             target_lang=target_lang,
             show_progress=show_progress,
+            ensemble=members,
             **setting,
         )
         rows.append(
@@ -242,6 +253,7 @@ def evaluate_bleu(
     seed: int = 0,
     show_progress: bool = True,
     tokenized_bleu: bool = False,
+    ensemble: Sequence[str | os.PathLike] = (),
     **generate_kwargs,
 ) -> dict[str, Any]:
     """Translate a dataset split with a saved model, score it, and write hypotheses and a JSON report.
@@ -250,11 +262,13 @@ def evaluate_bleu(
     `generate_kwargs` say otherwise. Writes `{split}.{source_lang}-{target_lang}.hyp` (one
     translation a line, in dataset order) and `.json` into `output_dir`, each atomically, and
     returns the report. `tokenized_bleu` adds the papers' tokenized, lowercased BLEU beside sacreBLEU.
+    `ensemble` (saved models sharing the model's tokenizer) translate with it as one (`hf_vanilla.ensemble`).
     """
     if tokenized_bleu:
         require_moses_tokenizer()  # before loading anything
     pairs = load_evaluation_pairs(dataset, source_lang, target_lang, split, config_name, max_sentences)
     model, tokenizer = load_model_and_tokenizer(model_name_or_path, device, dtype)
+    members = load_ensemble(ensemble, device, dtype)
     set_seed(seed)
     hypotheses, report = evaluate_translation(
         model,
@@ -266,6 +280,7 @@ def evaluate_bleu(
         target_lang=target_lang,
         show_progress=show_progress,
         tokenized_bleu=tokenized_bleu,
+        ensemble=members,
         **paper_decoding_defaults(generate_kwargs),
         **generate_kwargs,
     )
@@ -273,6 +288,7 @@ def evaluate_bleu(
     hypotheses_path = write_lines_atomic(Path(output_dir) / f"{stem}.hyp", hypotheses)
     report = {
         "model": str(model_name_or_path),
+        **({"ensemble": [str(path) for path in ensemble]} if ensemble else {}),
         "dataset": dataset,
         "config_name": config_name,
         "split": split,

@@ -61,12 +61,14 @@ def decoding_grid(num_beams: Sequence[int], length_penalties: Sequence[float]) -
     ]
 
 
-def _validation_rows(candidates, settings, pairs, target_lang, device, dtype, max_tokens):
+def _validation_rows(candidates, settings, pairs, target_lang, device, dtype, max_tokens, ensemble):
     """Each candidate decoded with each setting on `pairs`: the score rows, and the BLEU signature."""
     rows = []
     with tqdm(total=len(candidates) * len(settings), unit="decoding", desc="Validation") as progress:
         for candidate in candidates:
-            rows += score_model(candidate, pairs, target_lang, device, dtype, max_tokens, settings)
+            rows += score_model(
+                candidate, pairs, target_lang, device, dtype, max_tokens, settings, ensemble=ensemble
+            )
             progress.update(len(settings))
     signature = rows[-1]["signature"]
     return [{name: value for name, value in row.items() if name != "signature"} for row in rows], signature
@@ -88,6 +90,7 @@ def select_on_validation(
     dtype: str = "float32",
     max_tokens: int = DEFAULT_MAX_TOKENS,
     tokenized_bleu: bool = False,
+    ensemble: Sequence[str | os.PathLike] = (),
     **generate_kwargs,
 ) -> dict[str, Any]:
     """Pick the model, beam size and length penalty with the best cased validation BLEU, then report other splits.
@@ -98,6 +101,8 @@ def select_on_validation(
     with `evaluate_bleu`, so a test set is reported, never tuned on. `max_sentences` limits every split;
     `generate_kwargs` (`cache_implementation="static"`, say) go to every decoding; `tokenized_bleu` adds
     the papers' tokenized, lowercased BLEU to the reports (validation is chosen on sacreBLEU alone).
+    With `ensemble` (saved models), every candidate decodes together with them as one (`hf_vanilla.ensemble`):
+    choose each member's checkpoint on its own first, then the ensemble's beam size and length penalty here.
     Writes `selection.json` (every validation score and the choice) and the reports into `output_dir`;
     returns the same dictionary.
     """
@@ -108,7 +113,9 @@ def select_on_validation(
     pairs = load_evaluation_pairs(
         dataset, source_lang, target_lang, validation_split, config_name, max_sentences
     )
-    rows, signature = _validation_rows(candidates, settings, pairs, target_lang, device, dtype, max_tokens)
+    rows, signature = _validation_rows(
+        candidates, settings, pairs, target_lang, device, dtype, max_tokens, ensemble
+    )
     chosen = max(rows, key=lambda row: row["bleu"])  # the first of equals: models and settings in given order
     decoding = {name: chosen[name] for name in ("num_beams", "length_penalty") if name in chosen}
     reports = {
@@ -125,6 +132,7 @@ def select_on_validation(
             dtype=dtype,
             max_tokens=max_tokens,
             tokenized_bleu=tokenized_bleu,
+            ensemble=ensemble,
             **decoding,
             **generate_kwargs,
         )
@@ -133,6 +141,7 @@ def select_on_validation(
     selection = {
         "validation_split": validation_split,
         "validation_sentences": len(pairs),
+        **({"ensemble": [str(path) for path in ensemble]} if ensemble else {}),
         "signature": signature,
         "validation": rows,
         "chosen": chosen,

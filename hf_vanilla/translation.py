@@ -15,6 +15,7 @@ from transformers import (
     AutoConfig,
     AutoModelForSeq2SeqLM,
     AutoTokenizer,
+    LogitsProcessorList,
     PreTrainedModel,
     PreTrainedTokenizerBase,
 )
@@ -30,6 +31,7 @@ from .decoding import (
     max_source_tokens,
     paper_length_limit,
 )
+from .ensemble import EnsembleLogitsProcessor, check_ensemble
 from .files import write_text_atomic
 from .modeling_vanilla import AUTO_ATTENTION
 from .precision import resolve_precision
@@ -79,6 +81,7 @@ def translate_sentences(
     extra_output_tokens: int = PAPER_EXTRA_OUTPUT_TOKENS,
     show_progress: bool = True,
     skip_long_lines: bool = False,
+    ensemble: Sequence[PreTrainedModel] = (),
     **generate_kwargs,
 ) -> list[str]:
     """Translate `sources` and return the detokenized translations in the order of `sources`.
@@ -93,8 +96,12 @@ def translate_sentences(
     translation becomes a space, so one line in gives one line out. A source longer than the model's
     positions (`max_position_embeddings`) is cut to fit, or with `skip_long_lines` translates to "";
     a warning names those lines (1-based positions in `sources`). An explicit `max_new_tokens` beyond the
-    decoder's positions is a ValueError before anything is decoded.
+    decoder's positions is a ValueError before anything is decoded. With `ensemble` (models sharing `model`'s
+    tokenizer), `model` and they translate as one, their next-token probabilities averaged
+    (`hf_vanilla.ensemble`); `generate`'s own logits processors (temperature, top-k...) act on `model`'s scores
+    before the averaging.
     """
+    check_ensemble(model, tokenizer, ensemble)
     if generate_kwargs.get("max_new_tokens", 0) > (room := max_new_tokens_room(model)):
         raise ValueError(
             f"max_new_tokens={generate_kwargs['max_new_tokens']} is more than the decoder has positions for: at "
@@ -108,6 +115,8 @@ def translate_sentences(
     sampler = TokenBatchSampler([len(ids) for ids in input_ids], max_tokens, shuffle=False)
     model_was_training = model.training
     model.eval()
+    for member in ensemble:
+        member.eval()
     try:
         with (
             torch.inference_mode(),
@@ -121,7 +130,12 @@ def translate_sentences(
                     if "max_new_tokens" in generate_kwargs
                     else paper_length_limit(model, encoded["attention_mask"], extra_output_tokens)
                 )
-                outputs = model.generate(**encoded, **limit, **generate_kwargs)
+                mixing = (
+                    {"logits_processor": LogitsProcessorList([EnsembleLogitsProcessor(ensemble, **encoded)])}
+                    if ensemble
+                    else {}
+                )
+                outputs = model.generate(**encoded, **limit, **mixing, **generate_kwargs)
                 for position, text in zip(batch, decode_translations(tokenizer, outputs), strict=True):
                     translations[indices[position]] = text
                 progress.update(len(batch))
@@ -175,6 +189,13 @@ def load_model_and_tokenizer(
         if "attn_implementation" not in model_kwargs:
             model.set_attn_implementation(AUTO_ATTENTION)
     return model.to(device).eval(), tokenizer
+
+
+def load_ensemble(
+    model_names_or_paths: Sequence[str | os.PathLike], device: str | None = None, dtype: str = "float32"
+) -> list[PreTrainedModel]:
+    """The models of an ensemble beside the first (`translate_sentences`' `ensemble`), loaded as the first is."""
+    return [load_model_and_tokenizer(path, device, dtype)[0] for path in model_names_or_paths]
 
 
 def load_tokenizer(

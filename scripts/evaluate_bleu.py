@@ -15,9 +15,11 @@ from hf_vanilla.cli import (
     ArgumentParser,
     add_dataset_arguments,
     add_decoding_arguments,
+    add_ensemble_argument,
     add_tokenized_bleu_argument,
     dataset_kwargs,
     decoding_kwargs,
+    ensemble_kwargs,
     runtime_kwargs,
 )
 from hf_vanilla.scoring import evaluate_bleu
@@ -30,6 +32,7 @@ def main() -> None:
     parser.add_argument("--split", default="test", help="split to translate and score")
     parser.add_argument("--ter", action="store_true", help="also compute TER")
     add_tokenized_bleu_argument(parser)
+    add_ensemble_argument(parser)
     parser.add_argument("--seed", type=int, default=0, help="matters only when sampling")
     parser.add_argument("--output-dir", default="outputs/evaluation", help="where the hypotheses and report go")
     args = parser.parse_args()
@@ -46,6 +49,7 @@ def main() -> None:
             **dataset_kwargs(args),
             **runtime_kwargs(args),
             **decoding_kwargs(args),
+            **ensemble_kwargs(args),
         )
     except (ValueError, FileNotFoundError, ImportError) as err:
         sys.exit(f"error: {err}")

@@ -14,10 +14,12 @@ import sys
 from hf_vanilla.cli import (
     ArgumentParser,
     add_dataset_arguments,
+    add_ensemble_argument,
     add_runtime_arguments,
     add_tokenized_bleu_argument,
     cache_kwargs,
     dataset_kwargs,
+    ensemble_kwargs,
     positive_int,
     runtime_kwargs,
 )
@@ -51,6 +53,7 @@ def main() -> None:
     )
     add_runtime_arguments(parser)
     add_tokenized_bleu_argument(parser)
+    add_ensemble_argument(parser)
     parser.add_argument("--output-dir", default="outputs/selection", help="where selection.json and the reports go")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
@@ -67,6 +70,7 @@ def main() -> None:
             **dataset_kwargs(args),
             **runtime_kwargs(args),
             **cache_kwargs(args),
+            **ensemble_kwargs(args),
         )
     except (ValueError, FileNotFoundError, ImportError) as err:
         sys.exit(f"error: {err}")

@@ -10,8 +10,9 @@ translations, blank lines kept blank, to a file (atomically) or to stdout.
 import logging
 import sys
 
-from hf_vanilla.cli import ArgumentParser, add_decoding_arguments, decoding_kwargs
+from hf_vanilla.cli import ArgumentParser, add_decoding_arguments, add_ensemble_argument, decoding_kwargs
 from hf_vanilla.translation import (
+    load_ensemble,
     load_model_and_tokenizer,
     read_lines,
     translate_sentences,
@@ -22,6 +23,7 @@ from hf_vanilla.translation import (
 def main() -> None:
     parser = ArgumentParser(description=__doc__)
     add_decoding_arguments(parser)
+    add_ensemble_argument(parser)
     parser.add_argument("--input", default="-", help="UTF-8 text file, one sentence a line (default: stdin)")
     parser.add_argument("--output", default="-", help="file to write (default: stdout)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -31,11 +33,18 @@ def main() -> None:
     try:
         lines = read_lines(args.input)
         model, tokenizer = load_model_and_tokenizer(args.model, args.device, args.dtype)
+        members = load_ensemble(args.ensemble, args.device, args.dtype)
+        translations = translate_sentences(
+            model,
+            tokenizer,
+            lines,
+            args.max_tokens,
+            show_progress=not args.quiet,
+            ensemble=members,
+            **decoding_kwargs(args),
+        )
     except (ValueError, FileNotFoundError) as err:
         sys.exit(f"error: {err}")
-    translations = translate_sentences(
-        model, tokenizer, lines, args.max_tokens, show_progress=not args.quiet, **decoding_kwargs(args)
-    )
     if args.output == "-":
         sys.stdout.writelines(f"{line}\n" for line in translations)
     else:
