@@ -194,8 +194,15 @@ def load_model_and_tokenizer(
 def load_ensemble(
     model_names_or_paths: Sequence[str | os.PathLike], device: str | None = None, dtype: str = "float32"
 ) -> list[PreTrainedModel]:
-    """The models of an ensemble beside the first (`translate_sentences`' `ensemble`), loaded as the first is."""
-    return [load_model_and_tokenizer(path, device, dtype)[0] for path in model_names_or_paths]
+    """The models of an ensemble beside the first (`translate_sentences`' `ensemble`), loaded as the first is; a
+    member that does not load is a ValueError or FileNotFoundError that names it."""
+    members = []
+    for path in model_names_or_paths:
+        try:
+            members.append(load_model_and_tokenizer(path, device, dtype)[0])
+        except (ValueError, FileNotFoundError) as err:
+            raise type(err)(f"ensemble member {path}: {err}") from err
+    return members
 
 
 def load_tokenizer(
