@@ -52,6 +52,7 @@ class EnsembleLogitsProcessor(LogitsProcessor):
         self, members: Sequence[PreTrainedModel], input_ids: torch.Tensor, attention_mask: torch.Tensor
     ):
         self.members = list(members)
+        self.batch_size = input_ids.shape[0]
         self.attention_mask = attention_mask
         self.encoder_states = [
             member.get_encoder()(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
@@ -60,13 +61,20 @@ class EnsembleLogitsProcessor(LogitsProcessor):
         self.caches = [None] * len(self.members)
         self.previous_ids: torch.Tensor | None = None
 
+    def _expand_to_rows(self, rows: int) -> None:
+        """Give the source side one row per hypothesis, once: generate keeps `rows` fixed for the whole search."""
+        if self.attention_mask.shape[0] != rows:
+            per_sentence = rows // self.batch_size
+            self.attention_mask = self.attention_mask.repeat_interleave(per_sentence, 0)
+            self.encoder_states = [states.repeat_interleave(per_sentence, 0) for states in self.encoder_states]
+
     def _parents(self, decoder_ids: torch.Tensor) -> torch.Tensor | None:
         """For each row, the row of the step before whose hypothesis it extends; None if any row has none."""
         previous = self.previous_ids
         if previous is None or previous.shape != (decoder_ids.shape[0], decoder_ids.shape[1] - 1):
             return None
-        batch = self.attention_mask.shape[0]
-        per_sentence = decoder_ids.shape[0] // batch
+        batch = self.batch_size
+        per_sentence = decoder_ids.shape[0] // batch  # rows of one sentence are consecutive
         prefixes = decoder_ids[:, :-1].view(batch, per_sentence, 1, -1)
         candidates = previous.view(batch, 1, per_sentence, -1)
         matches = (prefixes == candidates).all(-1)  # (batch, row, parent row) of the same sentence
@@ -76,18 +84,15 @@ class EnsembleLogitsProcessor(LogitsProcessor):
         return (matches.int().argmax(-1) + first_sentence_row).flatten()
 
     def _member_log_probs(self, index: int, decoder_ids: torch.Tensor, parents: torch.Tensor | None):
-        member, cache = self.members[index], self.caches[index]
-        rows_per_sentence = decoder_ids.shape[0] // self.attention_mask.shape[0]
+        cache = self.caches[index]
         if parents is None:  # the first step, or a step whose parents are unknown: decode the whole prefix
             cache, new_ids = None, decoder_ids
         else:
             cache.reorder_cache(parents)
             new_ids = decoder_ids[:, -1:]
-        outputs = member(
-            encoder_outputs=BaseModelOutput(
-                last_hidden_state=self.encoder_states[index].repeat_interleave(rows_per_sentence, 0)
-            ),
-            attention_mask=self.attention_mask.repeat_interleave(rows_per_sentence, 0),
+        outputs = self.members[index](
+            encoder_outputs=BaseModelOutput(last_hidden_state=self.encoder_states[index]),
+            attention_mask=self.attention_mask,
             decoder_input_ids=new_ids,
             cache=cache,
             use_cache=True,
@@ -97,6 +102,7 @@ class EnsembleLogitsProcessor(LogitsProcessor):
         return torch.log_softmax(outputs.logits[:, -1].float(), dim=-1)
 
     def __call__(self, decoder_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        self._expand_to_rows(decoder_ids.shape[0])
         parents = self._parents(decoder_ids)
         log_probs = [torch.log_softmax(scores.float(), dim=-1)]
         log_probs += [self._member_log_probs(index, decoder_ids, parents) for index in range(len(self.members))]
