@@ -10,6 +10,7 @@ from typing import Any
 
 from .decoding import DEFAULT_MAX_TOKENS, PAPER_EXTRA_OUTPUT_TOKENS, PAPER_GENERATION_KWARGS
 from .precision import DTYPE_NAMES
+from .reranking import DEFAULT_RERANK_WEIGHT, RERANK_WEIGHTS
 from .training_args import PUBLIC_MULTI30K
 
 
@@ -127,6 +128,37 @@ def add_ensemble_argument(parser: argparse.ArgumentParser) -> None:
 def ensemble_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     """The `ensemble` keyword of `evaluate_bleu` and `select_on_validation`; none without `--ensemble`."""
     return {"ensemble": args.ensemble} if args.ensemble else {}
+
+
+def add_reranking_arguments(parser: argparse.ArgumentParser, several_weights: bool = False) -> None:
+    """`--rerank-with` and `--rerank-weight` (one, or with `several_weights` a list to choose from on validation);
+    read them back with `reranking_kwargs`."""
+    parser.add_argument(
+        "--rerank-with",
+        nargs="+",
+        default=[],
+        metavar="MODEL",
+        help="saved models of the reverse direction (target to source language) that rerank beam search's n-best "
+        "list by how well each translation explains the source (noisy-channel reranking; a departure from the "
+        "paper's beam search; default: none)",
+    )
+    parser.add_argument(
+        "--rerank-weight",
+        type=float,
+        nargs="+" if several_weights else None,
+        default=list(RERANK_WEIGHTS) if several_weights else DEFAULT_RERANK_WEIGHT,
+        help="weight of the reverse models' log p(source | translation) per source token beside beam search's "
+        "score" + ("; each is tried, 0 keeps beam search's choice" if several_weights else ""),
+    )
+
+
+def reranking_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """The reranking keywords of `evaluate_bleu` (`rerank_weight`) or `select_on_validation` (`rerank_weights`);
+    none without `--rerank-with`."""
+    if not args.rerank_with:
+        return {}
+    weight_name = "rerank_weights" if isinstance(args.rerank_weight, list) else "rerank_weight"
+    return {"rerank_with": args.rerank_with, weight_name: args.rerank_weight}
 
 
 def add_dataset_arguments(parser: argparse.ArgumentParser) -> None:

@@ -26,7 +26,15 @@ from .decoding import (
     paper_decoding_defaults,
 )
 from .files import write_text_atomic
-from .translation import load_ensemble, load_model_and_tokenizer, translate_sentences, write_lines_atomic
+from .reranking import DEFAULT_RERANK_WEIGHT, rerank, reverse_scores
+from .translation import (
+    load_ensemble,
+    load_model_and_tokenizer,
+    load_models,
+    translate_nbest,
+    translate_sentences,
+    write_lines_atomic,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -118,6 +126,68 @@ def load_evaluation_pairs(
     return pairs
 
 
+def _check_evaluation_input(
+    sources: Sequence[str], references: Sequence[str | None], tokenized_bleu: bool
+) -> int:
+    """Raise a ValueError naming what cannot be scored: no sources, sources and references that do not pair up,
+    a missing or blank reference (it would lower the score silently). Returns the number of blank sources."""
+    if tokenized_bleu:
+        require_moses_tokenizer()  # before decoding, not after
+    if not sources:
+        raise ValueError("no sentences to evaluate")
+    if len(sources) != len(references):
+        raise ValueError(f"{len(sources)} sources but {len(references)} references; they must pair up")
+    missing = [
+        line for line, reference in enumerate(references, 1) if reference is None or not reference.strip()
+    ]
+    if missing:
+        raise ValueError(
+            f"{len(missing)} of {len(references)} references are missing or blank (first at line "
+            f"{missing[0]}); this split has no complete references to score against"
+        )
+    blank_sources = sum(not source.strip() for source in sources)
+    if blank_sources:
+        logger.warning(
+            "%d of %d source lines are blank; their translations are blank", blank_sources, len(sources)
+        )
+    return blank_sources
+
+
+def _translation_report(
+    model: PreTrainedModel,
+    hypotheses: Sequence[str],
+    references: Sequence[str],
+    blank_sources: int,
+    seconds: float,
+    generation: dict[str, Any],
+    ter: bool,
+    target_lang: str,
+    tokenized_bleu: bool,
+) -> dict[str, Any]:
+    """`evaluate_translation`'s report of `hypotheses`, decoded by `model` with `generation` in `seconds`."""
+    return {
+        "cased": score_translations(hypotheses, references, ter=ter, target_lang=target_lang),
+        "lowercased": score_translations(
+            hypotheses, references, lowercase=True, ter=ter, target_lang=target_lang
+        ),
+        **(
+            {"tokenized_lowercased": score_tokenized_lowercased(hypotheses, references, target_lang)}
+            if tokenized_bleu
+            else {}
+        ),
+        "sentences": len(hypotheses),
+        "blank_sources": blank_sources,
+        "generation": {
+            "max_new_tokens": f"source length + {PAPER_EXTRA_OUTPUT_TOKENS}, each sentence",
+            **generation,
+        },
+        "device": str(model.device),
+        "dtype": str(model.dtype).removeprefix("torch."),
+        "seconds": round(seconds, 3),
+        "sentences_per_second": round(len(hypotheses) / seconds, 2),
+    }
+
+
 def evaluate_translation(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
@@ -139,25 +209,7 @@ def evaluate_translation(
     papers' BLEU, `score_tokenized_lowercased`). A missing or blank reference is an error: it would
     lower the score silently. `ensemble`: models that translate with `model` as one (`translate_sentences`).
     """
-    if tokenized_bleu:
-        require_moses_tokenizer()  # before decoding, not after
-    if not sources:
-        raise ValueError("no sentences to evaluate")
-    if len(sources) != len(references):
-        raise ValueError(f"{len(sources)} sources but {len(references)} references; they must pair up")
-    missing = [
-        line for line, reference in enumerate(references, 1) if reference is None or not reference.strip()
-    ]
-    if missing:
-        raise ValueError(
-            f"{len(missing)} of {len(references)} references are missing or blank (first at line "
-            f"{missing[0]}); this split has no complete references to score against"
-        )
-    blank_sources = sum(not source.strip() for source in sources)
-    if blank_sources:
-        logger.warning(
-            "%d of %d source lines are blank; their translations are blank", blank_sources, len(sources)
-        )
+    blank_sources = _check_evaluation_input(sources, references, tokenized_bleu)
     started = time.perf_counter()
     hypotheses = translate_sentences(
         model,
@@ -169,29 +221,69 @@ def evaluate_translation(
         **generate_kwargs,
     )
     seconds = time.perf_counter() - started
-    report = {
-        "cased": score_translations(hypotheses, references, ter=ter, target_lang=target_lang),
-        "lowercased": score_translations(
-            hypotheses, references, lowercase=True, ter=ter, target_lang=target_lang
-        ),
-        **(
-            {"tokenized_lowercased": score_tokenized_lowercased(hypotheses, references, target_lang)}
-            if tokenized_bleu
-            else {}
-        ),
-        "sentences": len(sources),
-        "blank_sources": blank_sources,
-        "generation": {
-            "max_new_tokens": f"source length + {PAPER_EXTRA_OUTPUT_TOKENS}, each sentence",
-            **generate_kwargs,
-            "max_tokens": max_tokens,
-        },
-        "device": str(model.device),
-        "dtype": str(model.dtype).removeprefix("torch."),
-        "seconds": round(seconds, 3),
-        "sentences_per_second": round(len(sources) / seconds, 2),
-    }
+    generation = {**generate_kwargs, "max_tokens": max_tokens}
+    report = _translation_report(
+        model, hypotheses, references, blank_sources, seconds, generation, ter, target_lang, tokenized_bleu
+    )
     return hypotheses, report
+
+
+def evaluate_reranked(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    sources: Sequence[str],
+    references: Sequence[str | None],
+    reverse_models: Sequence[tuple[PreTrainedModel, PreTrainedTokenizerBase]],
+    weights: Sequence[float],
+    num_beams: int,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    ter: bool = False,
+    target_lang: str = "",
+    show_progress: bool = True,
+    tokenized_bleu: bool = False,
+    ensemble: Sequence[PreTrainedModel] = (),
+    **generate_kwargs,
+) -> list[tuple[list[str], dict[str, Any]]]:
+    """`evaluate_translation` with beam search's `num_beams`-best list reranked by `reverse_models` (models of the
+    other direction, each with its tokenizer: `hf_vanilla.reranking`), once for each of `weights`: one
+    (hypotheses, report) each, the report's generation settings holding the weight. The n-best list and its
+    reverse scores are computed once for all weights; each report's seconds are that whole time."""
+    blank_sources = _check_evaluation_input(sources, references, tokenized_bleu)
+    started = time.perf_counter()
+    nbest = translate_nbest(
+        model,
+        tokenizer,
+        sources,
+        num_beams,
+        max_tokens=max_tokens,
+        show_progress=show_progress,
+        ensemble=ensemble,
+        **generate_kwargs,
+    )
+    reverse = reverse_scores(nbest, sources, reverse_models, max_tokens, show_progress)
+    seconds = time.perf_counter() - started
+    evaluated = []
+    for weight in weights:
+        hypotheses = rerank(nbest, reverse, weight)
+        generation = {
+            "num_beams": num_beams,
+            **generate_kwargs,
+            "rerank_weight": weight,
+            "max_tokens": max_tokens,
+        }
+        report = _translation_report(
+            model,
+            hypotheses,
+            references,
+            blank_sources,
+            seconds,
+            generation,
+            ter,
+            target_lang,
+            tokenized_bleu,
+        )
+        evaluated.append((hypotheses, report))
+    return evaluated
 
 
 def score_model(
@@ -204,36 +296,55 @@ def score_model(
     settings: Sequence[dict[str, Any]] = ({},),
     show_progress: bool = False,
     ensemble: Sequence[str | os.PathLike] = (),
+    rerank_with: Sequence[str | os.PathLike] = (),
+    rerank_weights: Sequence[float] = (0.0,),
 ) -> list[dict[str, Any]]:
     """A saved model decoded on `pairs` (`source` / `target`) with each of `settings` (generate kwargs): one row
     each, with cased and lowercased BLEU, chrF, the BLEU signature and the seconds spent. With `ensemble` (saved
-    models), they decode with it as one."""
+    models), they decode with it as one. With `rerank_with` (saved models of the reverse direction), each
+    setting's n-best list is reranked with each of `rerank_weights` (`evaluate_reranked`): one row each, with its
+    "rerank_weight"."""
     model, tokenizer = load_model_and_tokenizer(model_name_or_path, device, dtype)
     members = load_ensemble(ensemble, device, dtype)
+    reverse_models = load_models(rerank_with, device, dtype, role="reranking model")
+    common = {"max_tokens": max_tokens, "target_lang": target_lang, "show_progress": show_progress}
     rows = []
     for setting in settings:
-        _, report = evaluate_translation(
-            model,
-            tokenizer,
-            pairs["source"],
-            pairs["target"],
-            max_tokens=max_tokens,
-            target_lang=target_lang,
-            show_progress=show_progress,
-            ensemble=members,
-            **setting,
-        )
-        rows.append(
+        if reverse_models:
+            beam_search = {name: value for name, value in setting.items() if name != "num_beams"}
+            evaluated = evaluate_reranked(
+                model,
+                tokenizer,
+                pairs["source"],
+                pairs["target"],
+                reverse_models,
+                rerank_weights,
+                setting.get("num_beams", 1),
+                ensemble=members,
+                **common,
+                **beam_search,
+            )
+            reports = [
+                ({**setting, "rerank_weight": weight}, report)
+                for weight, (_, report) in zip(rerank_weights, evaluated, strict=True)
+            ]
+        else:
+            _, report = evaluate_translation(
+                model, tokenizer, pairs["source"], pairs["target"], ensemble=members, **common, **setting
+            )
+            reports = [(setting, report)]
+        rows += [
             {
                 "model": str(model_name_or_path),
-                **setting,
+                **row_setting,
                 "bleu": report["cased"]["bleu"],
                 "bleu_lowercased": report["lowercased"]["bleu"],
                 "chrf": report["cased"]["chrf"],
                 "signature": report["cased"]["bleu_signature"],
                 "seconds": report["seconds"],
             }
-        )
+            for row_setting, report in reports
+        ]
     return rows
 
 
@@ -254,6 +365,8 @@ def evaluate_bleu(
     show_progress: bool = True,
     tokenized_bleu: bool = False,
     ensemble: Sequence[str | os.PathLike] = (),
+    rerank_with: Sequence[str | os.PathLike] = (),
+    rerank_weight: float = DEFAULT_RERANK_WEIGHT,
     **generate_kwargs,
 ) -> dict[str, Any]:
     """Translate a dataset split with a saved model, score it, and write hypotheses and a JSON report.
@@ -263,32 +376,48 @@ def evaluate_bleu(
     translation a line, in dataset order) and `.json` into `output_dir`, each atomically, and
     returns the report. `tokenized_bleu` adds the papers' tokenized, lowercased BLEU beside sacreBLEU.
     `ensemble` (saved models sharing the model's tokenizer) translate with it as one (`hf_vanilla.ensemble`).
+    `rerank_with` (saved models of the reverse direction) rerank beam search's n-best list with `rerank_weight`
+    (`hf_vanilla.reranking`).
     """
     if tokenized_bleu:
         require_moses_tokenizer()  # before loading anything
     pairs = load_evaluation_pairs(dataset, source_lang, target_lang, split, config_name, max_sentences)
     model, tokenizer = load_model_and_tokenizer(model_name_or_path, device, dtype)
     members = load_ensemble(ensemble, device, dtype)
+    reverse_models = load_models(rerank_with, device, dtype, role="reranking model")
     set_seed(seed)
-    hypotheses, report = evaluate_translation(
-        model,
-        tokenizer,
-        pairs["source"],
-        pairs["target"],
-        max_tokens=max_tokens,
-        ter=ter,
-        target_lang=target_lang,
-        show_progress=show_progress,
-        tokenized_bleu=tokenized_bleu,
-        ensemble=members,
-        **paper_decoding_defaults(generate_kwargs),
-        **generate_kwargs,
-    )
+    settings = {**paper_decoding_defaults(generate_kwargs), **generate_kwargs}
+    common = {
+        "max_tokens": max_tokens,
+        "ter": ter,
+        "target_lang": target_lang,
+        "show_progress": show_progress,
+        "tokenized_bleu": tokenized_bleu,
+        "ensemble": members,
+    }
+    if reverse_models:
+        num_beams = settings.pop("num_beams")
+        ((hypotheses, report),) = evaluate_reranked(
+            model,
+            tokenizer,
+            pairs["source"],
+            pairs["target"],
+            reverse_models,
+            [rerank_weight],
+            num_beams,
+            **common,
+            **settings,
+        )
+    else:
+        hypotheses, report = evaluate_translation(
+            model, tokenizer, pairs["source"], pairs["target"], **common, **settings
+        )
     stem = f"{split}.{source_lang}-{target_lang}"
     hypotheses_path = write_lines_atomic(Path(output_dir) / f"{stem}.hyp", hypotheses)
     report = {
         "model": str(model_name_or_path),
         **({"ensemble": [str(path) for path in ensemble]} if ensemble else {}),
+        **({"rerank_with": [str(path) for path in rerank_with]} if rerank_with else {}),
         "dataset": dataset,
         "config_name": config_name,
         "split": split,

@@ -16,6 +16,7 @@ from .decoding import (
     PAPER_GENERATION_KWARGS,
 )
 from .files import write_text_atomic
+from .reranking import RERANK_WEIGHTS
 from .scoring import evaluate_bleu, load_evaluation_pairs, require_moses_tokenizer, score_model
 
 RUN_CANDIDATES = ("checkpoint_best", "checkpoint_last", "checkpoint_average")
@@ -61,13 +62,14 @@ def decoding_grid(num_beams: Sequence[int], length_penalties: Sequence[float]) -
     ]
 
 
-def _validation_rows(candidates, settings, pairs, target_lang, device, dtype, max_tokens, ensemble):
-    """Each candidate decoded with each setting on `pairs`: the score rows, and the BLEU signature."""
+def _validation_rows(candidates, settings, pairs, target_lang, device, dtype, max_tokens, extra_models):
+    """Each candidate decoded with each setting on `pairs`: the score rows, and the BLEU signature.
+    `extra_models`: `score_model`'s ensemble and reranking keywords."""
     rows = []
     with tqdm(total=len(candidates) * len(settings), unit="decoding", desc="Validation") as progress:
         for candidate in candidates:
             rows += score_model(
-                candidate, pairs, target_lang, device, dtype, max_tokens, settings, ensemble=ensemble
+                candidate, pairs, target_lang, device, dtype, max_tokens, settings, **extra_models
             )
             progress.update(len(settings))
     signature = rows[-1]["signature"]
@@ -91,6 +93,8 @@ def select_on_validation(
     max_tokens: int = DEFAULT_MAX_TOKENS,
     tokenized_bleu: bool = False,
     ensemble: Sequence[str | os.PathLike] = (),
+    rerank_with: Sequence[str | os.PathLike] = (),
+    rerank_weights: Sequence[float] = RERANK_WEIGHTS,
     **generate_kwargs,
 ) -> dict[str, Any]:
     """Pick the model, beam size and length penalty with the best cased validation BLEU, then report other splits.
@@ -103,6 +107,8 @@ def select_on_validation(
     the papers' tokenized, lowercased BLEU to the reports (validation is chosen on sacreBLEU alone).
     With `ensemble` (saved models), every candidate decodes together with them as one (`hf_vanilla.ensemble`):
     choose each member's checkpoint on its own first, then the ensemble's beam size and length penalty here.
+    With `rerank_with` (saved models of the reverse direction), each decoding's n-best list is reranked with each
+    of `rerank_weights` (`hf_vanilla.reranking`; 0 keeps beam search's choice), and the weight is chosen too.
     Writes `selection.json` (every validation score and the choice) and the reports into `output_dir`;
     returns the same dictionary.
     """
@@ -113,11 +119,14 @@ def select_on_validation(
     pairs = load_evaluation_pairs(
         dataset, source_lang, target_lang, validation_split, config_name, max_sentences
     )
+    extra_models = {"ensemble": ensemble, "rerank_with": rerank_with, "rerank_weights": rerank_weights}
     rows, signature = _validation_rows(
-        candidates, settings, pairs, target_lang, device, dtype, max_tokens, ensemble
+        candidates, settings, pairs, target_lang, device, dtype, max_tokens, extra_models
     )
     chosen = max(rows, key=lambda row: row["bleu"])  # the first of equals: models and settings in given order
-    decoding = {name: chosen[name] for name in ("num_beams", "length_penalty") if name in chosen}
+    decoding = {
+        name: chosen[name] for name in ("num_beams", "length_penalty", "rerank_weight") if name in chosen
+    }
     reports = {
         split: evaluate_bleu(
             chosen["model"],
@@ -133,6 +142,7 @@ def select_on_validation(
             max_tokens=max_tokens,
             tokenized_bleu=tokenized_bleu,
             ensemble=ensemble,
+            rerank_with=rerank_with,
             **decoding,
             **generate_kwargs,
         )
@@ -142,6 +152,7 @@ def select_on_validation(
         "validation_split": validation_split,
         "validation_sentences": len(pairs),
         **({"ensemble": [str(path) for path in ensemble]} if ensemble else {}),
+        **({"rerank_with": [str(path) for path in rerank_with]} if rerank_with else {}),
         "signature": signature,
         "validation": rows,
         "chosen": chosen,

@@ -5,8 +5,9 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors import SafetensorError, safe_open
@@ -73,6 +74,61 @@ def _encode_within_positions(
     }
 
 
+def _generate_in_batches(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    sources: Sequence[str],
+    max_tokens: int,
+    extra_output_tokens: int,
+    show_progress: bool,
+    skip_long_lines: bool,
+    ensemble: Sequence[PreTrainedModel],
+    **generate_kwargs,
+) -> Iterator[tuple[list[int], Any]]:
+    """`generate`'s output for each batch of the nonblank `sources`, with the indices in `sources` of its
+    sentences (`translate_sentences` says how sentences are batched, cut and limited)."""
+    check_ensemble(model, tokenizer, ensemble)
+    if generate_kwargs.get("max_new_tokens", 0) > (room := max_new_tokens_room(model)):
+        raise ValueError(
+            f"max_new_tokens={generate_kwargs['max_new_tokens']} is more than the decoder has positions for: at "
+            f"most {room} (max_position_embeddings {model.config.max_position_embeddings} less the start token)"
+        )
+    to_translate = _encode_within_positions(model, tokenizer, sources, skip_long_lines)
+    if not to_translate:
+        return
+    indices, input_ids = list(to_translate), list(to_translate.values())
+    sampler = TokenBatchSampler([len(ids) for ids in input_ids], max_tokens, shuffle=False)
+    model_was_training = model.training
+    model.eval()
+    for member in ensemble:
+        member.eval()
+    try:
+        with (
+            torch.inference_mode(),
+            tqdm(total=len(indices), unit="sent", desc="Translating", disable=not show_progress) as progress,
+        ):
+            for batch in sampler:
+                batch_ids = [input_ids[position] for position in batch]
+                encoded = tokenizer.pad({"input_ids": batch_ids}, return_tensors="pt").to(model.device)
+                limit = (
+                    {}
+                    if "max_new_tokens" in generate_kwargs
+                    else paper_length_limit(model, encoded["attention_mask"], extra_output_tokens)
+                )
+                mixing = (
+                    {"logits_processor": LogitsProcessorList([EnsembleLogitsProcessor(ensemble, **encoded)])}
+                    if ensemble
+                    else {}
+                )
+                yield (
+                    [indices[position] for position in batch],
+                    model.generate(**encoded, **limit, **mixing, **generate_kwargs),
+                )
+                progress.update(len(batch))
+    finally:
+        model.train(model_was_training)
+
+
 def translate_sentences(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
@@ -101,47 +157,65 @@ def translate_sentences(
     (`hf_vanilla.ensemble`); `generate`'s own logits processors (temperature, top-k...) act on `model`'s scores
     before the averaging.
     """
-    check_ensemble(model, tokenizer, ensemble)
-    if generate_kwargs.get("max_new_tokens", 0) > (room := max_new_tokens_room(model)):
-        raise ValueError(
-            f"max_new_tokens={generate_kwargs['max_new_tokens']} is more than the decoder has positions for: at "
-            f"most {room} (max_position_embeddings {model.config.max_position_embeddings} less the start token)"
-        )
     translations = [""] * len(sources)
-    to_translate = _encode_within_positions(model, tokenizer, sources, skip_long_lines)
-    if not to_translate:
-        return translations
-    indices, input_ids = list(to_translate), list(to_translate.values())
-    sampler = TokenBatchSampler([len(ids) for ids in input_ids], max_tokens, shuffle=False)
-    model_was_training = model.training
-    model.eval()
-    for member in ensemble:
-        member.eval()
-    try:
-        with (
-            torch.inference_mode(),
-            tqdm(total=len(indices), unit="sent", desc="Translating", disable=not show_progress) as progress,
-        ):
-            for batch in sampler:
-                batch_ids = [input_ids[position] for position in batch]
-                encoded = tokenizer.pad({"input_ids": batch_ids}, return_tensors="pt").to(model.device)
-                limit = (
-                    {}
-                    if "max_new_tokens" in generate_kwargs
-                    else paper_length_limit(model, encoded["attention_mask"], extra_output_tokens)
-                )
-                mixing = (
-                    {"logits_processor": LogitsProcessorList([EnsembleLogitsProcessor(ensemble, **encoded)])}
-                    if ensemble
-                    else {}
-                )
-                outputs = model.generate(**encoded, **limit, **mixing, **generate_kwargs)
-                for position, text in zip(batch, decode_translations(tokenizer, outputs), strict=True):
-                    translations[indices[position]] = text
-                progress.update(len(batch))
-    finally:
-        model.train(model_was_training)
+    batches = _generate_in_batches(
+        model,
+        tokenizer,
+        sources,
+        max_tokens,
+        extra_output_tokens,
+        show_progress,
+        skip_long_lines,
+        ensemble,
+        **generate_kwargs,
+    )
+    for indices, outputs in batches:
+        for index, text in zip(indices, decode_translations(tokenizer, outputs), strict=True):
+            translations[index] = text
     return translations
+
+
+def translate_nbest(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    sources: Sequence[str],
+    num_beams: int,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    extra_output_tokens: int = PAPER_EXTRA_OUTPUT_TOKENS,
+    show_progress: bool = True,
+    skip_long_lines: bool = False,
+    ensemble: Sequence[PreTrainedModel] = (),
+    **generate_kwargs,
+) -> list[list[tuple[str, float]]]:
+    """Each source's `num_beams` best translations from beam search, best first, with the score beam search
+    ranked them by (sum of token log-probabilities / length ** length_penalty); otherwise as
+    `translate_sentences`, whose first translations these are. A blank source gets [("", 0.0)].
+
+    Keeping the scores costs one (rows, vocab) tensor per decoding step until a batch ends: lower `max_tokens`
+    if that does not fit."""
+    nbest = [[("", 0.0)] for _ in sources]
+    batches = _generate_in_batches(
+        model,
+        tokenizer,
+        sources,
+        max_tokens,
+        extra_output_tokens,
+        show_progress,
+        skip_long_lines,
+        ensemble,
+        num_beams=num_beams,
+        num_return_sequences=num_beams,
+        return_dict_in_generate=True,
+        output_scores=True,
+        **generate_kwargs,
+    )
+    for indices, outputs in batches:
+        texts = decode_translations(tokenizer, outputs.sequences)
+        scores = outputs.sequences_scores.tolist()
+        for position, index in enumerate(indices):
+            rows = range(position * num_beams, (position + 1) * num_beams)
+            nbest[index] = [(texts[row], scores[row]) for row in rows]
+    return nbest
 
 
 def resolve_device(device: str | None = None) -> torch.device:
@@ -191,18 +265,30 @@ def load_model_and_tokenizer(
     return model.to(device).eval(), tokenizer
 
 
+def load_models(
+    model_names_or_paths: Sequence[str | os.PathLike],
+    device: str | None = None,
+    dtype: str = "float32",
+    role: str = "ensemble member",
+) -> list[tuple[PreTrainedModel, PreTrainedTokenizerBase]]:
+    """More models with their tokenizers (an ensemble's members, reranking's reverse models), each loaded as
+    `load_model_and_tokenizer` loads one; a model that does not load is a ValueError or FileNotFoundError that
+    names it and its `role`."""
+    loaded = []
+    for path in model_names_or_paths:
+        try:
+            loaded.append(load_model_and_tokenizer(path, device, dtype))
+        except (ValueError, FileNotFoundError) as err:
+            raise type(err)(f"{role} {path}: {err}") from err
+    return loaded
+
+
 def load_ensemble(
     model_names_or_paths: Sequence[str | os.PathLike], device: str | None = None, dtype: str = "float32"
 ) -> list[PreTrainedModel]:
     """The models of an ensemble beside the first (`translate_sentences`' `ensemble`), loaded as the first is; a
     member that does not load is a ValueError or FileNotFoundError that names it."""
-    members = []
-    for path in model_names_or_paths:
-        try:
-            members.append(load_model_and_tokenizer(path, device, dtype)[0])
-        except (ValueError, FileNotFoundError) as err:
-            raise type(err)(f"ensemble member {path}: {err}") from err
-    return members
+    return [model for model, _ in load_models(model_names_or_paths, device, dtype)]
 
 
 def load_tokenizer(

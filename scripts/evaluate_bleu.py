@@ -16,10 +16,12 @@ from hf_vanilla.cli import (
     add_dataset_arguments,
     add_decoding_arguments,
     add_ensemble_argument,
+    add_reranking_arguments,
     add_tokenized_bleu_argument,
     dataset_kwargs,
     decoding_kwargs,
     ensemble_kwargs,
+    reranking_kwargs,
     runtime_kwargs,
 )
 from hf_vanilla.scoring import evaluate_bleu
@@ -33,8 +35,11 @@ def main() -> None:
     parser.add_argument("--ter", action="store_true", help="also compute TER")
     add_tokenized_bleu_argument(parser)
     add_ensemble_argument(parser)
+    add_reranking_arguments(parser)
     parser.add_argument("--seed", type=int, default=0, help="matters only when sampling")
-    parser.add_argument("--output-dir", default="outputs/evaluation", help="where the hypotheses and report go")
+    parser.add_argument(
+        "--output-dir", default="outputs/evaluation", help="where the hypotheses and report go"
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO)
 
@@ -50,6 +55,7 @@ def main() -> None:
             **runtime_kwargs(args),
             **decoding_kwargs(args),
             **ensemble_kwargs(args),
+            **reranking_kwargs(args),
         )
     except (ValueError, FileNotFoundError, ImportError) as err:
         sys.exit(f"error: {err}")

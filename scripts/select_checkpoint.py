@@ -15,12 +15,14 @@ from hf_vanilla.cli import (
     ArgumentParser,
     add_dataset_arguments,
     add_ensemble_argument,
+    add_reranking_arguments,
     add_runtime_arguments,
     add_tokenized_bleu_argument,
     cache_kwargs,
     dataset_kwargs,
     ensemble_kwargs,
     positive_int,
+    reranking_kwargs,
     runtime_kwargs,
 )
 from hf_vanilla.decoding import PAPER_GENERATION_KWARGS
@@ -54,7 +56,10 @@ def main() -> None:
     add_runtime_arguments(parser)
     add_tokenized_bleu_argument(parser)
     add_ensemble_argument(parser)
-    parser.add_argument("--output-dir", default="outputs/selection", help="where selection.json and the reports go")
+    add_reranking_arguments(parser, several_weights=True)
+    parser.add_argument(
+        "--output-dir", default="outputs/selection", help="where selection.json and the reports go"
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
 
@@ -71,6 +76,7 @@ def main() -> None:
             **runtime_kwargs(args),
             **cache_kwargs(args),
             **ensemble_kwargs(args),
+            **reranking_kwargs(args),
         )
     except (ValueError, FileNotFoundError, ImportError) as err:
         sys.exit(f"error: {err}")
@@ -78,12 +84,14 @@ def main() -> None:
     print(
         f"{args.validation_split} ({selection['validation_sentences']} sentences), {selection['signature']}"
     )
-    print(f"{'BLEU':>6} {'lc':>6} {'chrF':>6}  beams  lp    model")
+    reranked = "rerank_with" in selection
+    print(f"{'BLEU':>6} {'lc':>6} {'chrF':>6}  beams  lp    " + ("rerank  " if reranked else "") + "model")
     for row in selection["validation"]:
         marker = "  <- chosen" if row is chosen else ""
+        weight = f"{row['rerank_weight']:<6}  " if reranked else ""
         print(
             f"{row['bleu']:6.2f} {row['bleu_lowercased']:6.2f} {row['chrf']:6.2f}  {row['num_beams']:>5}  "
-            f"{row.get('length_penalty', '-'):<4}  {row['model']}{marker}"
+            f"{row.get('length_penalty', '-'):<4}  {weight}{row['model']}{marker}"
         )
     for split, report in selection["reports"].items():
         print(
