@@ -37,9 +37,7 @@ def main() -> None:
     add_ensemble_argument(parser)
     add_reranking_arguments(parser)
     parser.add_argument("--seed", type=int, default=0, help="matters only when sampling")
-    parser.add_argument(
-        "--output-dir", default="outputs/evaluation", help="where the hypotheses and report go"
-    )
+    parser.add_argument("--output-dir", default="outputs/evaluation", help="where the hypotheses and report go")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO)
 

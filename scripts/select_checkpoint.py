@@ -57,9 +57,7 @@ def main() -> None:
     add_tokenized_bleu_argument(parser)
     add_ensemble_argument(parser)
     add_reranking_arguments(parser, several_weights=True)
-    parser.add_argument(
-        "--output-dir", default="outputs/selection", help="where selection.json and the reports go"
-    )
+    parser.add_argument("--output-dir", default="outputs/selection", help="where selection.json and the reports go")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
 

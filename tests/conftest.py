@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 from synthetic_corpus import write_synthetic_corpus
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from hf_vanilla import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from hf_vanilla.data import load_translation_split
@@ -119,3 +120,39 @@ def trained_run(tiny_dataset, tokenizer_dir, tmp_path_factory):
         )
     )
     return output_dir
+
+
+def sharpened(model):
+    """The model with its output distribution made peaky, as a trained model's is: beam search then has clear
+    winners, and two such models disagree often."""
+    with torch.no_grad():
+        model.lm_head.weight.mul_(40)
+    return model.eval()
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_model_dir):
+    """The tiny model's tokenizer, which `first` and `second` share."""
+    return AutoTokenizer.from_pretrained(tiny_model_dir)
+
+
+@pytest.fixture(scope="module")
+def first(tiny_model_dir):
+    """The tiny model, sharpened: for the tests of decoding with several models (ensembles, reranking)."""
+    return sharpened(AutoModelForSeq2SeqLM.from_pretrained(tiny_model_dir))
+
+
+@pytest.fixture(scope="module")
+def second_dir(first, tmp_path_factory, tiny_model_dir):
+    """Another sharpened model of `first`'s shape and tokenizer, saved with it."""
+    directory = tmp_path_factory.mktemp("second")
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (directory / name).write_bytes((tiny_model_dir / name).read_bytes())
+    torch.manual_seed(1)
+    sharpened(VanillaTransformerForConditionalGeneration(first.config)).save_pretrained(directory)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def second(second_dir):
+    return AutoModelForSeq2SeqLM.from_pretrained(second_dir).eval()

@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 from conftest import SCRIPTS
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, LogitsProcessorList
+from transformers import AutoModelForSeq2SeqLM, LogitsProcessorList
 
 from hf_vanilla.ensemble import EnsembleLogitsProcessor
 from hf_vanilla.modeling_vanilla import VanillaTransformerForConditionalGeneration
@@ -17,40 +17,6 @@ from hf_vanilla.selection import select_on_validation
 from hf_vanilla.translation import translate_sentences
 
 SOURCES = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee.", "", "Kinder."]
-
-
-def sharpened(model):
-    """The model with its output distribution made peaky, as a trained model's is: beam search then has clear
-    winners, and two such models disagree often."""
-    with torch.no_grad():
-        model.lm_head.weight.mul_(40)
-    return model.eval()
-
-
-@pytest.fixture(scope="module")
-def tokenizer(tiny_model_dir):
-    return AutoTokenizer.from_pretrained(tiny_model_dir)
-
-
-@pytest.fixture(scope="module")
-def first(tiny_model_dir):
-    return sharpened(AutoModelForSeq2SeqLM.from_pretrained(tiny_model_dir))
-
-
-@pytest.fixture(scope="module")
-def second_dir(first, tmp_path_factory, tiny_model_dir):
-    """Another model of the same shape and tokenizer, saved with it."""
-    directory = tmp_path_factory.mktemp("second")
-    for name in ("tokenizer.json", "tokenizer_config.json"):
-        (directory / name).write_bytes((tiny_model_dir / name).read_bytes())
-    torch.manual_seed(1)
-    sharpened(VanillaTransformerForConditionalGeneration(first.config)).save_pretrained(directory)
-    return directory
-
-
-@pytest.fixture(scope="module")
-def second(second_dir):
-    return AutoModelForSeq2SeqLM.from_pretrained(second_dir).eval()
 
 
 def mixture_log_probs(models, encoded, decoder_ids):

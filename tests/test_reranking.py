@@ -7,10 +7,8 @@ import sys
 import pytest
 import torch
 from conftest import SCRIPTS
-from test_ensemble import SOURCES, sharpened
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+from test_ensemble import SOURCES
 
-from hf_vanilla.modeling_vanilla import VanillaTransformerForConditionalGeneration
 from hf_vanilla.reranking import rerank, reverse_scores, source_log_probs
 from hf_vanilla.scoring import evaluate_reranked, evaluate_translation
 from hf_vanilla.selection import select_on_validation
@@ -20,36 +18,16 @@ REFERENCES = ["A man rides a bike.", "Two dogs play in the snow.", "Nothing.", "
 
 
 @pytest.fixture(scope="module")
-def tokenizer(tiny_model_dir):
-    return AutoTokenizer.from_pretrained(tiny_model_dir)
+def reverse(second, tokenizer):
+    """`second` standing for a model of the other direction, with its tokenizer."""
+    return second, tokenizer
 
 
-@pytest.fixture(scope="module")
-def forward(tiny_model_dir):
-    return sharpened(AutoModelForSeq2SeqLM.from_pretrained(tiny_model_dir))
-
-
-@pytest.fixture(scope="module")
-def reverse_dir(forward, tmp_path_factory, tiny_model_dir):
-    """A model standing for the other direction: another tiny model with the same tokenizer, saved with it."""
-    directory = tmp_path_factory.mktemp("reverse")
-    for name in ("tokenizer.json", "tokenizer_config.json"):
-        (directory / name).write_bytes((tiny_model_dir / name).read_bytes())
-    torch.manual_seed(2)
-    sharpened(VanillaTransformerForConditionalGeneration(forward.config)).save_pretrained(directory)
-    return directory
-
-
-@pytest.fixture(scope="module")
-def reverse(reverse_dir, tokenizer):
-    return AutoModelForSeq2SeqLM.from_pretrained(reverse_dir).eval(), tokenizer
-
-
-def test_nbest_lists_start_with_beam_searchs_translation_and_fall_in_score(forward, tokenizer):
+def test_nbest_lists_start_with_beam_searchs_translation_and_fall_in_score(first, tokenizer):
     settings = {"length_penalty": 1.0, "max_new_tokens": 8, "show_progress": False}
-    nbest = translate_nbest(forward, tokenizer, SOURCES, num_beams=3, **settings)
-    first = translate_sentences(forward, tokenizer, SOURCES, num_beams=3, **settings)
-    assert [hypotheses[0][0] for hypotheses in nbest] == first
+    nbest = translate_nbest(first, tokenizer, SOURCES, num_beams=3, **settings)
+    chosen = translate_sentences(first, tokenizer, SOURCES, num_beams=3, **settings)
+    assert [hypotheses[0][0] for hypotheses in nbest] == chosen
     assert nbest[2] == [("", 0.0)]  # a blank source is not decoded
     for index in (0, 1, 3):
         scores = [score for _, score in nbest[index]]
@@ -74,11 +52,11 @@ def test_source_log_probs_are_the_reverse_models_per_token_log_likelihood(revers
     )
 
 
-def test_reverse_scores_average_the_reverse_models_and_skip_blank_sources(forward, reverse, tokenizer):
-    nbest = translate_nbest(forward, tokenizer, SOURCES, num_beams=2, max_new_tokens=8, show_progress=False)
+def test_reverse_scores_average_the_reverse_models_and_skip_blank_sources(first, reverse, tokenizer):
+    nbest = translate_nbest(first, tokenizer, SOURCES, num_beams=2, max_new_tokens=8, show_progress=False)
     alone = reverse_scores(nbest, SOURCES, [reverse], show_progress=False)
-    other = reverse_scores(nbest, SOURCES, [(forward, tokenizer)], show_progress=False)
-    both = reverse_scores(nbest, SOURCES, [reverse, (forward, tokenizer)], show_progress=False)
+    other = reverse_scores(nbest, SOURCES, [(first, tokenizer)], show_progress=False)
+    both = reverse_scores(nbest, SOURCES, [reverse, (first, tokenizer)], show_progress=False)
     assert alone[2] == [0.0]
     for index in (0, 1, 3):
         assert both[index] == pytest.approx(
@@ -99,38 +77,34 @@ def test_rerank_weighs_the_reverse_score_against_beam_searchs():
         rerank(nbest, reverse, -1.0)
 
 
-def test_reranking_with_weight_zero_scores_as_beam_search(forward, reverse, tokenizer):
+def test_reranking_with_weight_zero_scores_as_beam_search(first, reverse, tokenizer):
     settings = {"length_penalty": 1.0, "max_new_tokens": 8, "show_progress": False}
-    plain, plain_report = evaluate_translation(
-        forward, tokenizer, SOURCES, REFERENCES, num_beams=3, **settings
-    )
-    evaluated = evaluate_reranked(
-        forward, tokenizer, SOURCES, REFERENCES, [reverse], [0.0, 5.0], 3, **settings
-    )
+    plain, plain_report = evaluate_translation(first, tokenizer, SOURCES, REFERENCES, num_beams=3, **settings)
+    evaluated = evaluate_reranked(first, tokenizer, SOURCES, REFERENCES, [reverse], [0.0, 5.0], 3, **settings)
     (unchanged, report), (reranked, heavy_report) = evaluated
     assert unchanged == plain and report["cased"] == plain_report["cased"]
     assert report["generation"]["rerank_weight"] == 0.0 and heavy_report["generation"]["rerank_weight"] == 5.0
-    nbest = translate_nbest(forward, tokenizer, SOURCES, num_beams=3, **settings)
+    nbest = translate_nbest(first, tokenizer, SOURCES, num_beams=3, **settings)
     assert reranked == rerank(nbest, reverse_scores(nbest, SOURCES, [reverse], show_progress=False), 5.0)
 
 
 def test_selection_chooses_the_weight_and_the_test_decoding_uses_it(
-    tiny_model_dir, reverse_dir, corpus_path, tmp_path
+    tiny_model_dir, second_dir, corpus_path, tmp_path
 ):
     common = {"dataset": corpus_path, "source_lang": "de", "target_lang": "en", "max_sentences": 3}
     selection = select_on_validation(
         [tiny_model_dir],
         output_dir=tmp_path,
         num_beams=[2],
-        rerank_with=[reverse_dir],
+        rerank_with=[second_dir],
         rerank_weights=[0.0, 1.0],
         device="cpu",
         **common,
     )
     assert [row["rerank_weight"] for row in selection["validation"]] == [0.0, 1.0]
-    assert selection["rerank_with"] == [str(reverse_dir)]
+    assert selection["rerank_with"] == [str(second_dir)]
     test_report = json.loads((tmp_path / "test.de-en.json").read_text())
-    assert test_report["rerank_with"] == [str(reverse_dir)]
+    assert test_report["rerank_with"] == [str(second_dir)]
     assert test_report["generation"]["rerank_weight"] == selection["chosen"]["rerank_weight"]
     assert test_report["cased"]["bleu"] == selection["reports"]["test"]["cased"]["bleu"]
 
