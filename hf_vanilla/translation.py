@@ -189,11 +189,13 @@ def translate_nbest(
 ) -> list[list[tuple[str, float]]]:
     """Each source's `num_beams` best translations from beam search, best first, with the score beam search
     ranked them by (sum of token log-probabilities / length ** length_penalty); otherwise as
-    `translate_sentences`, whose first translations these are. A blank source gets [("", 0.0)].
+    `translate_sentences`, whose first translations these are. A blank source gets [("", 0.0)]; greedy search
+    (`num_beams` 1) gives each source its one translation, scored 0.
 
     Keeping the scores costs one (rows, vocab) tensor per decoding step until a batch ends: lower `max_tokens`
     if that does not fit."""
     nbest = [[("", 0.0)] for _ in sources]
+    beam_search = num_beams > 1  # greedy search returns no sequence scores
     batches = _generate_in_batches(
         model,
         tokenizer,
@@ -206,12 +208,12 @@ def translate_nbest(
         num_beams=num_beams,
         num_return_sequences=num_beams,
         return_dict_in_generate=True,
-        output_scores=True,
+        output_scores=beam_search,
         **generate_kwargs,
     )
     for indices, outputs in batches:
         texts = decode_translations(tokenizer, outputs.sequences)
-        scores = outputs.sequences_scores.tolist()
+        scores = outputs.sequences_scores.tolist() if beam_search else [0.0] * len(texts)
         for position, index in enumerate(indices):
             rows = range(position * num_beams, (position + 1) * num_beams)
             nbest[index] = [(texts[row], scores[row]) for row in rows]

@@ -32,6 +32,11 @@ def test_nbest_lists_start_with_beam_searchs_translation_and_fall_in_score(first
     for index in (0, 1, 3):
         scores = [score for _, score in nbest[index]]
         assert len(scores) == 3 and scores == sorted(scores, reverse=True)
+    greedy = translate_sentences(
+        first, tokenizer, SOURCES, num_beams=1, max_new_tokens=8, show_progress=False
+    )
+    one_best = translate_nbest(first, tokenizer, SOURCES, num_beams=1, max_new_tokens=8, show_progress=False)
+    assert one_best == [[(translation, 0.0)] for translation in greedy]
 
 
 def test_source_log_probs_are_the_reverse_models_per_token_log_likelihood(reverse, tokenizer):
