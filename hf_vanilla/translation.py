@@ -78,11 +78,11 @@ def _generate_in_batches(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
     sources: Sequence[str],
-    max_tokens: int,
-    extra_output_tokens: int,
-    show_progress: bool,
-    skip_long_lines: bool,
-    ensemble: Sequence[PreTrainedModel],
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    extra_output_tokens: int = PAPER_EXTRA_OUTPUT_TOKENS,
+    show_progress: bool = True,
+    skip_long_lines: bool = False,
+    ensemble: Sequence[PreTrainedModel] = (),
     **generate_kwargs,
 ) -> Iterator[tuple[list[int], Any]]:
     """`generate`'s output for each batch of the nonblank `sources`, with the indices in `sources` of its
@@ -180,15 +180,10 @@ def translate_nbest(
     tokenizer: PreTrainedTokenizerBase,
     sources: Sequence[str],
     num_beams: int,
-    max_tokens: int = DEFAULT_MAX_TOKENS,
-    extra_output_tokens: int = PAPER_EXTRA_OUTPUT_TOKENS,
-    show_progress: bool = True,
-    skip_long_lines: bool = False,
-    ensemble: Sequence[PreTrainedModel] = (),
-    **generate_kwargs,
+    **options,
 ) -> list[list[tuple[str, float]]]:
     """Each source's `num_beams` best translations from beam search, best first, with the score beam search
-    ranked them by (sum of token log-probabilities / length ** length_penalty); otherwise as
+    ranked them by (sum of token log-probabilities / length ** length_penalty); `options` and everything else as
     `translate_sentences`, whose first translations these are. A blank source gets [("", 0.0)]; greedy search
     (`num_beams` 1) gives each source its one translation, scored 0.
 
@@ -200,16 +195,11 @@ def translate_nbest(
         model,
         tokenizer,
         sources,
-        max_tokens,
-        extra_output_tokens,
-        show_progress,
-        skip_long_lines,
-        ensemble,
         num_beams=num_beams,
         num_return_sequences=num_beams,
         return_dict_in_generate=True,
         output_scores=beam_search,
-        **generate_kwargs,
+        **options,
     )
     for indices, outputs in batches:
         texts = decode_translations(tokenizer, outputs.sequences)
