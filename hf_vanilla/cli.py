@@ -10,7 +10,12 @@ from typing import Any
 
 from .decoding import DEFAULT_MAX_TOKENS, PAPER_EXTRA_OUTPUT_TOKENS, PAPER_GENERATION_KWARGS
 from .precision import DTYPE_NAMES
-from .reranking import DEFAULT_RERANK_WEIGHT, RERANK_WEIGHTS
+from .reranking import (
+    DEFAULT_RERANK_WEIGHT,
+    DEFAULT_RIGHT_TO_LEFT_WEIGHT,
+    RERANK_WEIGHTS,
+    RIGHT_TO_LEFT_WEIGHTS,
+)
 from .training_args import PUBLIC_MULTI30K
 
 
@@ -131,8 +136,9 @@ def ensemble_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def add_reranking_arguments(parser: argparse.ArgumentParser, several_weights: bool = False) -> None:
-    """`--rerank-with` and `--rerank-weight` (one, or with `several_weights` a list to choose from on validation);
-    read them back with `reranking_kwargs`."""
+    """`--rerank-with`, `--rerank-right-to-left` and their weights (one each, or with `several_weights` lists to
+    choose from on validation); read them back with `reranking_kwargs`."""
+    tried = "; each is tried, 0 keeps beam search's choice" if several_weights else ""
     parser.add_argument(
         "--rerank-with",
         nargs="+",
@@ -148,17 +154,43 @@ def add_reranking_arguments(parser: argparse.ArgumentParser, several_weights: bo
         nargs="+" if several_weights else None,
         default=list(RERANK_WEIGHTS) if several_weights else DEFAULT_RERANK_WEIGHT,
         help="weight of the reverse models' log p(source | translation) per source token beside beam search's "
-        "score" + ("; each is tried, 0 keeps beam search's choice" if several_weights else ""),
+        "score" + tried,
+    )
+    parser.add_argument(
+        "--rerank-right-to-left",
+        nargs="+",
+        default=[],
+        metavar="MODEL",
+        help="saved right-to-left models of this direction (trained with right_to_left: true) that rerank beam "
+        "search's n-best list by how likely each translation is written last word first (a departure from the "
+        "paper's beam search; default: none)",
+    )
+    parser.add_argument(
+        "--right-to-left-weight",
+        type=float,
+        nargs="+" if several_weights else None,
+        default=list(RIGHT_TO_LEFT_WEIGHTS) if several_weights else DEFAULT_RIGHT_TO_LEFT_WEIGHT,
+        help="weight of the right-to-left models' log p(reversed translation | source) per token beside beam "
+        "search's score" + tried,
     )
 
 
 def reranking_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """The reranking keywords of `evaluate_bleu` (`rerank_weight`) or `select_on_validation` (`rerank_weights`);
-    none without `--rerank-with`."""
-    if not args.rerank_with:
-        return {}
-    weight_name = "rerank_weights" if isinstance(args.rerank_weight, list) else "rerank_weight"
-    return {"rerank_with": args.rerank_with, weight_name: args.rerank_weight}
+    """The reranking keywords of `evaluate_bleu` (one weight each) or `select_on_validation` (lists of weights);
+    none for a kind of model not given."""
+    several = isinstance(args.rerank_weight, list)
+    kwargs = {}
+    if args.rerank_with:
+        kwargs |= {
+            "rerank_with": args.rerank_with,
+            "rerank_weights" if several else "rerank_weight": args.rerank_weight,
+        }
+    if args.rerank_right_to_left:
+        kwargs |= {
+            "rerank_right_to_left": args.rerank_right_to_left,
+            "right_to_left_weights" if several else "right_to_left_weight": args.right_to_left_weight,
+        }
+    return kwargs
 
 
 def add_dataset_arguments(parser: argparse.ArgumentParser) -> None:

@@ -194,6 +194,22 @@ def _drop_reason(source_words: int, target_words: int, max_words: int, max_lengt
     return ""
 
 
+def reverse_words(text: str) -> str:
+    """`text`'s white-space-separated words in reverse order (white space normalized): "a b c." -> "c. b a"."""
+    return " ".join(reversed(text.split()))
+
+
+def reverse_target_words(pairs: datasets.Dataset, num_proc: int | None = None) -> datasets.Dataset:
+    """`pairs` with each target's words in reverse order: the data of a right-to-left model, which writes its
+    translations last word first (`TrainingConfig.right_to_left`; `hf_vanilla.reranking` scores with it)."""
+    return pairs.map(
+        lambda batch: {"target": [reverse_words(text) for text in batch["target"]]},
+        batched=True,
+        num_proc=num_proc,
+        desc="Reversing target words",
+    )
+
+
 def tokenize_pairs(
     pairs: datasets.Dataset,
     tokenizer: PreTrainedTokenizerBase,

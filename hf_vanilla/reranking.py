@@ -1,28 +1,33 @@
-"""Reranking beam search's n-best list with models of the reverse direction: how well each translation explains
-the source (the channel model of noisy-channel reranking).
+"""Reranking beam search's n-best list with models that read each translation another way: models of the reverse
+direction (how well it explains the source: the channel model of noisy-channel reranking) and right-to-left models
+(how likely it is written last word first).
 
 Beam search keeps the translations the forward models like; a model translating the other way scores how much of
-the source each one accounts for, so a translation that drops or invents content loses. Hypothesis y of source x
+the source each one accounts for, so a translation that drops or invents content loses, and a model that writes the
+target right to left judges each word by what follows it rather than what precedes it. Hypothesis y of source x
 scores
 
-    beam score(y) + weight * log p(x | y) / |x|
+    beam score(y) + reverse weight * log p(x | y) / |x| + right-to-left weight * log p(reversed(y) | x) / |y|
 
-where the beam score is beam search's own (log p(y | x) / |y| ** length_penalty), log p(x | y) is averaged over the
-reverse models, and |x| is the source's length in the reverse models' tokens; the best one wins, and weight 0 keeps
-beam search's first choice. Yee et al. (2019, "Simple and Effective Noisy Channel Modeling for Neural Machine
-Translation") score so, with a language model beside; this uses none. A departure from the paper's plain beam
-search, used only where asked for (`--rerank-with`).
+where the beam score is beam search's own (log p(y | x) / |y| ** length_penalty), each log-probability is averaged
+over its models, and lengths are in those models' tokens; the best one wins, and weights 0 keep beam search's first
+choice. Yee et al. (2019, "Simple and Effective Noisy Channel Modeling for Neural Machine Translation") score with
+the channel model so, with a language model beside (none here); right-to-left rescoring is Sennrich et al.'s (2016,
+"Edinburgh Neural Machine Translation Systems for WMT 16"), whose models reverse the target's subwords (here its
+words: `hf_vanilla.data.reverse_words`). Departures from the paper's plain beam search, used only where asked for
+(`--rerank-with`, `--rerank-right-to-left`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import itertools
+from collections.abc import Callable, Mapping, Sequence
 
 import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from .data import TokenBatchSampler
+from .data import TokenBatchSampler, reverse_words
 from .decoding import DEFAULT_MAX_TOKENS
 
 IGNORED = -100  # the label of a padding position
@@ -30,31 +35,36 @@ IGNORED = -100  # the label of a padding position
 # the middle of the winners on Multi30k validation, one model reranked by one of the other direction (0.2 and 0.3).
 RERANK_WEIGHTS = (0.0, 0.1, 0.2, 0.3, 0.5, 1.0)
 DEFAULT_RERANK_WEIGHT = 0.3
+RIGHT_TO_LEFT_WEIGHTS = (0.0, 0.25, 0.5, 1.0)  # TODO after the probe
+DEFAULT_RIGHT_TO_LEFT_WEIGHT = 0.5
+# The names of the two weights in reports and selection tables
+REVERSE_WEIGHT = "rerank_weight"
+RIGHT_TO_LEFT_WEIGHT = "right_to_left_weight"
 
 
-def source_log_probs(
+def conditional_log_probs(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
-    sources: Sequence[str],
-    translations: Sequence[str],
+    outputs: Sequence[str],
+    inputs: Sequence[str],
     max_tokens: int = DEFAULT_MAX_TOKENS,
 ) -> list[float]:
-    """log p(source | translation) per source token (its end token included) under `model`, which translates the
-    translations' language into the sources'; one float per pair. Texts longer than the model's positions are cut
-    to fit. Batched as `translate_sentences` batches: rows * longest text <= `max_tokens`."""
-    if len(sources) != len(translations):
-        raise ValueError(f"{len(sources)} sources but {len(translations)} translations; they must pair up")
+    """log p(output | input) per output token (its end token included) under the seq2seq `model`; one float per
+    pair. Texts longer than the model's positions are cut to fit. Batched as `translate_sentences` batches:
+    rows * longest text <= `max_tokens`."""
+    if len(outputs) != len(inputs):
+        raise ValueError(f"{len(outputs)} outputs but {len(inputs)} inputs; they must pair up")
     limit = model.config.max_position_embeddings
     encoded = tokenizer(
-        text=list(translations), text_target=list(sources), truncation=True, max_length=limit, verbose=False
+        text=list(inputs), text_target=list(outputs), truncation=True, max_length=limit, verbose=False
     )
     lengths = [
         (len(ids), len(labels)) for ids, labels in zip(encoded["input_ids"], encoded["labels"], strict=True)
     ]
-    scores = [0.0] * len(sources)
+    scores = [0.0] * len(outputs)
     with torch.inference_mode():
         for batch in TokenBatchSampler(lengths, max_tokens, shuffle=False):
-            inputs = tokenizer.pad(
+            padded = tokenizer.pad(
                 {"input_ids": [encoded["input_ids"][row] for row in batch]}, return_tensors="pt"
             )
             labels = torch.nn.utils.rnn.pad_sequence(
@@ -62,15 +72,50 @@ def source_log_probs(
                 batch_first=True,
                 padding_value=IGNORED,
             )
-            inputs, labels = inputs.to(model.device), labels.to(model.device)
+            padded, labels = padded.to(model.device), labels.to(model.device)
             logits = model(
-                **inputs, decoder_input_ids=model.prepare_decoder_input_ids_from_labels(labels)
+                **padded, decoder_input_ids=model.prepare_decoder_input_ids_from_labels(labels)
             ).logits.float()
             real = labels != IGNORED
             token_log_probs = torch.log_softmax(logits, dim=-1).gather(-1, labels.clamp(min=0).unsqueeze(-1))
             per_token = (token_log_probs.squeeze(-1) * real).sum(-1) / real.sum(-1)
             for row, score in zip(batch, per_token.tolist(), strict=True):
                 scores[row] = score
+    return scores
+
+
+def _scored_nbest(
+    nbest: Sequence[Sequence[tuple[str, float]]],
+    sources: Sequence[str],
+    models: Sequence[tuple[PreTrainedModel, PreTrainedTokenizerBase]],
+    scored_text: Callable[[str, str], tuple[str, str]],
+    description: str,
+    max_tokens: int,
+    show_progress: bool,
+) -> list[list[float]]:
+    """For each hypothesis of `nbest`, the per-token log-probability `models` give the first text of
+    `scored_text(source, hypothesis)` given the second, averaged over the models; a blank source's hypotheses
+    score 0."""
+    if len(nbest) != len(sources):
+        raise ValueError(f"{len(nbest)} n-best lists but {len(sources)} sources; they must pair up")
+    pairs = [
+        (index, rank)
+        for index, source in enumerate(sources)
+        if source.strip()
+        for rank in range(len(nbest[index]))
+    ]
+    texts = [scored_text(sources[index], nbest[index][rank][0]) for index, rank in pairs]
+    outputs, inputs = [output for output, _ in texts], [given for _, given in texts]
+    totals = [0.0] * len(pairs)
+    for model, tokenizer in tqdm(models, desc=description, unit="model", disable=not show_progress):
+        model.eval()
+        for position, score in enumerate(
+            conditional_log_probs(model, tokenizer, outputs, inputs, max_tokens)
+        ):
+            totals[position] += score / len(models)
+    scores = [[0.0] * len(hypotheses) for hypotheses in nbest]
+    for (index, rank), score in zip(pairs, totals, strict=True):
+        scores[index][rank] = score
     return scores
 
 
@@ -84,40 +129,101 @@ def reverse_scores(
     """For each hypothesis of `nbest` (one list of (translation, beam score) per source, `translate_nbest`'s),
     log p(source | translation) per source token, averaged over `reverse_models` (each with its own tokenizer).
     A blank source's hypotheses score 0."""
-    if len(nbest) != len(sources):
-        raise ValueError(f"{len(nbest)} n-best lists but {len(sources)} sources; they must pair up")
     if not reverse_models:
         raise ValueError("reranking needs at least one model of the reverse direction")
-    pairs = [
-        (index, rank)
-        for index, source in enumerate(sources)
-        if source.strip()
-        for rank in range(len(nbest[index]))
-    ]
-    pair_sources = [sources[index] for index, _ in pairs]
-    pair_translations = [nbest[index][rank][0] for index, rank in pairs]
-    totals = [0.0] * len(pairs)
-    for model, tokenizer in tqdm(
-        reverse_models, desc="Reverse scoring", unit="model", disable=not show_progress
-    ):
-        model.eval()
-        for position, score in enumerate(
-            source_log_probs(model, tokenizer, pair_sources, pair_translations, max_tokens)
-        ):
-            totals[position] += score / len(reverse_models)
-    scores = [[0.0] * len(hypotheses) for hypotheses in nbest]
-    for (index, rank), score in zip(pairs, totals, strict=True):
-        scores[index][rank] = score
-    return scores
+    return _scored_nbest(
+        nbest,
+        sources,
+        reverse_models,
+        lambda source, translation: (source, translation),
+        "Reverse scoring",
+        max_tokens,
+        show_progress,
+    )
+
+
+def right_to_left_scores(
+    nbest: Sequence[Sequence[tuple[str, float]]],
+    sources: Sequence[str],
+    right_to_left_models: Sequence[tuple[PreTrainedModel, PreTrainedTokenizerBase]],
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    show_progress: bool = True,
+) -> list[list[float]]:
+    """For each hypothesis of `nbest`, log p(its words reversed | source) per token under `right_to_left_models`
+    (same direction, trained on reversed target words: `TrainingConfig.right_to_left`), averaged over them. A
+    blank source's hypotheses score 0."""
+    if not right_to_left_models:
+        raise ValueError("right-to-left reranking needs at least one right-to-left model")
+    return _scored_nbest(
+        nbest,
+        sources,
+        right_to_left_models,
+        lambda source, translation: (reverse_words(translation), source),
+        "Right-to-left scoring",
+        max_tokens,
+        show_progress,
+    )
 
 
 def rerank(
-    nbest: Sequence[Sequence[tuple[str, float]]], reverse: Sequence[Sequence[float]], weight: float
+    nbest: Sequence[Sequence[tuple[str, float]]],
+    features: Mapping[str, Sequence[Sequence[float]]],
+    weights: Mapping[str, float],
 ) -> list[str]:
-    """The best translation of each n-best list by beam score + `weight` * reverse score (the first of equals)."""
-    if weight < 0:
-        raise ValueError(f"a reranking weight must be at least 0, got {weight}")
+    """The best translation of each n-best list by beam score + each feature's score (one per hypothesis:
+    `reranking_features`) times the weight of the same name; the first of equals wins."""
+    if set(weights) != set(features):
+        raise ValueError(f"reranking weights {sorted(weights)} do not name the features {sorted(features)}")
+    if any(weight < 0 for weight in weights.values()):
+        raise ValueError(f"a reranking weight must be at least 0, got {dict(weights)}")
+    chosen = []
+    for index, hypotheses in enumerate(nbest):
+        totals = [
+            score + sum(weights[name] * feature[index][rank] for name, feature in features.items())
+            for rank, (_, score) in enumerate(hypotheses)
+        ]
+        chosen.append(hypotheses[max(range(len(totals)), key=totals.__getitem__)][0])
+    return chosen
+
+
+def reranking_features(
+    nbest: Sequence[Sequence[tuple[str, float]]],
+    sources: Sequence[str],
+    reverse_models: Sequence[tuple[PreTrainedModel, PreTrainedTokenizerBase]] = (),
+    right_to_left_models: Sequence[tuple[PreTrainedModel, PreTrainedTokenizerBase]] = (),
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    show_progress: bool = True,
+) -> dict[str, list[list[float]]]:
+    """The scores `rerank` weighs, named by their weights: REVERSE_WEIGHT's `reverse_scores` with
+    `reverse_models`, RIGHT_TO_LEFT_WEIGHT's `right_to_left_scores` with `right_to_left_models`."""
+    if not reverse_models and not right_to_left_models:
+        raise ValueError("reranking needs models of the reverse direction or right-to-left models")
+    features = {}
+    if reverse_models:
+        features[REVERSE_WEIGHT] = reverse_scores(nbest, sources, reverse_models, max_tokens, show_progress)
+    if right_to_left_models:
+        features[RIGHT_TO_LEFT_WEIGHT] = right_to_left_scores(
+            nbest, sources, right_to_left_models, max_tokens, show_progress
+        )
+    return features
+
+
+def weight_grid(weights: Mapping[str, Sequence[float]]) -> list[dict[str, float]]:
+    """Every combination of the weights each name takes, the last name varying fastest:
+    {"a": (0, 1), "b": (2,)} -> [{"a": 0, "b": 2}, {"a": 1, "b": 2}]."""
     return [
-        max(zip(hypotheses, scores, strict=True), key=lambda scored: scored[0][1] + weight * scored[1])[0][0]
-        for hypotheses, scores in zip(nbest, reverse, strict=True)
+        dict(zip(weights, combination, strict=True)) for combination in itertools.product(*weights.values())
     ]
+
+
+def reranking_weights(
+    reverse_models: Sequence,
+    reverse_weights: Sequence[float],
+    right_to_left_models: Sequence,
+    right_to_left_weights: Sequence[float],
+) -> dict[str, Sequence[float]]:
+    """The weights to try for each kind of reranking model given, by name (for `weight_grid`)."""
+    return {
+        **({REVERSE_WEIGHT: reverse_weights} if reverse_models else {}),
+        **({RIGHT_TO_LEFT_WEIGHT: right_to_left_weights} if right_to_left_models else {}),
+    }

@@ -7,7 +7,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,14 @@ from .decoding import (
     paper_decoding_defaults,
 )
 from .files import write_text_atomic
-from .reranking import DEFAULT_RERANK_WEIGHT, rerank, reverse_scores
+from .reranking import (
+    DEFAULT_RERANK_WEIGHT,
+    DEFAULT_RIGHT_TO_LEFT_WEIGHT,
+    rerank,
+    reranking_features,
+    reranking_weights,
+    weight_grid,
+)
 from .translation import (
     load_ensemble,
     load_model_and_tokenizer,
@@ -233,9 +240,10 @@ def evaluate_reranked(
     tokenizer: PreTrainedTokenizerBase,
     sources: Sequence[str],
     references: Sequence[str | None],
-    reverse_models: Sequence[tuple[PreTrainedModel, PreTrainedTokenizerBase]],
-    weights: Sequence[float],
+    weightings: Sequence[Mapping[str, float]],
     num_beams: int,
+    reverse_models: Sequence[tuple[PreTrainedModel, PreTrainedTokenizerBase]] = (),
+    right_to_left_models: Sequence[tuple[PreTrainedModel, PreTrainedTokenizerBase]] = (),
     max_tokens: int = DEFAULT_MAX_TOKENS,
     ter: bool = False,
     target_lang: str = "",
@@ -245,9 +253,11 @@ def evaluate_reranked(
     **generate_kwargs,
 ) -> list[tuple[list[str], dict[str, Any]]]:
     """`evaluate_translation` with beam search's `num_beams`-best list reranked by `reverse_models` (models of the
-    other direction, each with its tokenizer: `hf_vanilla.reranking`), once for each of `weights`: one
-    (hypotheses, report) each, the report's generation settings holding the weight. The n-best list and its
-    reverse scores are computed once for all weights; each report's seconds are that whole time."""
+    other direction) and `right_to_left_models` (of this direction, trained right to left), each with its
+    tokenizer (`hf_vanilla.reranking`), once for each of `weightings` ({weight name: weight} for each kind of model
+    given: `reranking_weights`): one (hypotheses, report) each, the report's generation settings holding the
+    weights. The n-best list and its scores are computed once for all weightings; each report's seconds are that
+    whole time."""
     blank_sources = _check_evaluation_input(sources, references, tokenized_bleu)
     started = time.perf_counter()
     nbest = translate_nbest(
@@ -260,17 +270,14 @@ def evaluate_reranked(
         ensemble=ensemble,
         **generate_kwargs,
     )
-    reverse = reverse_scores(nbest, sources, reverse_models, max_tokens, show_progress)
+    features = reranking_features(
+        nbest, sources, reverse_models, right_to_left_models, max_tokens, show_progress
+    )
     seconds = time.perf_counter() - started
     evaluated = []
-    for weight in weights:
-        hypotheses = rerank(nbest, reverse, weight)
-        generation = {
-            "num_beams": num_beams,
-            **generate_kwargs,
-            "rerank_weight": weight,
-            "max_tokens": max_tokens,
-        }
+    for weights in weightings:
+        hypotheses = rerank(nbest, features, weights)
+        generation = {"num_beams": num_beams, **generate_kwargs, **weights, "max_tokens": max_tokens}
         report = _translation_report(
             model,
             hypotheses,
@@ -286,6 +293,19 @@ def evaluate_reranked(
     return evaluated
 
 
+def _load_reranking_models(
+    rerank_with: Sequence[str | os.PathLike],
+    rerank_right_to_left: Sequence[str | os.PathLike],
+    device: str | None,
+    dtype: str,
+) -> dict[str, list[tuple[PreTrainedModel, PreTrainedTokenizerBase]]]:
+    """`evaluate_reranked`'s `reverse_models` and `right_to_left_models`, loaded from their saved directories."""
+    return {
+        "reverse_models": load_models(rerank_with, device, dtype, role="reranking model"),
+        "right_to_left_models": load_models(rerank_right_to_left, device, dtype, role="right-to-left model"),
+    }
+
+
 def score_model(
     model_name_or_path: str | os.PathLike,
     pairs: datasets.Dataset,
@@ -298,35 +318,41 @@ def score_model(
     ensemble: Sequence[str | os.PathLike] = (),
     rerank_with: Sequence[str | os.PathLike] = (),
     rerank_weights: Sequence[float] = (0.0,),
+    rerank_right_to_left: Sequence[str | os.PathLike] = (),
+    right_to_left_weights: Sequence[float] = (0.0,),
 ) -> list[dict[str, Any]]:
     """A saved model decoded on `pairs` (`source` / `target`) with each of `settings` (generate kwargs): one row
     each, with cased and lowercased BLEU, chrF, the BLEU signature and the seconds spent. With `ensemble` (saved
-    models), they decode with it as one. With `rerank_with` (saved models of the reverse direction), each
-    setting's n-best list is reranked with each of `rerank_weights` (`evaluate_reranked`): one row each, with its
-    "rerank_weight"."""
+    models), they decode with it as one. With `rerank_with` (saved models of the reverse direction) or
+    `rerank_right_to_left` (saved right-to-left models of this direction), each setting's n-best list is reranked
+    with each combination of `rerank_weights` and `right_to_left_weights` (`evaluate_reranked`): one row each, with
+    its weights ("rerank_weight", "right_to_left_weight")."""
     model, tokenizer = load_model_and_tokenizer(model_name_or_path, device, dtype)
     members = load_ensemble(ensemble, device, dtype)
-    reverse_models = load_models(rerank_with, device, dtype, role="reranking model")
+    reranking_models = _load_reranking_models(rerank_with, rerank_right_to_left, device, dtype)
+    weightings = weight_grid(
+        reranking_weights(rerank_with, rerank_weights, rerank_right_to_left, right_to_left_weights)
+    )
     common = {"max_tokens": max_tokens, "target_lang": target_lang, "show_progress": show_progress}
     rows = []
     for setting in settings:
-        if reverse_models:
+        if rerank_with or rerank_right_to_left:
             beam_search = {name: value for name, value in setting.items() if name != "num_beams"}
             evaluated = evaluate_reranked(
                 model,
                 tokenizer,
                 pairs["source"],
                 pairs["target"],
-                reverse_models,
-                rerank_weights,
+                weightings,
                 setting.get("num_beams", 1),
+                **reranking_models,
                 ensemble=members,
                 **common,
                 **beam_search,
             )
             reports = [
-                ({**setting, "rerank_weight": weight}, report)
-                for weight, (_, report) in zip(rerank_weights, evaluated, strict=True)
+                ({**setting, **weights}, report)
+                for weights, (_, report) in zip(weightings, evaluated, strict=True)
             ]
         else:
             _, report = evaluate_translation(
@@ -367,6 +393,8 @@ def evaluate_bleu(
     ensemble: Sequence[str | os.PathLike] = (),
     rerank_with: Sequence[str | os.PathLike] = (),
     rerank_weight: float = DEFAULT_RERANK_WEIGHT,
+    rerank_right_to_left: Sequence[str | os.PathLike] = (),
+    right_to_left_weight: float = DEFAULT_RIGHT_TO_LEFT_WEIGHT,
     **generate_kwargs,
 ) -> dict[str, Any]:
     """Translate a dataset split with a saved model, score it, and write hypotheses and a JSON report.
@@ -376,7 +404,8 @@ def evaluate_bleu(
     translation a line, in dataset order) and `.json` into `output_dir`, each atomically, and
     returns the report. `tokenized_bleu` adds the papers' tokenized, lowercased BLEU beside sacreBLEU.
     `ensemble` (saved models sharing the model's tokenizer) translate with it as one (`hf_vanilla.ensemble`).
-    `rerank_with` (saved models of the reverse direction) rerank beam search's n-best list with `rerank_weight`
+    `rerank_with` (saved models of the reverse direction) and `rerank_right_to_left` (saved right-to-left models of
+    this direction) rerank beam search's n-best list with `rerank_weight` and `right_to_left_weight`
     (`hf_vanilla.reranking`).
     """
     if tokenized_bleu:
@@ -384,7 +413,7 @@ def evaluate_bleu(
     pairs = load_evaluation_pairs(dataset, source_lang, target_lang, split, config_name, max_sentences)
     model, tokenizer = load_model_and_tokenizer(model_name_or_path, device, dtype)
     members = load_ensemble(ensemble, device, dtype)
-    reverse_models = load_models(rerank_with, device, dtype, role="reranking model")
+    reranking_models = _load_reranking_models(rerank_with, rerank_right_to_left, device, dtype)
     set_seed(seed)
     settings = {**paper_decoding_defaults(generate_kwargs), **generate_kwargs}
     common = {
@@ -395,16 +424,19 @@ def evaluate_bleu(
         "tokenized_bleu": tokenized_bleu,
         "ensemble": members,
     }
-    if reverse_models:
+    if rerank_with or rerank_right_to_left:
         num_beams = settings.pop("num_beams")
+        weights = reranking_weights(
+            rerank_with, [rerank_weight], rerank_right_to_left, [right_to_left_weight]
+        )
         ((hypotheses, report),) = evaluate_reranked(
             model,
             tokenizer,
             pairs["source"],
             pairs["target"],
-            reverse_models,
-            [rerank_weight],
+            weight_grid(weights),
             num_beams,
+            **reranking_models,
             **common,
             **settings,
         )
@@ -418,6 +450,11 @@ def evaluate_bleu(
         "model": str(model_name_or_path),
         **({"ensemble": [str(path) for path in ensemble]} if ensemble else {}),
         **({"rerank_with": [str(path) for path in rerank_with]} if rerank_with else {}),
+        **(
+            {"rerank_right_to_left": [str(path) for path in rerank_right_to_left]}
+            if rerank_right_to_left
+            else {}
+        ),
         "dataset": dataset,
         "config_name": config_name,
         "split": split,

@@ -16,7 +16,7 @@ from .decoding import (
     PAPER_GENERATION_KWARGS,
 )
 from .files import write_text_atomic
-from .reranking import RERANK_WEIGHTS
+from .reranking import RERANK_WEIGHTS, REVERSE_WEIGHT, RIGHT_TO_LEFT_WEIGHT, RIGHT_TO_LEFT_WEIGHTS
 from .scoring import evaluate_bleu, load_evaluation_pairs, require_moses_tokenizer, score_model
 
 RUN_CANDIDATES = ("checkpoint_best", "checkpoint_last", "checkpoint_average")
@@ -95,6 +95,8 @@ def select_on_validation(
     ensemble: Sequence[str | os.PathLike] = (),
     rerank_with: Sequence[str | os.PathLike] = (),
     rerank_weights: Sequence[float] = RERANK_WEIGHTS,
+    rerank_right_to_left: Sequence[str | os.PathLike] = (),
+    right_to_left_weights: Sequence[float] = RIGHT_TO_LEFT_WEIGHTS,
     **generate_kwargs,
 ) -> dict[str, Any]:
     """Pick the model, beam size and length penalty with the best cased validation BLEU, then report other splits.
@@ -107,8 +109,9 @@ def select_on_validation(
     the papers' tokenized, lowercased BLEU to the reports (validation is chosen on sacreBLEU alone).
     With `ensemble` (saved models), every candidate decodes together with them as one (`hf_vanilla.ensemble`):
     choose each member's checkpoint on its own first, then the ensemble's beam size and length penalty here.
-    With `rerank_with` (saved models of the reverse direction), each decoding's n-best list is reranked with each
-    of `rerank_weights` (`hf_vanilla.reranking`; 0 keeps beam search's choice), and the weight is chosen too.
+    With `rerank_with` (saved models of the reverse direction) or `rerank_right_to_left` (saved right-to-left models
+    of this direction), each decoding's n-best list is reranked with each combination of `rerank_weights` and
+    `right_to_left_weights` (`hf_vanilla.reranking`; 0 keeps beam search's choice), and the weights are chosen too.
     Writes `selection.json` (every validation score and the choice) and the reports into `output_dir`;
     returns the same dictionary.
     """
@@ -119,13 +122,21 @@ def select_on_validation(
     pairs = load_evaluation_pairs(
         dataset, source_lang, target_lang, validation_split, config_name, max_sentences
     )
-    extra_models = {"ensemble": ensemble, "rerank_with": rerank_with, "rerank_weights": rerank_weights}
+    extra_models = {
+        "ensemble": ensemble,
+        "rerank_with": rerank_with,
+        "rerank_weights": rerank_weights,
+        "rerank_right_to_left": rerank_right_to_left,
+        "right_to_left_weights": right_to_left_weights,
+    }
     rows, signature = _validation_rows(
         candidates, settings, pairs, target_lang, device, dtype, max_tokens, extra_models
     )
     chosen = max(rows, key=lambda row: row["bleu"])  # the first of equals: models and settings in given order
     decoding = {
-        name: chosen[name] for name in ("num_beams", "length_penalty", "rerank_weight") if name in chosen
+        name: chosen[name]
+        for name in ("num_beams", "length_penalty", REVERSE_WEIGHT, RIGHT_TO_LEFT_WEIGHT)
+        if name in chosen
     }
     reports = {
         split: evaluate_bleu(
@@ -143,6 +154,7 @@ def select_on_validation(
             tokenized_bleu=tokenized_bleu,
             ensemble=ensemble,
             rerank_with=rerank_with,
+            rerank_right_to_left=rerank_right_to_left,
             **decoding,
             **generate_kwargs,
         )
@@ -153,6 +165,11 @@ def select_on_validation(
         "validation_sentences": len(pairs),
         **({"ensemble": [str(path) for path in ensemble]} if ensemble else {}),
         **({"rerank_with": [str(path) for path in rerank_with]} if rerank_with else {}),
+        **(
+            {"rerank_right_to_left": [str(path) for path in rerank_right_to_left]}
+            if rerank_right_to_left
+            else {}
+        ),
         "signature": signature,
         "validation": rows,
         "chosen": chosen,

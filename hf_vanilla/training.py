@@ -42,6 +42,7 @@ from .data import (
     example_lengths,
     load_translation_split,
     make_collator,
+    reverse_target_words,
     tokenize_pairs,
 )
 from .files import write_text_atomic
@@ -394,7 +395,9 @@ def _load_split(config: TrainingConfig, split: str):
 
 def _cleaned_split(config: TrainingConfig, split: str, max_sentences: int | None = None):
     """The first `max_sentences` pairs of `split` (all without it), cleaned: the same rule for every split a run
-    reads, so that validation, like training, never takes a pair of thousands of words cut to the model's length."""
+    reads, so that validation, like training, never takes a pair of thousands of words cut to the model's length.
+    A right-to-left run reads every split with its target words reversed, so its validation compares like with
+    like."""
     pairs = _load_split(config, split)
     if max_sentences:
         pairs = pairs.select(range(min(max_sentences, len(pairs))))
@@ -407,6 +410,8 @@ def _cleaned_split(config: TrainingConfig, split: str, max_sentences: int | None
     )
     if len(pairs) == 0:
         raise TrainingError(f"no {split} pairs left in {config.dataset} after cleaning")
+    if config.right_to_left:
+        return reverse_target_words(pairs, num_proc=config.preprocessing_workers)
     return pairs
 
 

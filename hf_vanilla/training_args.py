@@ -50,6 +50,12 @@ class TrainingConfig:
     clean_max_length_ratio: float = setting(
         9.0, "drop training and validation pairs whose word counts differ more than this"
     )
+    right_to_left: bool = setting(
+        False,
+        "train on every split with the target's words reversed, so the model writes its translations last word "
+        "first: a right-to-left model, for reranking a left-to-right one's n-best lists (--rerank-right-to-left; "
+        "not in the paper)",
+    )
     preprocessing_workers: int | None = setting(None, "processes for cleaning and tokenizing (datasets.map)")
     # Tokenizer and model
     tokenizer: str = setting(

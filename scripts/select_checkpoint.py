@@ -26,7 +26,10 @@ from hf_vanilla.cli import (
     runtime_kwargs,
 )
 from hf_vanilla.decoding import PAPER_GENERATION_KWARGS
+from hf_vanilla.reranking import REVERSE_WEIGHT, RIGHT_TO_LEFT_WEIGHT
 from hf_vanilla.selection import select_on_validation
+
+WEIGHT_COLUMNS = (("rerank", "rerank_with", REVERSE_WEIGHT), ("r2l", "rerank_right_to_left", RIGHT_TO_LEFT_WEIGHT))
 
 
 def main() -> None:
@@ -82,14 +85,17 @@ def main() -> None:
     print(
         f"{args.validation_split} ({selection['validation_sentences']} sentences), {selection['signature']}"
     )
-    reranked = "rerank_with" in selection
-    print(f"{'BLEU':>6} {'lc':>6} {'chrF':>6}  beams  lp    " + ("rerank  " if reranked else "") + "model")
+    weight_columns = [  # (title, the weight's key in each row) for each kind of reranking model given
+        (title, name) for title, models, name in WEIGHT_COLUMNS if models in selection
+    ]
+    titles = "".join(f"{title:<8}" for title, _ in weight_columns)
+    print(f"{'BLEU':>6} {'lc':>6} {'chrF':>6}  beams  lp    {titles}model")
     for row in selection["validation"]:
         marker = "  <- chosen" if row is chosen else ""
-        weight = f"{row['rerank_weight']:<6}  " if reranked else ""
+        weights = "".join(f"{row[name]:<6}  " for _, name in weight_columns)
         print(
             f"{row['bleu']:6.2f} {row['bleu_lowercased']:6.2f} {row['chrf']:6.2f}  {row['num_beams']:>5}  "
-            f"{row.get('length_penalty', '-'):<4}  {weight}{row['model']}{marker}"
+            f"{row.get('length_penalty', '-'):<4}  {weights}{row['model']}{marker}"
         )
     for split, report in selection["reports"].items():
         print(

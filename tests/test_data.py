@@ -16,6 +16,8 @@ from hf_vanilla.data import (
     load_translation_split,
     make_collator,
     padding_efficiency,
+    reverse_target_words,
+    reverse_words,
     tokenize_pairs,
 )
 from hf_vanilla.tokenization import train_tokenizer
@@ -136,6 +138,16 @@ def test_cleaning_limits_are_configurable():
 
 
 # Tokenizing and collating
+
+
+def test_reverse_target_words_reverses_only_the_targets_words():
+    pairs = datasets.Dataset.from_dict(
+        {"source": ["Ein Mann  fährt.", "Hallo"], "target": ["A man\trides a bike.", "hello"]}
+    )
+    reversed_pairs = reverse_target_words(pairs)
+    assert reversed_pairs["target"] == ["bike. a rides man A", "hello"]
+    assert reversed_pairs["source"] == pairs["source"]
+    assert reverse_words(reverse_words(" a  b c. ")) == "a b c."
 
 
 def test_tokenize_pairs_gives_ids_and_labels_ending_in_eos(tokenized_validation):

@@ -1,4 +1,5 @@
-"""Reranking beam search's n-best list with models of the reverse direction (noisy-channel reranking)."""
+"""Reranking beam search's n-best list with models of the reverse direction (noisy-channel reranking) and
+right-to-left models."""
 
 import json
 import subprocess
@@ -9,7 +10,17 @@ import torch
 from conftest import SCRIPTS
 from test_ensemble import SOURCES
 
-from hf_vanilla.reranking import rerank, reverse_scores, source_log_probs
+from hf_vanilla.data import reverse_words
+from hf_vanilla.reranking import (
+    REVERSE_WEIGHT,
+    RIGHT_TO_LEFT_WEIGHT,
+    conditional_log_probs,
+    rerank,
+    reranking_features,
+    reverse_scores,
+    right_to_left_scores,
+    weight_grid,
+)
 from hf_vanilla.scoring import evaluate_reranked, evaluate_translation
 from hf_vanilla.selection import select_on_validation
 from hf_vanilla.translation import translate_nbest, translate_sentences
@@ -39,20 +50,20 @@ def test_nbest_lists_start_with_beam_searchs_translation_and_fall_in_score(first
     assert one_best == [[(translation, 0.0)] for translation in greedy]
 
 
-def test_source_log_probs_are_the_reverse_models_per_token_log_likelihood(reverse, tokenizer):
+def test_conditional_log_probs_are_the_models_per_token_log_likelihood(reverse, tokenizer):
     model, _ = reverse
     sources, translations = (
         ["Ein Mann fährt Fahrrad.", "Kinder."],
         ["A man rides a bike.", "Children playing."],
     )
-    scores = source_log_probs(model, tokenizer, sources, translations)
+    scores = conditional_log_probs(model, tokenizer, sources, translations)
     for source, translation, score in zip(sources, translations, scores, strict=True):
         encoded = tokenizer(text=translation, text_target=source, return_tensors="pt")
         with torch.inference_mode():
             loss = model(**encoded).loss  # plain cross-entropy, averaged over the source's tokens
         assert score == pytest.approx(-loss.item(), abs=1e-4)
     # batched with others of other lengths (padding), a pair scores as it does alone
-    assert source_log_probs(model, tokenizer, sources[1:], translations[1:]) == pytest.approx(
+    assert conditional_log_probs(model, tokenizer, sources[1:], translations[1:]) == pytest.approx(
         scores[1:], abs=1e-4
     )
 
@@ -71,29 +82,73 @@ def test_reverse_scores_average_the_reverse_models_and_skip_blank_sources(first,
         reverse_scores(nbest, SOURCES, [])
 
 
-def test_rerank_weighs_the_reverse_score_against_beam_searchs():
+def test_right_to_left_scores_read_each_translations_words_reversed(first, second, tokenizer):
+    nbest = translate_nbest(first, tokenizer, SOURCES, num_beams=2, max_new_tokens=8, show_progress=False)
+    scores = right_to_left_scores(nbest, SOURCES, [(second, tokenizer)], show_progress=False)
+    assert scores[2] == [0.0]  # a blank source
+    for index in (0, 1, 3):
+        translations = [reverse_words(translation) for translation, _ in nbest[index]]
+        expected = conditional_log_probs(
+            second, tokenizer, translations, [SOURCES[index]] * len(translations)
+        )
+        assert scores[index] == pytest.approx(expected, abs=1e-5)
+    features = reranking_features(
+        nbest, SOURCES, right_to_left_models=[(second, tokenizer)], show_progress=False
+    )
+    assert list(features) == [RIGHT_TO_LEFT_WEIGHT] and features[RIGHT_TO_LEFT_WEIGHT] == scores
+    with pytest.raises(ValueError, match="models of the reverse direction or right-to-left models"):
+        reranking_features(nbest, SOURCES)
+
+
+def test_rerank_weighs_each_feature_against_beam_searchs_score():
     nbest = [[("beam's choice", -0.1), ("explains the source", -0.5)], [("only one", -0.3)]]
-    reverse = [[-2.0, -1.0], [-4.0]]
-    assert rerank(nbest, reverse, 0.0) == ["beam's choice", "only one"]
-    assert rerank(nbest, reverse, 0.3) == ["beam's choice", "only one"]  # -0.7 against -0.8
-    assert rerank(nbest, reverse, 0.5) == ["explains the source", "only one"]  # -1.1 against -1.0
-    assert rerank([[("a", -1.0), ("b", -1.0)]], [[-1.0, -1.0]], 1.0) == ["a"]  # the first of equals
+    reverse = {REVERSE_WEIGHT: [[-2.0, -1.0], [-4.0]]}
+    assert rerank(nbest, reverse, {REVERSE_WEIGHT: 0.0}) == ["beam's choice", "only one"]
+    assert rerank(nbest, reverse, {REVERSE_WEIGHT: 0.3}) == ["beam's choice", "only one"]  # -0.7 against -0.8
+    assert rerank(nbest, reverse, {REVERSE_WEIGHT: 0.5}) == ["explains the source", "only one"]  # -1.1, -1.0
+    assert rerank([[("a", -1.0), ("b", -1.0)]], {REVERSE_WEIGHT: [[-1.0, -1.0]]}, {REVERSE_WEIGHT: 1.0}) == [
+        "a"
+    ]
+    both = {**reverse, RIGHT_TO_LEFT_WEIGHT: [[-0.2, -2.0], [-1.0]]}
+    # 0.5 reverse alone prefers the second (-1.0 against -1.1); right to left at 0.1 tips it back (-1.2, -1.12)
+    assert rerank(nbest, both, {REVERSE_WEIGHT: 0.5, RIGHT_TO_LEFT_WEIGHT: 0.0})[0] == "explains the source"
+    assert rerank(nbest, both, {REVERSE_WEIGHT: 0.5, RIGHT_TO_LEFT_WEIGHT: 0.1})[0] == "beam's choice"
     with pytest.raises(ValueError, match="at least 0"):
-        rerank(nbest, reverse, -1.0)
+        rerank(nbest, reverse, {REVERSE_WEIGHT: -1.0})
+    with pytest.raises(ValueError, match="do not name the features"):
+        rerank(nbest, both, {REVERSE_WEIGHT: 0.5})
+
+
+def test_weight_grid_is_every_combination_the_last_name_fastest():
+    assert weight_grid({REVERSE_WEIGHT: (0.0, 0.5), RIGHT_TO_LEFT_WEIGHT: (0.0, 1.0)}) == [
+        {REVERSE_WEIGHT: 0.0, RIGHT_TO_LEFT_WEIGHT: 0.0},
+        {REVERSE_WEIGHT: 0.0, RIGHT_TO_LEFT_WEIGHT: 1.0},
+        {REVERSE_WEIGHT: 0.5, RIGHT_TO_LEFT_WEIGHT: 0.0},
+        {REVERSE_WEIGHT: 0.5, RIGHT_TO_LEFT_WEIGHT: 1.0},
+    ]
+    assert weight_grid({REVERSE_WEIGHT: (0.3,)}) == [{REVERSE_WEIGHT: 0.3}]
 
 
 def test_reranking_with_weight_zero_scores_as_beam_search(first, reverse, tokenizer):
     settings = {"length_penalty": 1.0, "max_new_tokens": 8, "show_progress": False}
     plain, plain_report = evaluate_translation(first, tokenizer, SOURCES, REFERENCES, num_beams=3, **settings)
-    evaluated = evaluate_reranked(first, tokenizer, SOURCES, REFERENCES, [reverse], [0.0, 5.0], 3, **settings)
+    weightings = [
+        {REVERSE_WEIGHT: 0.0, RIGHT_TO_LEFT_WEIGHT: 0.0},
+        {REVERSE_WEIGHT: 5.0, RIGHT_TO_LEFT_WEIGHT: 1.0},
+    ]
+    evaluated = evaluate_reranked(
+        first, tokenizer, SOURCES, REFERENCES, weightings, 3, [reverse], [reverse], **settings
+    )
     (unchanged, report), (reranked, heavy_report) = evaluated
     assert unchanged == plain and report["cased"] == plain_report["cased"]
-    assert report["generation"]["rerank_weight"] == 0.0 and heavy_report["generation"]["rerank_weight"] == 5.0
+    assert report["generation"][REVERSE_WEIGHT] == 0.0 and heavy_report["generation"][REVERSE_WEIGHT] == 5.0
+    assert heavy_report["generation"][RIGHT_TO_LEFT_WEIGHT] == 1.0
     nbest = translate_nbest(first, tokenizer, SOURCES, num_beams=3, **settings)
-    assert reranked == rerank(nbest, reverse_scores(nbest, SOURCES, [reverse], show_progress=False), 5.0)
+    features = reranking_features(nbest, SOURCES, [reverse], [reverse], show_progress=False)
+    assert reranked == rerank(nbest, features, weightings[1])
 
 
-def test_selection_chooses_the_weight_and_the_test_decoding_uses_it(
+def test_selection_chooses_the_weights_and_the_test_decoding_uses_them(
     tiny_model_dir, second_dir, corpus_path, tmp_path
 ):
     common = {"dataset": corpus_path, "source_lang": "de", "target_lang": "en", "max_sentences": 3}
@@ -103,14 +158,18 @@ def test_selection_chooses_the_weight_and_the_test_decoding_uses_it(
         num_beams=[2],
         rerank_with=[second_dir],
         rerank_weights=[0.0, 1.0],
+        rerank_right_to_left=[second_dir],
+        right_to_left_weights=[0.0, 0.5],
         device="cpu",
         **common,
     )
-    assert [row["rerank_weight"] for row in selection["validation"]] == [0.0, 1.0]
-    assert selection["rerank_with"] == [str(second_dir)]
+    grid = [(row[REVERSE_WEIGHT], row[RIGHT_TO_LEFT_WEIGHT]) for row in selection["validation"]]
+    assert grid == [(0.0, 0.0), (0.0, 0.5), (1.0, 0.0), (1.0, 0.5)]
+    assert selection["rerank_with"] == selection["rerank_right_to_left"] == [str(second_dir)]
     test_report = json.loads((tmp_path / "test.de-en.json").read_text())
-    assert test_report["rerank_with"] == [str(second_dir)]
-    assert test_report["generation"]["rerank_weight"] == selection["chosen"]["rerank_weight"]
+    assert test_report["rerank_with"] == test_report["rerank_right_to_left"] == [str(second_dir)]
+    for name in (REVERSE_WEIGHT, RIGHT_TO_LEFT_WEIGHT):
+        assert test_report["generation"][name] == selection["chosen"][name]
     assert test_report["cased"]["bleu"] == selection["reports"]["test"]["cased"]["bleu"]
 
 
@@ -140,3 +199,22 @@ def test_select_script_names_a_reranking_model_that_does_not_load(tiny_model_dir
     assert completed.returncode == 1
     assert completed.stderr.splitlines()[-1].startswith(f"error: reranking model {missing}: ")
     assert "Traceback" not in completed.stderr and not (tmp_path / "selection.json").exists()
+
+
+def test_select_script_prints_a_column_for_each_kind_of_reranking_weight(
+    tiny_model_dir, second_dir, corpus_path, tmp_path
+):
+    completed = subprocess.run(
+        [sys.executable, str(SCRIPTS / "select_checkpoint.py"), str(tiny_model_dir)]
+        + ["--rerank-with", str(second_dir), "--rerank-weight", "0", "1"]
+        + ["--rerank-right-to-left", str(second_dir), "--right-to-left-weight", "0", "0.5"]
+        + ["--num-beams", "2", "--report-split", "--dataset", corpus_path, "--max-sentences", "2"]
+        + ["--device", "cpu", "--output-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+    )
+    assert completed.returncode == 0, completed.stderr
+    lines = completed.stdout.splitlines()
+    assert lines[1].split()[5:8] == ["rerank", "r2l", "model"]
+    rows = [line.split() for line in lines[2:6]]
+    assert [(row[5], row[6]) for row in rows] == [("0.0", "0.0"), ("0.0", "0.5"), ("1.0", "0.0"), ("1.0", "0.5")]

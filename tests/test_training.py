@@ -284,6 +284,25 @@ def test_rdrop_setting_reaches_the_training_loss(tiny_dataset, tokenizer_dir, tm
     assert all(abs(a - b) > 1e-3 for a, b in zip(losses[0.3, 5.0], losses[0.3, 0.0], strict=True))
 
 
+def test_right_to_left_run_trains_as_a_run_on_reversed_target_words(tiny_dataset, tokenizer_dir, trained_run, tmp_path):
+    """right_to_left: true is the same run as one on a copy of the data with every target's words reversed
+    (validation too, so that its loss and BLEU compare like with like). `trained_run` made the tokenizer."""
+    reversed_copy = tmp_path / "reversed"
+    reversed_copy.mkdir()
+    for split in ("train", "validation"):
+        rows = [json.loads(line) for line in (Path(tiny_dataset) / f"{split}.jsonl").read_text().splitlines()]
+        for row in rows:
+            row["translation"]["en"] = " ".join(reversed(row["translation"]["en"].split()))
+        (reversed_copy / f"{split}.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    settings = {"max_steps": 4, "save_interval_updates": 4, "average_last": 1, "validation_max_sentences": 4}
+    train(tiny_config(tiny_dataset, tokenizer_dir, tmp_path / "r2l", right_to_left=True, **settings))
+    train(tiny_config(str(reversed_copy), tokenizer_dir, tmp_path / "copy", **settings))
+    plain_dir = tmp_path / "plain"
+    train(tiny_config(tiny_dataset, tokenizer_dir, plain_dir, **settings))
+    right_to_left, on_copy = training_losses(tmp_path / "r2l"), training_losses(tmp_path / "copy")
+    assert right_to_left == on_copy and right_to_left != training_losses(plain_dir)
+
+
 def test_time_budget_stops_and_saves_and_counts_across_resumes(tiny_dataset, tokenizer_dir, tmp_path):
     config = tiny_config(tiny_dataset, tokenizer_dir, tmp_path, max_steps=1000, max_minutes=0.001)
     train(config)
