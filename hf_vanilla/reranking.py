@@ -21,7 +21,9 @@ words: `hf_vanilla.data.reverse_words`). Departures from the paper's plain beam 
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Callable, Mapping, Sequence
+from typing import TypeVar
 
 import torch
 from tqdm.auto import tqdm
@@ -29,14 +31,16 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from .data import TokenBatchSampler, reverse_words
 from .decoding import DEFAULT_MAX_TOKENS
+from .translation import load_models, translate_nbest
 
+T = TypeVar("T")
 IGNORED = -100  # the label of a padding position
 # Weights `select_checkpoint.py` tries (0: beam search's own choice), and the one a single decoding uses unless told:
 # the middle of the winners on Multi30k validation, one model reranked by one of the other direction (0.2 and 0.3).
 RERANK_WEIGHTS = (0.0, 0.1, 0.2, 0.3, 0.5, 1.0)
 DEFAULT_RERANK_WEIGHT = 0.3
-RIGHT_TO_LEFT_WEIGHTS = (0.0, 0.25, 0.5, 1.0)  # TODO after the probe
-DEFAULT_RIGHT_TO_LEFT_WEIGHT = 0.5
+RIGHT_TO_LEFT_WEIGHTS = RERANK_WEIGHTS
+DEFAULT_RIGHT_TO_LEFT_WEIGHT = 0.2
 # The names of the two weights in reports and selection tables
 REVERSE_WEIGHT = "rerank_weight"
 RIGHT_TO_LEFT_WEIGHT = "right_to_left_weight"
@@ -217,13 +221,49 @@ def weight_grid(weights: Mapping[str, Sequence[float]]) -> list[dict[str, float]
 
 
 def reranking_weights(
-    reverse_models: Sequence,
-    reverse_weights: Sequence[float],
-    right_to_left_models: Sequence,
-    right_to_left_weights: Sequence[float],
-) -> dict[str, Sequence[float]]:
-    """The weights to try for each kind of reranking model given, by name (for `weight_grid`)."""
+    reverse_models: Sequence, reverse_weight: T, right_to_left_models: Sequence, right_to_left_weight: T
+) -> dict[str, T]:
+    """The weight (or weights to try, for `weight_grid`) of each kind of reranking model given, by name."""
     return {
-        **({REVERSE_WEIGHT: reverse_weights} if reverse_models else {}),
-        **({RIGHT_TO_LEFT_WEIGHT: right_to_left_weights} if right_to_left_models else {}),
+        **({REVERSE_WEIGHT: reverse_weight} if reverse_models else {}),
+        **({RIGHT_TO_LEFT_WEIGHT: right_to_left_weight} if right_to_left_models else {}),
+    }
+
+
+def translate_reranked(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    sources: Sequence[str],
+    num_beams: int,
+    weights: Mapping[str, float],
+    reverse_models: Sequence[tuple[PreTrainedModel, PreTrainedTokenizerBase]] = (),
+    right_to_left_models: Sequence[tuple[PreTrainedModel, PreTrainedTokenizerBase]] = (),
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    show_progress: bool = True,
+    **options,
+) -> list[str]:
+    """`translate_sentences` with beam search's `num_beams`-best list reranked by `reverse_models` and
+    `right_to_left_models` with `weights` (`reranking_weights`' names, one weight each); `options` as
+    `translate_nbest` takes them."""
+    nbest = translate_nbest(
+        model, tokenizer, sources, num_beams, max_tokens=max_tokens, show_progress=show_progress, **options
+    )
+    features = reranking_features(
+        nbest, sources, reverse_models, right_to_left_models, max_tokens, show_progress
+    )
+    return rerank(nbest, features, weights)
+
+
+def load_reranking_models(
+    rerank_with: Sequence[str | os.PathLike],
+    rerank_right_to_left: Sequence[str | os.PathLike],
+    device: str | None,
+    dtype: str,
+) -> dict[str, list[tuple[PreTrainedModel, PreTrainedTokenizerBase]]]:
+    """The saved models of `rerank_with` and `rerank_right_to_left`, loaded with their tokenizers, as the keywords
+    `reverse_models` and `right_to_left_models` of `translate_reranked` and `evaluate_reranked`; one that does not
+    load is an error naming it."""
+    return {
+        "reverse_models": load_models(rerank_with, device, dtype, role="reranking model"),
+        "right_to_left_models": load_models(rerank_right_to_left, device, dtype, role="right-to-left model"),
     }

@@ -29,6 +29,7 @@ from .files import write_text_atomic
 from .reranking import (
     DEFAULT_RERANK_WEIGHT,
     DEFAULT_RIGHT_TO_LEFT_WEIGHT,
+    load_reranking_models,
     rerank,
     reranking_features,
     reranking_weights,
@@ -37,7 +38,6 @@ from .reranking import (
 from .translation import (
     load_ensemble,
     load_model_and_tokenizer,
-    load_models,
     translate_nbest,
     translate_sentences,
     write_lines_atomic,
@@ -293,19 +293,6 @@ def evaluate_reranked(
     return evaluated
 
 
-def _load_reranking_models(
-    rerank_with: Sequence[str | os.PathLike],
-    rerank_right_to_left: Sequence[str | os.PathLike],
-    device: str | None,
-    dtype: str,
-) -> dict[str, list[tuple[PreTrainedModel, PreTrainedTokenizerBase]]]:
-    """`evaluate_reranked`'s `reverse_models` and `right_to_left_models`, loaded from their saved directories."""
-    return {
-        "reverse_models": load_models(rerank_with, device, dtype, role="reranking model"),
-        "right_to_left_models": load_models(rerank_right_to_left, device, dtype, role="right-to-left model"),
-    }
-
-
 def score_model(
     model_name_or_path: str | os.PathLike,
     pairs: datasets.Dataset,
@@ -329,7 +316,7 @@ def score_model(
     its weights ("rerank_weight", "right_to_left_weight")."""
     model, tokenizer = load_model_and_tokenizer(model_name_or_path, device, dtype)
     members = load_ensemble(ensemble, device, dtype)
-    reranking_models = _load_reranking_models(rerank_with, rerank_right_to_left, device, dtype)
+    reranking_models = load_reranking_models(rerank_with, rerank_right_to_left, device, dtype)
     weightings = weight_grid(
         reranking_weights(rerank_with, rerank_weights, rerank_right_to_left, right_to_left_weights)
     )
@@ -413,7 +400,7 @@ def evaluate_bleu(
     pairs = load_evaluation_pairs(dataset, source_lang, target_lang, split, config_name, max_sentences)
     model, tokenizer = load_model_and_tokenizer(model_name_or_path, device, dtype)
     members = load_ensemble(ensemble, device, dtype)
-    reranking_models = _load_reranking_models(rerank_with, rerank_right_to_left, device, dtype)
+    reranking_models = load_reranking_models(rerank_with, rerank_right_to_left, device, dtype)
     set_seed(seed)
     settings = {**paper_decoding_defaults(generate_kwargs), **generate_kwargs}
     common = {
@@ -426,15 +413,13 @@ def evaluate_bleu(
     }
     if rerank_with or rerank_right_to_left:
         num_beams = settings.pop("num_beams")
-        weights = reranking_weights(
-            rerank_with, [rerank_weight], rerank_right_to_left, [right_to_left_weight]
-        )
+        weights = reranking_weights(rerank_with, rerank_weight, rerank_right_to_left, right_to_left_weight)
         ((hypotheses, report),) = evaluate_reranked(
             model,
             tokenizer,
             pairs["source"],
             pairs["target"],
-            weight_grid(weights),
+            [weights],
             num_beams,
             **reranking_models,
             **common,

@@ -15,15 +15,17 @@ from hf_vanilla.reranking import (
     REVERSE_WEIGHT,
     RIGHT_TO_LEFT_WEIGHT,
     conditional_log_probs,
+    load_reranking_models,
     rerank,
     reranking_features,
     reverse_scores,
     right_to_left_scores,
+    translate_reranked,
     weight_grid,
 )
 from hf_vanilla.scoring import evaluate_reranked, evaluate_translation
 from hf_vanilla.selection import select_on_validation
-from hf_vanilla.translation import translate_nbest, translate_sentences
+from hf_vanilla.translation import load_model_and_tokenizer, translate_nbest, translate_sentences
 
 REFERENCES = ["A man rides a bike.", "Two dogs play in the snow.", "Nothing.", "Children."]
 
@@ -217,4 +219,55 @@ def test_select_script_prints_a_column_for_each_kind_of_reranking_weight(
     lines = completed.stdout.splitlines()
     assert lines[1].split()[5:8] == ["rerank", "r2l", "model"]
     rows = [line.split() for line in lines[2:6]]
-    assert [(row[5], row[6]) for row in rows] == [("0.0", "0.0"), ("0.0", "0.5"), ("1.0", "0.0"), ("1.0", "0.5")]
+    assert [(row[5], row[6]) for row in rows] == [
+        ("0.0", "0.0"),
+        ("0.0", "0.5"),
+        ("1.0", "0.0"),
+        ("1.0", "0.5"),
+    ]
+
+
+def test_translate_script_reranks_as_the_library_does(second_dir, tiny_model_dir, tmp_path):
+    source_file = tmp_path / "sources.de"
+    source_file.write_text("".join(f"{line}\n" for line in SOURCES))
+
+    def translate(*reranking):
+        completed = subprocess.run(
+            [sys.executable, str(SCRIPTS / "translate.py"), str(second_dir), "--input", str(source_file)]
+            + [
+                "--num-beams",
+                "3",
+                "--max-new-tokens",
+                "8",
+                "--device",
+                "cpu",
+                "--quiet",
+                *map(str, reranking),
+            ],
+            capture_output=True,
+            text=True,
+        )
+        assert completed.returncode == 0, completed.stderr
+        return completed.stdout.splitlines()
+
+    plain = translate()
+    assert translate("--rerank-with", tiny_model_dir, "--rerank-weight", 0) == plain
+    weights = {REVERSE_WEIGHT: 5.0, RIGHT_TO_LEFT_WEIGHT: 1.0}
+    reranked = translate(
+        "--rerank-with", tiny_model_dir, "--rerank-right-to-left", tiny_model_dir, "--rerank-weight", 5,
+        "--right-to-left-weight", 1,
+    )  # fmt: skip
+    model, tokenizer = load_model_and_tokenizer(second_dir, "cpu")
+    reranking = load_reranking_models([tiny_model_dir], [tiny_model_dir], "cpu", "float32")
+    expected = translate_reranked(
+        model,
+        tokenizer,
+        SOURCES,
+        3,
+        weights,
+        **reranking,
+        max_new_tokens=8,
+        length_penalty=0.6,
+        show_progress=False,
+    )
+    assert reranked == expected and len(reranked) == len(SOURCES) and reranked[2] == ""
