@@ -236,23 +236,24 @@ def translate_reranked(
     tokenizer: PreTrainedTokenizerBase,
     sources: Sequence[str],
     num_beams: int,
-    weights: Mapping[str, float],
+    weightings: Sequence[Mapping[str, float]],
     reverse_models: Sequence[tuple[PreTrainedModel, PreTrainedTokenizerBase]] = (),
     right_to_left_models: Sequence[tuple[PreTrainedModel, PreTrainedTokenizerBase]] = (),
     max_tokens: int = DEFAULT_MAX_TOKENS,
     show_progress: bool = True,
     **options,
-) -> list[str]:
+) -> list[list[str]]:
     """`translate_sentences` with beam search's `num_beams`-best list reranked by `reverse_models` and
-    `right_to_left_models` with `weights` (`reranking_weights`' names, one weight each); `options` as
-    `translate_nbest` takes them."""
+    `right_to_left_models`, once for each of `weightings` (`reranking_weights`' names, one weight each): one list
+    of translations each, the n-best list and its scores computed once for all; `options` as `translate_nbest`
+    takes them."""
     nbest = translate_nbest(
         model, tokenizer, sources, num_beams, max_tokens=max_tokens, show_progress=show_progress, **options
     )
     features = reranking_features(
         nbest, sources, reverse_models, right_to_left_models, max_tokens, show_progress
     )
-    return rerank(nbest, features, weights)
+    return [rerank(nbest, features, weights) for weights in weightings]
 
 
 def load_reranking_models(

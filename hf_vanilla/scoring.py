@@ -30,15 +30,13 @@ from .reranking import (
     DEFAULT_RERANK_WEIGHT,
     DEFAULT_RIGHT_TO_LEFT_WEIGHT,
     load_reranking_models,
-    rerank,
-    reranking_features,
     reranking_weights,
+    translate_reranked,
     weight_grid,
 )
 from .translation import (
     load_ensemble,
     load_model_and_tokenizer,
-    translate_nbest,
     translate_sentences,
     write_lines_atomic,
 )
@@ -260,23 +258,22 @@ def evaluate_reranked(
     whole time."""
     blank_sources = _check_evaluation_input(sources, references, tokenized_bleu)
     started = time.perf_counter()
-    nbest = translate_nbest(
+    translations = translate_reranked(
         model,
         tokenizer,
         sources,
         num_beams,
-        max_tokens=max_tokens,
-        show_progress=show_progress,
+        weightings,
+        reverse_models,
+        right_to_left_models,
+        max_tokens,
+        show_progress,
         ensemble=ensemble,
         **generate_kwargs,
     )
-    features = reranking_features(
-        nbest, sources, reverse_models, right_to_left_models, max_tokens, show_progress
-    )
     seconds = time.perf_counter() - started
     evaluated = []
-    for weights in weightings:
-        hypotheses = rerank(nbest, features, weights)
+    for weights, hypotheses in zip(weightings, translations, strict=True):
         generation = {"num_beams": num_beams, **generate_kwargs, **weights, "max_tokens": max_tokens}
         report = _translation_report(
             model,

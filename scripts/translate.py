@@ -47,13 +47,15 @@ def main() -> None:
         members = load_ensemble(args.ensemble, args.device, args.dtype)
         common = {"max_tokens": args.max_tokens, "show_progress": not args.quiet, "ensemble": members}
         if args.rerank_with or args.rerank_right_to_left:
-            reranking = load_reranking_models(args.rerank_with, args.rerank_right_to_left, args.device, args.dtype)
+            reranking = load_reranking_models(
+                args.rerank_with, args.rerank_right_to_left, args.device, args.dtype
+            )
             named = reranking_weights(
                 args.rerank_with, args.rerank_weight, args.rerank_right_to_left, args.right_to_left_weight
             )
             decoding = decoding_kwargs(args)
-            translations = translate_reranked(
-                model, tokenizer, lines, decoding.pop("num_beams"), named, **reranking, **common, **decoding
+            (translations,) = translate_reranked(
+                model, tokenizer, lines, decoding.pop("num_beams"), [named], **reranking, **common, **decoding
             )
         else:
             translations = translate_sentences(model, tokenizer, lines, **common, **decoding_kwargs(args))

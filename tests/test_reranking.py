@@ -259,12 +259,12 @@ def test_translate_script_reranks_as_the_library_does(second_dir, tiny_model_dir
     )  # fmt: skip
     model, tokenizer = load_model_and_tokenizer(second_dir, "cpu")
     reranking = load_reranking_models([tiny_model_dir], [tiny_model_dir], "cpu", "float32")
-    expected = translate_reranked(
+    (expected,) = translate_reranked(
         model,
         tokenizer,
         SOURCES,
         3,
-        weights,
+        [weights],
         **reranking,
         max_new_tokens=8,
         length_penalty=0.6,
