@@ -50,6 +50,10 @@ class VanillaTransformerConfig(PreTrainedConfig):
     - `attention_dropout` / `activation_dropout`: dropout on attention probabilities / after the ReLU, which the
       paper does not describe (section 5.4 drops out sublayer outputs and embedding sums only) but small-data
       recipes use.
+    - `right_to_left`: the model was trained to write each translation's words last first (reversed target words,
+      `TrainingConfig.right_to_left`), to rerank a left-to-right model's n-best list (Sennrich et al., 2016;
+      `hf_vanilla.reranking`). The weights are the same; our translation helpers and pipeline put the words back in
+      reading order, and an ensemble refuses to mix the two orders.
 
     `tokenizer_fingerprint` records the vocabulary the model was trained with
     (`hf_vanilla.decoding.tokenizer_fingerprint`, 16 hex digits); loading with our scripts or the pipeline refuses
@@ -72,6 +76,7 @@ class VanillaTransformerConfig(PreTrainedConfig):
     max_position_embeddings: int = 1024
     layer_norm_eps: float = 1e-6
     pre_layernorm: bool = False
+    right_to_left: bool = False
     # As PreTrainedConfig takes them: None where a token is absent, several end ids where generate stops at any.
     pad_token_id: int | None = 0
     bos_token_id: int | None = 1

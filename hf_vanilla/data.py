@@ -21,6 +21,8 @@ import torch
 from datasets.exceptions import DatasetGenerationError
 from transformers import DataCollatorForSeq2Seq, PreTrainedTokenizerBase
 
+from .decoding import reverse_words
+
 logger = logging.getLogger(__name__)
 
 TRANSLATION_COLUMN = "translation"
@@ -192,11 +194,6 @@ def _drop_reason(source_words: int, target_words: int, max_words: int, max_lengt
     if max(source_words, target_words) > max_length_ratio * min(source_words, target_words):
         return "length_ratio"
     return ""
-
-
-def reverse_words(text: str) -> str:
-    """`text`'s white-space-separated words in reverse order (white space normalized): "a b c." -> "c. b a"."""
-    return " ".join(reversed(text.split()))
 
 
 def reverse_target_words(pairs: datasets.Dataset, num_proc: int | None = None) -> datasets.Dataset:

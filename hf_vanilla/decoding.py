@@ -114,8 +114,24 @@ def check_tokenizer_fingerprint(tokenizer: PreTrainedTokenizerBase, config) -> N
         )
 
 
-def decode_translations(tokenizer: PreTrainedTokenizerBase, output_ids: torch.Tensor) -> list[str]:
-    """Detokenized text, one line each: a line break the model produced becomes a space."""
-    return [
+def reverse_words(text: str) -> str:
+    """`text`'s white-space-separated words in reverse order (white space normalized): "a b c." -> "c. b a"."""
+    return " ".join(reversed(text.split()))
+
+
+def writes_right_to_left(model: PreTrainedModel) -> bool:
+    """Whether `model` was trained on reversed target words (`config.right_to_left`); other model classes
+    (MarianMT) have no such switch and write left to right."""
+    return bool(getattr(model.config, "right_to_left", False))
+
+
+def decode_translations(
+    tokenizer: PreTrainedTokenizerBase, output_ids: torch.Tensor, right_to_left: bool = False
+) -> list[str]:
+    """Detokenized text, one line each: a line break the model produced becomes a space. With `right_to_left`
+    (the outputs of a model trained on reversed target words, `config.right_to_left`), the words are put back
+    in reading order."""
+    texts = [
         " ".join(text.splitlines()) for text in tokenizer.batch_decode(output_ids, skip_special_tokens=True)
     ]
+    return [reverse_words(text) for text in texts] if right_to_left else texts

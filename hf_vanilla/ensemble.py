@@ -17,6 +17,7 @@ import torch
 from transformers import LogitsProcessor, PreTrainedModel, PreTrainedTokenizerBase
 from transformers.modeling_outputs import BaseModelOutput
 
+from .decoding import writes_right_to_left
 from .modeling_vanilla import CACHE_NAME
 from .tokenization import check_tokenizer_matches_model
 
@@ -35,8 +36,17 @@ def check_ensemble(
             check_tokenizer_matches_model(tokenizer, member.config)
         except ValueError as err:
             raise ValueError(f"ensemble member {index} does not share the first model's tokenizer: {err}") from err
+        if writes_right_to_left(member) != writes_right_to_left(model):
+            raise ValueError(
+                f"ensemble member {index} writes {_word_order(member)}, the first model {_word_order(model)}: an "
+                "ensemble's models must write in one order (a right-to-left model reranks: --rerank-right-to-left)"
+            )
         if member.device != model.device:
             raise ValueError(f"ensemble member {index} is on {member.device}, the first model on {model.device}")
+
+
+def _word_order(model: PreTrainedModel) -> str:
+    return "right to left" if writes_right_to_left(model) else "left to right"
 
 
 class EnsembleLogitsProcessor(LogitsProcessor):

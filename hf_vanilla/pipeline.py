@@ -24,6 +24,7 @@ from .decoding import (
     max_source_tokens,
     paper_decoding_defaults,
     paper_length_limit,
+    writes_right_to_left,
 )
 
 logger = logging.getLogger(__name__)
@@ -117,7 +118,9 @@ class VanillaTranslationPipeline(Pipeline):
         return {"output_ids": output_ids.reshape(batch_size, -1, output_ids.shape[-1]), "blank": blank}
 
     def postprocess(self, model_outputs: dict[str, Any]) -> list[dict[str, str]]:
-        texts = decode_translations(self.tokenizer, model_outputs["output_ids"][0])
+        texts = decode_translations(
+            self.tokenizer, model_outputs["output_ids"][0], writes_right_to_left(self.model)
+        )
         return [{"translation_text": "" if model_outputs["blank"] else text} for text in texts]
 
 

@@ -14,7 +14,7 @@ over its models, and lengths are in those models' tokens; the best one wins, and
 choice. Yee et al. (2019, "Simple and Effective Noisy Channel Modeling for Neural Machine Translation") score with
 the channel model so, with a language model beside (none here); right-to-left rescoring is Sennrich et al.'s (2016,
 "Edinburgh Neural Machine Translation Systems for WMT 16"), whose models reverse the target's subwords (here its
-words: `hf_vanilla.data.reverse_words`). Departures from the paper's plain beam search, used only where asked for
+words: `hf_vanilla.decoding.reverse_words`). Departures from the paper's plain beam search, used only where asked for
 (`--rerank-with`, `--rerank-right-to-left`).
 """
 
@@ -29,8 +29,8 @@ import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from .data import TokenBatchSampler, reverse_words
-from .decoding import DEFAULT_MAX_TOKENS
+from .data import TokenBatchSampler
+from .decoding import DEFAULT_MAX_TOKENS, reverse_words, writes_right_to_left
 from .translation import load_models, translate_nbest
 
 T = TypeVar("T")
@@ -264,8 +264,21 @@ def load_reranking_models(
 ) -> dict[str, list[tuple[PreTrainedModel, PreTrainedTokenizerBase]]]:
     """The saved models of `rerank_with` and `rerank_right_to_left`, loaded with their tokenizers, as the keywords
     `reverse_models` and `right_to_left_models` of `translate_reranked` and `evaluate_reranked`; one that does not
-    load is an error naming it."""
-    return {
+    load, or whose word order (`config.right_to_left`) is not its role's, is a ValueError naming it."""
+    loaded = {
         "reverse_models": load_models(rerank_with, device, dtype, role="reranking model"),
         "right_to_left_models": load_models(rerank_right_to_left, device, dtype, role="right-to-left model"),
     }
+    for path, (model, _) in zip(rerank_with, loaded["reverse_models"], strict=True):
+        if writes_right_to_left(model):
+            raise ValueError(
+                f"reranking model {path} writes right to left (its config's right_to_left is true): --rerank-with "
+                "takes left-to-right models of the reverse direction, --rerank-right-to-left this direction's R2L models"
+            )
+    for path, (model, _) in zip(rerank_right_to_left, loaded["right_to_left_models"], strict=True):
+        if not writes_right_to_left(model):
+            raise ValueError(
+                f"right-to-left model {path} was not trained right to left (its config's right_to_left is false): "
+                "train one with train.py --right-to-left true"
+            )
+    return loaded

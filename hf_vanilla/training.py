@@ -395,9 +395,7 @@ def _load_split(config: TrainingConfig, split: str):
 
 def _cleaned_split(config: TrainingConfig, split: str, max_sentences: int | None = None):
     """The first `max_sentences` pairs of `split` (all without it), cleaned: the same rule for every split a run
-    reads, so that validation, like training, never takes a pair of thousands of words cut to the model's length.
-    A right-to-left run reads every split with its target words reversed, so its validation compares like with
-    like."""
+    reads, so that validation, like training, never takes a pair of thousands of words cut to the model's length."""
     pairs = _load_split(config, split)
     if max_sentences:
         pairs = pairs.select(range(min(max_sentences, len(pairs))))
@@ -410,15 +408,22 @@ def _cleaned_split(config: TrainingConfig, split: str, max_sentences: int | None
     )
     if len(pairs) == 0:
         raise TrainingError(f"no {split} pairs left in {config.dataset} after cleaning")
+    return pairs
+
+
+def _in_training_order(config: TrainingConfig, pairs):
+    """`pairs` as the model learns them: a right-to-left run's targets with their words reversed."""
     if config.right_to_left:
         return reverse_target_words(pairs, num_proc=config.preprocessing_workers)
     return pairs
 
 
 def _load_data(config: TrainingConfig, tokenizer: PreTrainedTokenizerBase, max_length: int):
-    """The cleaned training split and validation slice, tokenized and cut to `max_length`."""
+    """The cleaned training split and validation slice, tokenized and cut to `max_length`. A right-to-left run
+    learns and is validated on reversed target words, and scores BLEU in reading order, in which its model's
+    translations come back (`config.right_to_left`)."""
     train_data = tokenize_pairs(
-        _cleaned_split(config, config.train_split),
+        _in_training_order(config, _cleaned_split(config, config.train_split)),
         tokenizer,
         max_length=max_length,
         num_proc=config.preprocessing_workers,
@@ -426,7 +431,7 @@ def _load_data(config: TrainingConfig, tokenizer: PreTrainedTokenizerBase, max_l
     if config.validation_split is None:
         return train_data, None
     pairs = _cleaned_split(config, config.validation_split, config.validation_max_sentences)
-    tokenized = tokenize_pairs(pairs, tokenizer, max_length=max_length)
+    tokenized = tokenize_pairs(_in_training_order(config, pairs), tokenizer, max_length=max_length)
     return train_data, ValidationSet(
         tokenized, example_lengths(tokenized), list(pairs["source"]), list(pairs["target"])
     )
@@ -442,6 +447,7 @@ def _model_config(config: TrainingConfig, tokenizer: PreTrainedTokenizerBase) ->
         "dropout": config.dropout,
         "attention_dropout": config.attention_dropout,
         "activation_dropout": config.activation_dropout,
+        "right_to_left": config.right_to_left,
         **config.model_overrides,
     }
     try:

@@ -53,8 +53,8 @@ class TrainingConfig:
     right_to_left: bool = setting(
         False,
         "train on every split with the target's words reversed, so the model writes its translations last word "
-        "first: a right-to-left model, for reranking a left-to-right one's n-best lists (--rerank-right-to-left; "
-        "not in the paper)",
+        "first (its saved config says so: translations come back in reading order): a right-to-left model, for "
+        "reranking a left-to-right one's n-best lists (--rerank-right-to-left; not in the paper)",
     )
     preprocessing_workers: int | None = setting(None, "processes for cleaning and tokenizing (datasets.map)")
     # Tokenizer and model

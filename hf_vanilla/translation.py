@@ -31,6 +31,7 @@ from .decoding import (
     max_new_tokens_room,
     max_source_tokens,
     paper_length_limit,
+    writes_right_to_left,
 )
 from .ensemble import EnsembleLogitsProcessor, check_ensemble
 from .files import write_text_atomic
@@ -170,7 +171,9 @@ def translate_sentences(
         **generate_kwargs,
     )
     for indices, outputs in batches:
-        for index, text in zip(indices, decode_translations(tokenizer, outputs), strict=True):
+        for index, text in zip(
+            indices, decode_translations(tokenizer, outputs, writes_right_to_left(model)), strict=True
+        ):
             translations[index] = text
     return translations
 
@@ -202,7 +205,7 @@ def translate_nbest(
         **options,
     )
     for indices, outputs in batches:
-        texts = decode_translations(tokenizer, outputs.sequences)
+        texts = decode_translations(tokenizer, outputs.sequences, writes_right_to_left(model))
         scores = outputs.sequences_scores.tolist() if beam_search else [0.0] * len(texts)
         for position, index in enumerate(indices):
             rows = range(position * num_beams, (position + 1) * num_beams)

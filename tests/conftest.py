@@ -156,3 +156,15 @@ def second_dir(first, tmp_path_factory, tiny_model_dir):
 @pytest.fixture(scope="module")
 def second(second_dir):
     return AutoModelForSeq2SeqLM.from_pretrained(second_dir).eval()
+
+
+@pytest.fixture(scope="module")
+def right_to_left_dir(second, second_dir, tmp_path_factory):
+    """`second`'s weights saved as a right-to-left model (`config.right_to_left`), with its tokenizer."""
+    directory = tmp_path_factory.mktemp("right-to-left")
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (directory / name).write_bytes((second_dir / name).read_bytes())
+    model = AutoModelForSeq2SeqLM.from_pretrained(second_dir)
+    model.config.right_to_left = True
+    model.save_pretrained(directory)
+    return directory

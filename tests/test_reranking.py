@@ -9,8 +9,9 @@ import pytest
 import torch
 from conftest import SCRIPTS
 from test_ensemble import SOURCES
+from transformers import pipeline
 
-from hf_vanilla.data import reverse_words
+from hf_vanilla.decoding import reverse_words
 from hf_vanilla.reranking import (
     REVERSE_WEIGHT,
     RIGHT_TO_LEFT_WEIGHT,
@@ -151,7 +152,7 @@ def test_reranking_with_weight_zero_scores_as_beam_search(first, reverse, tokeni
 
 
 def test_selection_chooses_the_weights_and_the_test_decoding_uses_them(
-    tiny_model_dir, second_dir, corpus_path, tmp_path
+    tiny_model_dir, second_dir, right_to_left_dir, corpus_path, tmp_path
 ):
     common = {"dataset": corpus_path, "source_lang": "de", "target_lang": "en", "max_sentences": 3}
     selection = select_on_validation(
@@ -160,16 +161,18 @@ def test_selection_chooses_the_weights_and_the_test_decoding_uses_them(
         num_beams=[2],
         rerank_with=[second_dir],
         rerank_weights=[0.0, 1.0],
-        rerank_right_to_left=[second_dir],
+        rerank_right_to_left=[right_to_left_dir],
         right_to_left_weights=[0.0, 0.5],
         device="cpu",
         **common,
     )
     grid = [(row[REVERSE_WEIGHT], row[RIGHT_TO_LEFT_WEIGHT]) for row in selection["validation"]]
     assert grid == [(0.0, 0.0), (0.0, 0.5), (1.0, 0.0), (1.0, 0.5)]
-    assert selection["rerank_with"] == selection["rerank_right_to_left"] == [str(second_dir)]
+    assert selection["rerank_with"] == [str(second_dir)]
+    assert selection["rerank_right_to_left"] == [str(right_to_left_dir)]
     test_report = json.loads((tmp_path / "test.de-en.json").read_text())
-    assert test_report["rerank_with"] == test_report["rerank_right_to_left"] == [str(second_dir)]
+    assert test_report["rerank_with"] == [str(second_dir)]
+    assert test_report["rerank_right_to_left"] == [str(right_to_left_dir)]
     for name in (REVERSE_WEIGHT, RIGHT_TO_LEFT_WEIGHT):
         assert test_report["generation"][name] == selection["chosen"][name]
     assert test_report["cased"]["bleu"] == selection["reports"]["test"]["cased"]["bleu"]
@@ -204,12 +207,12 @@ def test_select_script_names_a_reranking_model_that_does_not_load(tiny_model_dir
 
 
 def test_select_script_prints_a_column_for_each_kind_of_reranking_weight(
-    tiny_model_dir, second_dir, corpus_path, tmp_path
+    tiny_model_dir, second_dir, right_to_left_dir, corpus_path, tmp_path
 ):
     completed = subprocess.run(
         [sys.executable, str(SCRIPTS / "select_checkpoint.py"), str(tiny_model_dir)]
         + ["--rerank-with", str(second_dir), "--rerank-weight", "0", "1"]
-        + ["--rerank-right-to-left", str(second_dir), "--right-to-left-weight", "0", "0.5"]
+        + ["--rerank-right-to-left", str(right_to_left_dir), "--right-to-left-weight", "0", "0.5"]
         + ["--num-beams", "2", "--report-split", "--dataset", corpus_path, "--max-sentences", "2"]
         + ["--device", "cpu", "--output-dir", str(tmp_path)],
         capture_output=True,
@@ -227,7 +230,7 @@ def test_select_script_prints_a_column_for_each_kind_of_reranking_weight(
     ]
 
 
-def test_translate_script_reranks_as_the_library_does(second_dir, tiny_model_dir, tmp_path):
+def test_translate_script_reranks_as_the_library_does(second_dir, tiny_model_dir, right_to_left_dir, tmp_path):
     source_file = tmp_path / "sources.de"
     source_file.write_text("".join(f"{line}\n" for line in SOURCES))
 
@@ -254,11 +257,11 @@ def test_translate_script_reranks_as_the_library_does(second_dir, tiny_model_dir
     assert translate("--rerank-with", tiny_model_dir, "--rerank-weight", 0) == plain
     weights = {REVERSE_WEIGHT: 5.0, RIGHT_TO_LEFT_WEIGHT: 1.0}
     reranked = translate(
-        "--rerank-with", tiny_model_dir, "--rerank-right-to-left", tiny_model_dir, "--rerank-weight", 5,
+        "--rerank-with", tiny_model_dir, "--rerank-right-to-left", right_to_left_dir, "--rerank-weight", 5,
         "--right-to-left-weight", 1,
     )  # fmt: skip
     model, tokenizer = load_model_and_tokenizer(second_dir, "cpu")
-    reranking = load_reranking_models([tiny_model_dir], [tiny_model_dir], "cpu", "float32")
+    reranking = load_reranking_models([tiny_model_dir], [right_to_left_dir], "cpu", "float32")
     (expected,) = translate_reranked(
         model,
         tokenizer,
@@ -271,3 +274,32 @@ def test_translate_script_reranks_as_the_library_does(second_dir, tiny_model_dir
         show_progress=False,
     )
     assert reranked == expected and len(reranked) == len(SOURCES) and reranked[2] == ""
+
+
+def test_a_right_to_left_model_translates_in_reading_order(second, right_to_left_dir, tokenizer):
+    """The same weights marked right to left: every translation and n-best entry comes back with its words put
+    back in reading order, through our helpers and the pipeline."""
+    right_to_left, _ = load_model_and_tokenizer(right_to_left_dir, "cpu")
+    options = {"max_new_tokens": 8, "show_progress": False}
+    as_written = translate_sentences(second, tokenizer, SOURCES, num_beams=2, **options)
+    assert any(len(text.split()) > 1 for text in as_written)  # else the order could not show
+    read = translate_sentences(right_to_left, tokenizer, SOURCES, num_beams=2, **options)
+    assert read == [reverse_words(text) for text in as_written]
+    nbest = translate_nbest(right_to_left, tokenizer, SOURCES, num_beams=2, **options)
+    written_nbest = translate_nbest(second, tokenizer, SOURCES, num_beams=2, **options)
+    assert nbest == [[(reverse_words(text), score) for text, score in entries] for entries in written_nbest]
+    translator = pipeline("vanilla-translation", model=str(right_to_left_dir), device="cpu", num_beams=2)
+    outputs = translator([source for source in SOURCES if source.strip()], max_new_tokens=8)
+    assert [output["translation_text"] for output in outputs] == [text for text in read if text]
+
+
+def test_an_ensemble_and_the_reranking_roles_refuse_the_other_word_order(
+    second, second_dir, right_to_left_dir, tokenizer
+):
+    right_to_left, _ = load_model_and_tokenizer(right_to_left_dir, "cpu")
+    with pytest.raises(ValueError, match="ensemble member 1 writes right to left, the first model left to right"):
+        translate_sentences(second, tokenizer, SOURCES, ensemble=[right_to_left], show_progress=False)
+    with pytest.raises(ValueError, match=f"reranking model {right_to_left_dir} writes right to left"):
+        load_reranking_models([right_to_left_dir], [], "cpu", "float32")
+    with pytest.raises(ValueError, match=f"right-to-left model {second_dir} was not trained right to left"):
+        load_reranking_models([], [second_dir], "cpu", "float32")

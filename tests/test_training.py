@@ -39,6 +39,7 @@ from hf_vanilla.schedule import (
 from hf_vanilla.trainer import Trainer, TrainingStopped, label_smoothed_loss, training_loss_function
 from hf_vanilla.training import train
 from hf_vanilla.training_args import TrainingError, load_training_config
+from hf_vanilla.translation import load_model_and_tokenizer, translate_sentences
 
 CONFIGS = sorted((REPO / "configs").glob("*.yaml"))
 
@@ -284,7 +285,9 @@ def test_rdrop_setting_reaches_the_training_loss(tiny_dataset, tokenizer_dir, tm
     assert all(abs(a - b) > 1e-3 for a, b in zip(losses[0.3, 5.0], losses[0.3, 0.0], strict=True))
 
 
-def test_right_to_left_run_trains_as_a_run_on_reversed_target_words(tiny_dataset, tokenizer_dir, trained_run, tmp_path):
+def test_right_to_left_run_trains_as_a_run_on_reversed_target_words(
+    tiny_dataset, tokenizer_dir, trained_run, tmp_path, monkeypatch
+):
     """right_to_left: true is the same run as one on a copy of the data with every target's words reversed
     (validation too, so that its loss and BLEU compare like with like). `trained_run` made the tokenizer."""
     reversed_copy = tmp_path / "reversed"
@@ -295,12 +298,26 @@ def test_right_to_left_run_trains_as_a_run_on_reversed_target_words(tiny_dataset
             row["translation"]["en"] = " ".join(reversed(row["translation"]["en"].split()))
         (reversed_copy / f"{split}.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
     settings = {"max_steps": 4, "save_interval_updates": 4, "average_last": 1, "validation_max_sentences": 4}
-    train(tiny_config(tiny_dataset, tokenizer_dir, tmp_path / "r2l", right_to_left=True, **settings))
+    scored = []
+    with monkeypatch.context() as patch:
+        patch.setattr(
+            "hf_vanilla.trainer.score_translations",
+            lambda translations, references: scored.append((translations, references)) or {"bleu": 0.0},
+        )
+        train(tiny_config(tiny_dataset, tokenizer_dir, tmp_path / "r2l", right_to_left=True, **settings))
     train(tiny_config(str(reversed_copy), tokenizer_dir, tmp_path / "copy", **settings))
     plain_dir = tmp_path / "plain"
     train(tiny_config(tiny_dataset, tokenizer_dir, plain_dir, **settings))
     right_to_left, on_copy = training_losses(tmp_path / "r2l"), training_losses(tmp_path / "copy")
     assert right_to_left == on_copy and right_to_left != training_losses(plain_dir)
+    # The saved model says it writes right to left, so its translations come back in reading order, and the
+    # run's validation BLEU scored those against the references as they are.
+    model, tokenizer = load_model_and_tokenizer(tmp_path / "r2l" / "checkpoint_4", "cpu")
+    assert model.config.right_to_left and not VanillaTransformerConfig.from_pretrained(plain_dir).right_to_left
+    rows = [json.loads(line)["translation"] for line in (Path(tiny_dataset) / "validation.jsonl").read_text().splitlines()]
+    sources, references = [row["de"] for row in rows[:4]], [row["en"] for row in rows[:4]]
+    translations = translate_sentences(model, tokenizer, sources, show_progress=False, num_beams=1, do_sample=False)
+    assert scored == [(translations, references)]
 
 
 def test_time_budget_stops_and_saves_and_counts_across_resumes(tiny_dataset, tokenizer_dir, tmp_path):
