@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# The best Multi30k results, both directions, with one command: every model they need, then each direction's
+# ensemble, its n-best list reranked, beam, length penalty and reranking weights chosen on validation, test2016
+# decoded once (model_card.md, "The best recipe"). Departures from the paper, each a switch used only here: data
+# diversification, ensembles, reranking with the reverse direction and with right-to-left models.
+#   bash scripts/best_recipe.sh                    # 8 runs of configs/multi30k-best.yaml one after another
+#   PARALLEL=4 bash scripts/best_recipe.sh         # on one GPU: runs side by side (four fit an H200)
+# Given again, it goes on where it stopped: finished runs train nothing more, a stopped run resumes from its last
+# checkpoint, written data is kept. The stages, all under OUT:
+#   1. teachers/: multi30k-best en->de (seed 2) and de->en (seed 4) on the original pairs
+#   2. data/diversified-en-de, -de-en: the original pairs, then each teacher's translations of the training split
+#      (data diversification, Nguyen et al., 2020; scripts/distill.py), 87,000 pairs on Multi30k
+#   3. students/: on those, en->de seeds 2 and 3, de->en seeds 4 and 5, and a right-to-left model a direction
+#      (seed 6, right_to_left: true)
+#   4. en-de/, de-en/: the direction's ensemble (en->de: teacher and both students; de->en: teacher and student
+#      seed 4), reranked by the other direction's three models (--rerank-with) and the right-to-left model; each
+#      member is its run's checkpoint_average; validation chooses, test2016 is decoded once
+# Stages 1 and 3 are scripts/run_tries.py (each run also chosen alone on validation: OUT/*/tries.md).
+# Settings (environment):
+#   MULTI30K      the data: a Hub id or local copy (default: ../shared/datasets/multi30k where it exists, else
+#                 the Hub's bentrevett/multi30k)
+#   OUT           where everything goes (default: outputs/multi30k-best-recipe)
+#   PARALLEL      runs training at once (default 1)
+#   CONFIG        every run's config (default: configs/multi30k-best.yaml)
+#   TRAIN_FLAGS   more train.py flags for every run, e.g. a time box: "--max-minutes 8"
+#   MEMBER_SELECT select_checkpoint.py flags for each run alone (default: beam 4, lp 1.0)
+#   FINAL_SELECT  select_checkpoint.py flags for each direction's ensemble (default: beams 8 and 12, lp 1.0,
+#                 every reranking weight, the tokenized BLEU beside; needs the [tokenized] extra)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+data=${MULTI30K:-bentrevett/multi30k}
+if [ -z "${MULTI30K:-}" ] && [ -d ../shared/datasets/multi30k ]; then
+    data=../shared/datasets/multi30k
+fi
+out=${OUT:-outputs/multi30k-best-recipe}
+parallel=${PARALLEL:-1}
+config=${CONFIG:-configs/multi30k-best.yaml}
+train_flags=${TRAIN_FLAGS:-}
+member_select=${MEMBER_SELECT:---num-beams 4 --length-penalty 1.0}
+final_select=${FINAL_SELECT:---num-beams 8 12 --length-penalty 1.0 --tokenized-bleu}
+case " $final_select " in
+*" --tokenized-bleu "*)
+    python3 -c "import sacremoses" 2>/dev/null || {
+        echo "best_recipe: --tokenized-bleu needs sacremoses: pip install -e \".[tokenized]\" (or set FINAL_SELECT)" >&2
+        exit 2
+    } ;;
+esac
+mkdir -p "$out"
+echo "best_recipe: $config on $data into $out, $parallel run(s) at a time"
+
+# Stage files name every run's flags, so that each stage's record says what it ran.
+cat >"$out/teachers.yaml" <<EOF
+config: $config
+train: $train_flags
+select: $member_select
+tries:
+  en-de-seed2: --source-lang en --target-lang de --seed 2
+  de-en-seed4: --source-lang de --target-lang en --seed 4
+EOF
+diversified="$out/data/diversified"
+cat >"$out/students.yaml" <<EOF
+config: $config
+train: $train_flags
+select: $member_select
+tries:
+  en-de-seed2: --source-lang en --target-lang de --seed 2 --dataset $diversified-en-de
+  en-de-seed3: --source-lang en --target-lang de --seed 3 --dataset $diversified-en-de
+  en-de-r2l-seed6: --source-lang en --target-lang de --seed 6 --dataset $diversified-en-de --right-to-left true
+  de-en-seed4: --source-lang de --target-lang en --seed 4 --dataset $diversified-de-en
+  de-en-seed5: --source-lang de --target-lang en --seed 5 --dataset $diversified-de-en
+  de-en-r2l-seed6: --source-lang de --target-lang en --seed 6 --dataset $diversified-de-en --right-to-left true
+EOF
+# Both stage files are checked before anything trains (the students' data need not exist yet).
+python3 scripts/run_tries.py "$out/teachers.yaml" --dataset "$data" --check >/dev/null
+python3 scripts/run_tries.py "$out/students.yaml" --dataset "$data" --check >/dev/null
+
+python3 scripts/run_tries.py "$out/teachers.yaml" --dataset "$data" --parallel "$parallel" \
+    --output-dir "$out/teachers"
+teacher() { echo "$out/teachers/$1/checkpoint_average"; }
+student() { echo "$out/students/$1/checkpoint_average"; }
+declare -A teacher_run=([en-de]=en-de-seed2 [de-en]=de-en-seed4)
+
+diversify() {  # diversify SOURCE TARGET: the pairs SOURCE->TARGET students train on
+    local forward=$1-$2 backward=$2-$1
+    if [ ! -d "$diversified-$forward" ]; then  # distill.py writes the directory only once it is whole
+        python3 scripts/distill.py --forward "$(teacher "${teacher_run[$forward]}")" \
+            --backward "$(teacher "${teacher_run[$backward]}")" --keep-original --dataset "$data" \
+            --source-lang "$1" --target-lang "$2" --num-beams 4 --length-penalty 1.0 --output-dir "$diversified-$forward"
+    fi
+}
+
+choose() {  # choose SOURCE TARGET MODELS...: the ensemble and its reranking models chosen on validation, test once
+    local source_lang=$1 target_lang=$2
+    shift 2
+    # shellcheck disable=SC2086  # FINAL_SELECT is a list of flags
+    python3 scripts/select_checkpoint.py "$@" --dataset "$data" --source-lang "$source_lang" \
+        --target-lang "$target_lang" $final_select --output-dir "$out/$source_lang-$target_lang"
+}
+
+diversify en de
+diversify de en
+python3 scripts/run_tries.py "$out/students.yaml" --dataset "$data" --parallel "$parallel" \
+    --output-dir "$out/students"
+choose en de "$(teacher en-de-seed2)" --ensemble "$(student en-de-seed2)" "$(student en-de-seed3)" \
+    --rerank-with "$(teacher de-en-seed4)" "$(student de-en-seed4)" "$(student de-en-seed5)" \
+    --rerank-right-to-left "$(student en-de-r2l-seed6)"
+choose de en "$(teacher de-en-seed4)" --ensemble "$(student de-en-seed4)" \
+    --rerank-with "$(teacher en-de-seed2)" "$(student en-de-seed2)" "$(student en-de-seed3)" \
+    --rerank-right-to-left "$(student de-en-r2l-seed6)"

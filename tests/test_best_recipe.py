@@ -1,0 +1,77 @@
+"""scripts/best_recipe.sh end to end on a tiny corpus and model: every stage runs, each direction's final choice
+uses the models the recipe names. (Given again, each stage goes on where it stopped: run_tries resumes every run,
+tests/test_tries.py; distill.py writes its directory only once whole, so the script skips one that exists.)"""
+
+import dataclasses
+import json
+import os
+import subprocess
+
+import yaml
+from conftest import REPO, SCRIPTS, tiny_config
+
+from hf_vanilla.data import load_translation_split
+from hf_vanilla.reranking import REVERSE_WEIGHT, RIGHT_TO_LEFT_WEIGHT
+from hf_vanilla.translation import load_model_and_tokenizer
+
+
+def run_recipe(environment):
+    completed = subprocess.run(
+        ["bash", str(SCRIPTS / "best_recipe.sh")],
+        cwd=REPO,
+        env={**os.environ, **environment},
+        capture_output=True,
+        text=True,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    return completed
+
+
+def test_the_recipe_trains_every_model_and_chooses_each_direction_on_validation(corpus_path, tmp_path):
+    small = tmp_path / "corpus"  # few sentences: the teachers translate the whole training split
+    small.mkdir()
+    for split, size in (("train", 120), ("validation", 6), ("test", 4)):
+        pairs = load_translation_split(corpus_path, "de", "en", split).select(range(size))
+        rows = [{"translation": {"de": pair["source"], "en": pair["target"]}} for pair in pairs]
+        (small / f"{split}.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    config = tiny_config(
+        str(small), tmp_path / "bpe", tmp_path / "unused", max_steps=4, save_interval_updates=2, average_last=2
+    )
+    config_file = tmp_path / "tiny.yaml"
+    config_file.write_text(yaml.safe_dump(dataclasses.asdict(config)))
+    out = tmp_path / "recipe"
+    environment = {
+        "MULTI30K": str(small),
+        "OUT": str(out),
+        "PARALLEL": "2",
+        "CONFIG": str(config_file),
+        "MEMBER_SELECT": "--num-beams 1",
+        "FINAL_SELECT": "--num-beams 2 --length-penalty 1.0 --rerank-weight 0 1 --right-to-left-weight 0 1",
+        "OMP_NUM_THREADS": "1",
+    }
+    run_recipe(environment)
+
+    for stage, runs in (("teachers", 2), ("students", 6)):
+        tries = json.loads((out / stage / "tries.json").read_text())["tries"]
+        assert len(tries) == runs and all(row["training_exit"] == 0 == row["selection_exit"] for row in tries)
+    # Each student trained on its direction's diversified pairs: the originals, then both teachers' translations.
+    provenance = json.loads((out / "data/diversified-en-de/distillation.json").read_text())
+    assert provenance["rows"]["train"] == 3 * 120
+    assert [teacher["side"] for teacher in provenance["teachers"]] == ["forward", "backward"]
+    right_to_left, _ = load_model_and_tokenizer(out / "students/en-de-r2l-seed6/checkpoint_average", "cpu")
+    assert right_to_left.config.right_to_left
+    students = out / "students"
+    for direction, members, reverse, r2l in (
+        ("en-de", ["teachers/en-de-seed2", "students/en-de-seed2", "students/en-de-seed3"],
+         ["teachers/de-en-seed4", "students/de-en-seed4", "students/de-en-seed5"], "en-de-r2l-seed6"),
+        ("de-en", ["teachers/de-en-seed4", "students/de-en-seed4"],
+         ["teachers/en-de-seed2", "students/en-de-seed2", "students/en-de-seed3"], "de-en-r2l-seed6"),
+    ):  # fmt: skip
+        selection = json.loads((out / direction / "selection.json").read_text())
+        assert selection["chosen"]["model"] == str(out / members[0] / "checkpoint_average")
+        assert selection["ensemble"] == [str(out / member / "checkpoint_average") for member in members[1:]]
+        assert selection["rerank_with"] == [str(out / model / "checkpoint_average") for model in reverse]
+        assert selection["rerank_right_to_left"] == [str(students / r2l / "checkpoint_average")]
+        weights = {(row[REVERSE_WEIGHT], row[RIGHT_TO_LEFT_WEIGHT]) for row in selection["validation"]}
+        assert weights == {(0.0, 0.0), (0.0, 1.0), (1.0, 0.0), (1.0, 1.0)}
+        assert set(selection["reports"]) == {"test"}  # decoded once, with the choice
