@@ -78,13 +78,13 @@ python3 scripts/run_tries.py "$out/teachers.yaml" --dataset "$data" --parallel "
     --output-dir "$out/teachers"
 teacher() { echo "$out/teachers/$1/checkpoint_average"; }
 student() { echo "$out/students/$1/checkpoint_average"; }
-declare -A teacher_run=([en-de]=en-de-seed2 [de-en]=de-en-seed4)
+teacher_of() { case $1 in en-de) teacher en-de-seed2 ;; de-en) teacher de-en-seed4 ;; esac; }
 
 diversify() {  # diversify SOURCE TARGET: the pairs SOURCE->TARGET students train on
     local forward=$1-$2 backward=$2-$1
     if [ ! -d "$diversified-$forward" ]; then  # distill.py writes the directory only once it is whole
-        python3 scripts/distill.py --forward "$(teacher "${teacher_run[$forward]}")" \
-            --backward "$(teacher "${teacher_run[$backward]}")" --keep-original --dataset "$data" \
+        python3 scripts/distill.py --forward "$(teacher_of "$forward")" \
+            --backward "$(teacher_of "$backward")" --keep-original --dataset "$data" \
             --source-lang "$1" --target-lang "$2" --num-beams 4 --length-penalty 1.0 --output-dir "$diversified-$forward"
     fi
 }
