@@ -30,7 +30,7 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from .data import TokenBatchSampler
-from .decoding import DEFAULT_MAX_TOKENS, reverse_words, writes_right_to_left
+from .decoding import DEFAULT_MAX_TOKENS, reverse_words
 from .translation import load_models, translate_nbest
 
 T = TypeVar("T")
@@ -265,20 +265,11 @@ def load_reranking_models(
     """The saved models of `rerank_with` and `rerank_right_to_left`, loaded with their tokenizers, as the keywords
     `reverse_models` and `right_to_left_models` of `translate_reranked` and `evaluate_reranked`; one that does not
     load, or whose word order (`config.right_to_left`) is not its role's, is a ValueError naming it."""
-    loaded = {
-        "reverse_models": load_models(rerank_with, device, dtype, role="reranking model"),
-        "right_to_left_models": load_models(rerank_right_to_left, device, dtype, role="right-to-left model"),
+    return {
+        "reverse_models": load_models(
+            rerank_with, device, dtype, role="reranking model", right_to_left=False
+        ),
+        "right_to_left_models": load_models(
+            rerank_right_to_left, device, dtype, role="right-to-left model", right_to_left=True
+        ),
     }
-    for path, (model, _) in zip(rerank_with, loaded["reverse_models"], strict=True):
-        if writes_right_to_left(model):
-            raise ValueError(
-                f"reranking model {path} writes right to left (its config's right_to_left is true): --rerank-with "
-                "takes left-to-right models of the reverse direction, --rerank-right-to-left this direction's R2L models"
-            )
-    for path, (model, _) in zip(rerank_right_to_left, loaded["right_to_left_models"], strict=True):
-        if not writes_right_to_left(model):
-            raise ValueError(
-                f"right-to-left model {path} was not trained right to left (its config's right_to_left is false): "
-                "train one with train.py --right-to-left true"
-            )
-    return loaded

@@ -265,16 +265,29 @@ def load_models(
     device: str | None = None,
     dtype: str = "float32",
     role: str = "ensemble member",
+    right_to_left: bool | None = None,
 ) -> list[tuple[PreTrainedModel, PreTrainedTokenizerBase]]:
     """More models with their tokenizers (an ensemble's members, reranking's reverse models), each loaded as
-    `load_model_and_tokenizer` loads one; a model that does not load is a ValueError or FileNotFoundError that
-    names it and its `role`."""
+    `load_model_and_tokenizer` loads one; a model that does not load, or (given `right_to_left`) writes in the
+    other word order (`config.right_to_left`), is a ValueError or FileNotFoundError that names it and its `role`."""
     loaded = []
     for path in model_names_or_paths:
         try:
-            loaded.append(load_model_and_tokenizer(path, device, dtype))
+            model, tokenizer = load_model_and_tokenizer(path, device, dtype)
         except (ValueError, FileNotFoundError) as err:
             raise type(err)(f"{role} {path}: {err}") from err
+        if right_to_left is not None and writes_right_to_left(model) != right_to_left:
+            raise ValueError(
+                f"{role} {path} "
+                + (
+                    "was not trained right to left (its config's right_to_left is false): train one with "
+                    "train.py --right-to-left true"
+                    if right_to_left
+                    else "writes right to left (its config's right_to_left is true): this role takes left-to-right "
+                    "models; a right-to-left one reranks with --rerank-right-to-left"
+                )
+            )
+        loaded.append((model, tokenizer))
     return loaded
 
 
