@@ -159,7 +159,7 @@ def second(second_dir):
 
 
 @pytest.fixture(scope="module")
-def right_to_left_dir(second, second_dir, tmp_path_factory):
+def right_to_left_dir(second_dir, tmp_path_factory):
     """`second`'s weights saved as a right-to-left model (`config.right_to_left`), with its tokenizer."""
     directory = tmp_path_factory.mktemp("right-to-left")
     for name in ("tokenizer.json", "tokenizer_config.json"):

@@ -289,7 +289,8 @@ def test_right_to_left_run_trains_as_a_run_on_reversed_target_words(
     tiny_dataset, tokenizer_dir, trained_run, tmp_path, monkeypatch
 ):
     """right_to_left: true is the same run as one on a copy of the data with every target's words reversed
-    (validation too, so that its loss and BLEU compare like with like). `trained_run` made the tokenizer."""
+    (validation too, so that its loss compares like with like; its BLEU reads the translations in reading order).
+    `trained_run` made the tokenizer."""
     reversed_copy = tmp_path / "reversed"
     reversed_copy.mkdir()
     for split in ("train", "validation"):
