@@ -5,7 +5,9 @@ updates/s that one alone ran. So a search over recipes runs its tries side by si
 `parallel` `train.py` processes, hands each finished run to `select_checkpoint.py` (validation only: test is
 decoded once, for the final recipe, never to compare tries), and writes every try's flags, pace and validation
 scores to `tries.json` and `tries.md`. Given again, it resumes each run from its last checkpoint (a finished one
-trains nothing more), so a search can span several calls of a time-limited machine.
+trains nothing more), so a search can span several calls of a time-limited machine. A finished run brought back
+from another machine with its models but not its training state (`checkpoint_last`, 4x the size of a model) is
+chosen as it is.
 
 A tries file is YAML:
 
@@ -44,7 +46,7 @@ from tqdm.auto import tqdm
 from .benchmark import describe_environment, environment
 from .files import write_text_atomic
 from .plotting import read_training_log
-from .run_directory import LAST, LOG_FILE, RETIRED_LAST
+from .run_directory import AVERAGE, LAST, LOG_FILE, RETIRED_LAST
 from .training import load_or_train_tokenizer
 from .training_args import TrainingConfig, TrainingError, load_training_config, training_argument_parser
 
@@ -152,8 +154,10 @@ def _training_config(name: str, arguments: Sequence[str]) -> TrainingConfig:
     return config
 
 
-def train_command(scripts_dir: Path, attempt: Try, run_dir: Path) -> list[str]:
-    """train.py for `attempt` into `run_dir`: resumed where a checkpoint is left, started afresh otherwise."""
+def train_command(scripts_dir: Path, attempt: Try, run_dir: Path) -> list[str] | None:
+    """train.py for `attempt` into `run_dir`: resumed where a checkpoint is left, started afresh otherwise; None
+    for a finished run without its training state (trained on another machine and copied back without it, or
+    pruned), which has nothing to resume and whose models starting afresh would delete."""
     command = [
         sys.executable,
         str(scripts_dir / "train.py"),
@@ -163,6 +167,8 @@ def train_command(scripts_dir: Path, attempt: Try, run_dir: Path) -> list[str]:
     ]
     if (run_dir / LAST).exists() or (run_dir / RETIRED_LAST).exists():
         command.append("--resume")
+    elif (run_dir / AVERAGE).exists():  # written only when a run ends
+        return None
     elif run_dir.exists():  # stopped before its first save: nothing in it to keep
         command.append("--overwrite-output-dir")
     return command
@@ -239,7 +245,15 @@ def _run_one(
     run_dir, logs = output_dir / attempt.name, output_dir / LOGS
     started = time.monotonic()
     train_log = logs / f"{attempt.name}.train.log"
-    training_exit = processes.run(train_command(scripts_dir, attempt, run_dir), train_log, env)
+    command = train_command(scripts_dir, attempt, run_dir)
+    if command is None:
+        with open(train_log, "a") as log:
+            log.write(
+                f"{run_dir} holds a finished run without its training state: chosen as saved, not trained\n"
+            )
+        training_exit = 0
+    else:
+        training_exit = processes.run(command, train_log, env)
     result = {
         "name": attempt.name,
         "training_exit": training_exit,

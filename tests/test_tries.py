@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -11,7 +12,7 @@ import pytest
 import yaml
 from conftest import REPO, SCRIPTS, tiny_config
 
-from hf_vanilla.run_directory import LAST
+from hf_vanilla.run_directory import AVERAGE, LAST
 from hf_vanilla.training_args import load_training_config
 from hf_vanilla.tries import TRIES_JSON, TRIES_TABLE, TriesError, Try, load_tries, run_tries, train_command
 
@@ -36,7 +37,7 @@ def test_tries_run_side_by_side_and_every_one_is_listed(tiny_config_file, tmp_pa
     tries_file = write_tries(
         tmp_path / "tries.yaml",
         config=str(tiny_config_file),
-        train="--max-steps 6",
+        train="--max-steps 6 --average-last 2",
         select="--num-beams 1 --max-sentences 8",
         tries={"seed2": "--seed 2", "no-french": "--source-lang fr"},
     )
@@ -72,6 +73,18 @@ def test_tries_run_side_by_side_and_every_one_is_listed(tiny_config_file, tmp_pa
     assert again["training_exit"] == 0 and again["updates"] == 6 and again["chosen"] == trained["chosen"]
     assert "Resumed" in (tmp_path / "out/logs/seed2.train.log").read_text()
 
+    # A finished run copied back from another machine without its training state is chosen as it is: neither
+    # resumed (nothing to resume from) nor started afresh (which would delete its models).
+    shutil.rmtree(tmp_path / "out/seed2" / LAST)
+    (copied,) = [
+        row for row in run_tries(tries_file, tmp_path / "out", SCRIPTS, parallel=2) if row["name"] == "seed2"
+    ]
+    assert copied["training_exit"] == 0 and copied["updates"] == 6 and copied["chosen"] == trained["chosen"]
+    assert (
+        "without its training state: chosen as saved" in (tmp_path / "out/logs/seed2.train.log").read_text()
+    )
+    assert (tmp_path / "out/seed2" / AVERAGE / "model.safetensors").exists()
+
 
 def test_train_command_resumes_a_saved_run_and_restarts_one_that_saved_nothing(tmp_path):
     run = tmp_path / "a"
@@ -82,6 +95,8 @@ def test_train_command_resumes_a_saved_run_and_restarts_one_that_saved_nothing(t
     run.mkdir()
     (run / "train_log.jsonl").write_text("")
     assert train_command(SCRIPTS, attempt, run)[-1] == "--overwrite-output-dir"
+    (run / AVERAGE).mkdir()  # a finished run, its training state left elsewhere
+    assert train_command(SCRIPTS, attempt, run) is None
     (run / LAST).mkdir()
     assert train_command(SCRIPTS, attempt, run)[-1] == "--resume"
 
