@@ -261,7 +261,7 @@ def load_model_and_tokenizer(
 
 
 # What a role that takes one word order (load_models' `right_to_left`) says of a model written in the other.
-WRONG_WORD_ORDER = {
+_WRONG_WORD_ORDER = {
     True: "was not trained right to left (its config's right_to_left is false): train one with "
     "train.py --right-to-left true",
     False: "writes right to left (its config's right_to_left is true): this role takes left-to-right models; "
@@ -286,7 +286,7 @@ def load_models(
         except (ValueError, FileNotFoundError) as err:
             raise type(err)(f"{role} {path}: {err}") from err
         if right_to_left is not None and writes_right_to_left(model) != right_to_left:
-            raise ValueError(f"{role} {path} {WRONG_WORD_ORDER[right_to_left]}")
+            raise ValueError(f"{role} {path} {_WRONG_WORD_ORDER[right_to_left]}")
         loaded.append((model, tokenizer))
     return loaded
 
