@@ -43,10 +43,14 @@ def expand_candidates(paths: Sequence[str | os.PathLike]) -> list[Path]:
     # A run's best checkpoint is often its last one too: decode each set of weights once.
     distinct = {}
     for candidate in candidates:
-        weights = candidate / "model.safetensors"
-        key = hashlib.sha256(weights.read_bytes()).hexdigest() if weights.is_file() else candidate
-        distinct.setdefault(key, candidate)
+        distinct.setdefault(weights_digest(candidate) or candidate, candidate)
     return list(distinct.values())
+
+
+def weights_digest(model_dir: str | os.PathLike) -> str | None:
+    """The SHA-256 of a saved model's weights (its model.safetensors), or None where it has none."""
+    weights = Path(model_dir) / "model.safetensors"
+    return hashlib.sha256(weights.read_bytes()).hexdigest() if weights.is_file() else None
 
 
 def decoding_grid(num_beams: Sequence[int], length_penalties: Sequence[float]) -> list[dict[str, Any]]:

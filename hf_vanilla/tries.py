@@ -7,7 +7,8 @@ decoded once, for the final recipe, never to compare tries), and writes every tr
 scores to `tries.json` and `tries.md`. Given again, it resumes each run from its last checkpoint (a finished one
 trains nothing more), so a search can span several calls of a time-limited machine. A finished run brought back
 from another machine with its models but not its training state (`checkpoint_last`, 4x the size of a model) is
-chosen as it is.
+chosen as it is. A run's selection is kept while its candidates' weights and the selection flags are those it
+was made from, so a search given again decodes only what changed.
 
 A tries file is YAML:
 
@@ -47,10 +48,12 @@ from .benchmark import describe_environment, environment
 from .files import write_text_atomic
 from .plotting import read_training_log
 from .run_directory import AVERAGE, LAST, LOG_FILE, RETIRED_LAST
+from .selection import RUN_CANDIDATES, weights_digest
 from .training import load_or_train_tokenizer
 from .training_args import TrainingConfig, TrainingError, load_training_config, training_argument_parser
 
 TRIES_JSON, TRIES_TABLE, LOGS, SELECTION = "tries.json", "tries.md", "logs", "selection"
+SELECTED_WITH = "selected_with.json"  # beside selection.json: the flags and weights it was made from
 SPEC_KEYS = {"config", "train", "select", "tries"}
 TRY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 PROGRESS_BAR = re.compile(r"^[^|]*\d+%\|[^|]*\|[^\[]*\[[^\]]*\]")  # tqdm's " 12%|█▏   | 987/8000 [...]"
@@ -264,12 +267,35 @@ def _run_one(
     # A run that stopped early (diverged, time box, signal) is still chosen on what it saved.
     if not processes.stopping and any(run_dir.glob("checkpoint_*")):
         select_log = logs / f"{attempt.name}.select.log"
-        result["selection_exit"] = processes.run(
-            select_command(scripts_dir, attempt, run_dir, select), select_log, env
-        )
-        if result["selection_exit"]:
-            result["selection_error"] = _last_message(select_log)
+        command = select_command(scripts_dir, attempt, run_dir, select)
+        inputs = _selection_inputs(run_dir, command)
+        if _selection_made_from(run_dir, inputs):
+            with open(select_log, "a") as log:
+                log.write(f"{run_dir / SELECTION} was made with these flags from these weights: kept\n")
+            result["selection_exit"] = 0
+        else:
+            result["selection_exit"] = processes.run(command, select_log, env)
+            if result["selection_exit"] == 0:
+                write_text_atomic(run_dir / SELECTION / SELECTED_WITH, json.dumps(inputs, indent=2) + "\n")
+            else:
+                result["selection_error"] = _last_message(select_log)
     return result
+
+
+def _selection_inputs(run_dir: Path, command: Sequence[str]) -> dict[str, Any]:
+    """What a run's selection depends on: select_checkpoint.py's arguments (not the interpreter's or the script's
+    path, which may move) and the weights of the candidates among the run's checkpoints."""
+    weights = {name: weights_digest(run_dir / name) for name in RUN_CANDIDATES if (run_dir / name).is_dir()}
+    return {"arguments": list(command[2:]), "weights": weights}
+
+
+def _selection_made_from(run_dir: Path, inputs: dict[str, Any]) -> bool:
+    """Whether `run_dir`'s selection was made from `inputs` (a resumed finished run rewrites the same weights)."""
+    try:
+        made_from = json.loads((run_dir / SELECTION / SELECTED_WITH).read_text())
+    except (OSError, ValueError):
+        return False
+    return made_from == inputs and (run_dir / SELECTION / "selection.json").is_file()
 
 
 def summarize_try(attempt: Try, run_dir: Path, outcome: dict[str, Any]) -> dict[str, Any]:

@@ -72,6 +72,9 @@ def test_tries_run_side_by_side_and_every_one_is_listed(tiny_config_file, tmp_pa
     ]
     assert again["training_exit"] == 0 and again["updates"] == 6 and again["chosen"] == trained["chosen"]
     assert "Resumed" in (tmp_path / "out/logs/seed2.train.log").read_text()
+    select_log = tmp_path / "out/logs/seed2.select.log"
+    # Its average was rewritten with the same weights: not decoded again.
+    assert select_log.read_text().count(": kept") == 1
 
     # A finished run copied back from another machine without its training state is chosen as it is: neither
     # resumed (nothing to resume from) nor started afresh (which would delete its models).
@@ -84,6 +87,20 @@ def test_tries_run_side_by_side_and_every_one_is_listed(tiny_config_file, tmp_pa
         "without its training state: chosen as saved" in (tmp_path / "out/logs/seed2.train.log").read_text()
     )
     assert (tmp_path / "out/seed2" / AVERAGE / "model.safetensors").exists()
+    assert select_log.read_text().count(": kept") == 1  # one candidate fewer: chosen again
+
+    # Other selection flags choose again; the same flags and weights keep the selection.
+    write_tries(
+        tries_file, **{**yaml.safe_load(tries_file.read_text()), "select": "--num-beams 2 --max-sentences 8"}
+    )
+    (beam2,) = [
+        row for row in run_tries(tries_file, tmp_path / "out", SCRIPTS, parallel=2) if row["name"] == "seed2"
+    ]
+    assert beam2["chosen"]["num_beams"] == 2 and select_log.read_text().count(": kept") == 1
+    (kept,) = [
+        row for row in run_tries(tries_file, tmp_path / "out", SCRIPTS, parallel=2) if row["name"] == "seed2"
+    ]
+    assert kept["chosen"] == beam2["chosen"] and select_log.read_text().count(": kept") == 2
 
 
 def test_train_command_resumes_a_saved_run_and_restarts_one_that_saved_nothing(tmp_path):
