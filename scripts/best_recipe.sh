@@ -12,9 +12,9 @@
 #      (data diversification, Nguyen et al., 2020; scripts/distill.py), 87,000 pairs on Multi30k
 #   3. students/: on those, en->de seeds 2 and 3, de->en seeds 4 and 5, and a right-to-left model a direction
 #      (seed 6, right_to_left: true)
-#   4. en-de/, de-en/: the direction's ensemble (en->de: teacher and both students; de->en: teacher and student
-#      seed 4), reranked by the other direction's three models (--rerank-with) and the right-to-left model; each
-#      member is its run's checkpoint_average; validation chooses, test2016 is decoded once
+#   4. en-de/, de-en/: the direction's ensemble (its teacher and both students), reranked by the other
+#      direction's three models (--rerank-with) and the right-to-left model; each member is its run's
+#      checkpoint_average; validation chooses, test2016 is decoded once
 # Stages 1 and 3 are scripts/run_tries.py (each run also chosen alone on validation: OUT/*/tries.md).
 # Settings (environment):
 #   MULTI30K      the data: a Hub id or local copy (default: ../shared/datasets/multi30k where it exists, else
@@ -25,7 +25,8 @@
 #   TRAIN_FLAGS   more train.py flags for every run, e.g. a time box: "--max-minutes 8"
 #   MEMBER_SELECT select_checkpoint.py flags for each run alone (default: beam 4, lp 1.0)
 #   FINAL_SELECT  select_checkpoint.py flags for each direction's ensemble (default: beams 8 and 12, lp 1.0,
-#                 every reranking weight, the tokenized BLEU beside; needs the [tokenized] extra)
+#                 reranking weights 0, 0.1, 0.2, 0.3, 0.5, 1, 1.5 and 2 each, the tokenized BLEU beside; needs
+#                 the [tokenized] extra)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 data=${MULTI30K:-bentrevett/multi30k}
@@ -37,7 +38,10 @@ parallel=${PARALLEL:-1}
 config=${CONFIG:-configs/multi30k-best.yaml}
 train_flags=${TRAIN_FLAGS:-}
 member_select=${MEMBER_SELECT:---num-beams 4 --length-penalty 1.0}
-final_select=${FINAL_SELECT:---num-beams 8 12 --length-penalty 1.0 --tokenized-bleu}
+# Reranking weights up to 2: with three reverse models and a right-to-left one, de->en chose 1.0 and 1.0, the
+# largest of select_checkpoint.py's default weights (docs/tries/cpu-2026-11-27-best-recipe/).
+weights="0 0.1 0.2 0.3 0.5 1 1.5 2"
+final_select=${FINAL_SELECT:---num-beams 8 12 --length-penalty 1.0 --rerank-weight $weights --right-to-left-weight $weights --tokenized-bleu}
 case " $final_select " in
 *" --tokenized-bleu "*)
     python3 -c "import sacremoses" 2>/dev/null || {
@@ -104,6 +108,6 @@ python3 scripts/run_tries.py "$out/students.yaml" --dataset "$data" --parallel "
 choose en de "$(teacher en-de-seed2)" --ensemble "$(student en-de-seed2)" "$(student en-de-seed3)" \
     --rerank-with "$(teacher de-en-seed4)" "$(student de-en-seed4)" "$(student de-en-seed5)" \
     --rerank-right-to-left "$(student en-de-r2l-seed6)"
-choose de en "$(teacher de-en-seed4)" --ensemble "$(student de-en-seed4)" \
+choose de en "$(teacher de-en-seed4)" --ensemble "$(student de-en-seed4)" "$(student de-en-seed5)" \
     --rerank-with "$(teacher en-de-seed2)" "$(student en-de-seed2)" "$(student en-de-seed3)" \
     --rerank-right-to-left "$(student de-en-r2l-seed6)"

@@ -2,8 +2,10 @@
 # command run_tries.py gives it (configs/multi30k-best.yaml), bounded by --max-minutes so that each ends normally:
 # it saves, then averages its last five saves into checkpoint_average (a run stopped by a signal saves to resume
 # but averages nothing: the first call of this script, 2026-11-27, stopped its runs with `timeout` and brought
-# back no model). One call of at most 10 minutes holds ~8 minutes of training: four runs side by side on an H200
-# ran 25.3 updates/s each (GPU 91-99% busy), so ~12,000 of the 14,000 updates; two side by side run ~28.
+# back no model). Four runs side by side on an H200 ran 25.3 updates/s each in that call (GPU 91-99% busy) and
+# 34.6-35.0 in the next session's (another H200, the same Intel Xeon host kind): all 14,000 updates in 6.7 minutes,
+# 446 s for the whole call. Two side by side ran ~38 each (GPU 71-79% busy): a run's pace is bound by its host
+# process more than by the GPU. Records of that session's calls: docs/tries/gpu-2026-11-27-students/.
 #   bash docs/tries/gpu-2026-11-27/run.sh en-de-seed2:en:de:2 en-de-seed3:en:de:3 de-en-seed4:de:en:4 de-en-seed5:de:en:5
 # (NAME:SOURCE:TARGET:SEED, and :r2l for a right-to-left run), from the repository root on the device machine,
 # carrying the wheels of datasets 5.2.0, dill 0.4.1 and multiprocess 0.70.19 in .whl/, the tokenizer
