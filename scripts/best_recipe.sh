@@ -5,6 +5,7 @@
 # diversification, ensembles, reranking with the reverse direction and with right-to-left models.
 #   bash scripts/best_recipe.sh                    # 8 runs of configs/multi30k-best.yaml one after another
 #   PARALLEL=4 bash scripts/best_recipe.sh         # on one GPU: runs side by side (four fit an H200)
+#   SEED_OFFSET=10 OUT=outputs/multi30k-best-recipe-seed12 bash scripts/best_recipe.sh   # another seed of it all
 # Given again, it goes on where it stopped: finished runs train nothing more, a stopped run resumes from its last
 # checkpoint, written data is kept. The stages, all under OUT:
 #   1. teachers/: multi30k-best en->de (seed 2) and de->en (seed 4) on the original pairs
@@ -24,6 +25,8 @@
 #   CONFIG        every run's config (default: configs/multi30k-best.yaml)
 #   TRAIN_FLAGS   more train.py flags for every run, e.g. a time box: "--max-minutes 8"
 #   MEMBER_SELECT select_checkpoint.py flags for each run alone (default: beam 4, lp 1.0)
+#   SEED_OFFSET   added to every run's seed, for another seed of the whole recipe (default 0: the seeds above;
+#                 give it its own OUT)
 #   FINAL_SELECT  select_checkpoint.py flags for each direction's ensemble (default: beams 8 and 12, lp 1.0,
 #                 reranking weights 0, 0.1, 0.2, 0.3, 0.5, 1, 1.5 and 2 each, the tokenized BLEU beside; needs
 #                 the [tokenized] extra)
@@ -49,8 +52,18 @@ case " $final_select " in
         exit 2
     } ;;
 esac
+seed_offset=${SEED_OFFSET:-0}
+case $seed_offset in
+'' | *[!0-9]*) echo "best_recipe: SEED_OFFSET must be a whole number, not '$seed_offset'" >&2; exit 2 ;;
+esac
+seed() { echo $(($1 + seed_offset)); }
 mkdir -p "$out"
-echo "best_recipe: $config on $data into $out, $parallel run(s) at a time"
+echo "best_recipe: $config on $data into $out, $parallel run(s) at a time, seeds offset by $seed_offset"
+
+# Every run, named by its direction and seed.
+en_de_teacher=en-de-seed$(seed 2) de_en_teacher=de-en-seed$(seed 4)
+en_de_students=(en-de-seed$(seed 2) en-de-seed$(seed 3)) de_en_students=(de-en-seed$(seed 4) de-en-seed$(seed 5))
+en_de_r2l=en-de-r2l-seed$(seed 6) de_en_r2l=de-en-r2l-seed$(seed 6)
 
 # Stage files name every run's flags, so that each stage's record says what it ran.
 cat >"$out/teachers.yaml" <<EOF
@@ -58,8 +71,8 @@ config: $config
 train: $train_flags
 select: $member_select
 tries:
-  en-de-seed2: --source-lang en --target-lang de --seed 2
-  de-en-seed4: --source-lang de --target-lang en --seed 4
+  $en_de_teacher: --source-lang en --target-lang de --seed $(seed 2)
+  $de_en_teacher: --source-lang de --target-lang en --seed $(seed 4)
 EOF
 diversified="$out/data/diversified"
 cat >"$out/students.yaml" <<EOF
@@ -67,12 +80,12 @@ config: $config
 train: $train_flags
 select: $member_select
 tries:
-  en-de-seed2: --source-lang en --target-lang de --seed 2 --dataset $diversified-en-de
-  en-de-seed3: --source-lang en --target-lang de --seed 3 --dataset $diversified-en-de
-  en-de-r2l-seed6: --source-lang en --target-lang de --seed 6 --dataset $diversified-en-de --right-to-left true
-  de-en-seed4: --source-lang de --target-lang en --seed 4 --dataset $diversified-de-en
-  de-en-seed5: --source-lang de --target-lang en --seed 5 --dataset $diversified-de-en
-  de-en-r2l-seed6: --source-lang de --target-lang en --seed 6 --dataset $diversified-de-en --right-to-left true
+  ${en_de_students[0]}: --source-lang en --target-lang de --seed $(seed 2) --dataset $diversified-en-de
+  ${en_de_students[1]}: --source-lang en --target-lang de --seed $(seed 3) --dataset $diversified-en-de
+  $en_de_r2l: --source-lang en --target-lang de --seed $(seed 6) --dataset $diversified-en-de --right-to-left true
+  ${de_en_students[0]}: --source-lang de --target-lang en --seed $(seed 4) --dataset $diversified-de-en
+  ${de_en_students[1]}: --source-lang de --target-lang en --seed $(seed 5) --dataset $diversified-de-en
+  $de_en_r2l: --source-lang de --target-lang en --seed $(seed 6) --dataset $diversified-de-en --right-to-left true
 EOF
 # Both stage files are checked before anything trains (the students' data need not exist yet).
 python3 scripts/run_tries.py "$out/teachers.yaml" --dataset "$data" --check >/dev/null
@@ -82,7 +95,7 @@ python3 scripts/run_tries.py "$out/teachers.yaml" --dataset "$data" --parallel "
     --output-dir "$out/teachers"
 teacher() { echo "$out/teachers/$1/checkpoint_average"; }
 student() { echo "$out/students/$1/checkpoint_average"; }
-teacher_of() { case $1 in en-de) teacher en-de-seed2 ;; de-en) teacher de-en-seed4 ;; esac; }
+teacher_of() { case $1 in en-de) teacher "$en_de_teacher" ;; de-en) teacher "$de_en_teacher" ;; esac; }
 
 diversify() {  # diversify SOURCE TARGET: the pairs SOURCE->TARGET students train on
     local forward=$1-$2 backward=$2-$1
@@ -105,9 +118,9 @@ diversify en de
 diversify de en
 python3 scripts/run_tries.py "$out/students.yaml" --dataset "$data" --parallel "$parallel" \
     --output-dir "$out/students"
-choose en de "$(teacher en-de-seed2)" --ensemble "$(student en-de-seed2)" "$(student en-de-seed3)" \
-    --rerank-with "$(teacher de-en-seed4)" "$(student de-en-seed4)" "$(student de-en-seed5)" \
-    --rerank-right-to-left "$(student en-de-r2l-seed6)"
-choose de en "$(teacher de-en-seed4)" --ensemble "$(student de-en-seed4)" "$(student de-en-seed5)" \
-    --rerank-with "$(teacher en-de-seed2)" "$(student en-de-seed2)" "$(student en-de-seed3)" \
-    --rerank-right-to-left "$(student de-en-r2l-seed6)"
+choose en de "$(teacher "$en_de_teacher")" --ensemble "$(student "${en_de_students[0]}")" "$(student "${en_de_students[1]}")" \
+    --rerank-with "$(teacher "$de_en_teacher")" "$(student "${de_en_students[0]}")" "$(student "${de_en_students[1]}")" \
+    --rerank-right-to-left "$(student "$en_de_r2l")"
+choose de en "$(teacher "$de_en_teacher")" --ensemble "$(student "${de_en_students[0]}")" "$(student "${de_en_students[1]}")" \
+    --rerank-with "$(teacher "$en_de_teacher")" "$(student "${en_de_students[0]}")" "$(student "${en_de_students[1]}")" \
+    --rerank-right-to-left "$(student "$de_en_r2l")"

@@ -16,15 +16,13 @@ from hf_vanilla.translation import load_model_and_tokenizer
 
 
 def run_recipe(environment):
-    completed = subprocess.run(
+    return subprocess.run(
         ["bash", str(SCRIPTS / "best_recipe.sh")],
         cwd=REPO,
         env={**os.environ, **environment},
         capture_output=True,
         text=True,
     )
-    assert completed.returncode == 0, completed.stderr[-3000:]
-    return completed
 
 
 def test_the_recipe_trains_every_model_and_chooses_each_direction_on_validation(corpus_path, tmp_path):
@@ -48,8 +46,10 @@ def test_the_recipe_trains_every_model_and_chooses_each_direction_on_validation(
         "MEMBER_SELECT": "--num-beams 1",
         "FINAL_SELECT": "--num-beams 2 --length-penalty 1.0 --rerank-weight 0 1 --right-to-left-weight 0 1",
         "OMP_NUM_THREADS": "1",
+        "SEED_OFFSET": "1",  # every seed one up: teachers en-de seed 3 and de-en seed 5
     }
-    run_recipe(environment)
+    completed = run_recipe(environment)
+    assert completed.returncode == 0, completed.stderr[-3000:]
 
     for stage, runs in (("teachers", 2), ("students", 6)):
         tries = json.loads((out / stage / "tries.json").read_text())["tries"]
@@ -58,14 +58,15 @@ def test_the_recipe_trains_every_model_and_chooses_each_direction_on_validation(
     provenance = json.loads((out / "data/diversified-en-de/distillation.json").read_text())
     assert provenance["rows"]["train"] == 3 * 120
     assert [teacher["side"] for teacher in provenance["teachers"]] == ["forward", "backward"]
-    right_to_left, _ = load_model_and_tokenizer(out / "students/en-de-r2l-seed6/checkpoint_average", "cpu")
+    right_to_left, _ = load_model_and_tokenizer(out / "students/en-de-r2l-seed7/checkpoint_average", "cpu")
     assert right_to_left.config.right_to_left
+    assert yaml.safe_load((out / "students/de-en-seed6/training_config.yaml").read_text())["seed"] == 6
     students = out / "students"
     for direction, members, reverse, r2l in (
-        ("en-de", ["teachers/en-de-seed2", "students/en-de-seed2", "students/en-de-seed3"],
-         ["teachers/de-en-seed4", "students/de-en-seed4", "students/de-en-seed5"], "en-de-r2l-seed6"),
-        ("de-en", ["teachers/de-en-seed4", "students/de-en-seed4"],
-         ["teachers/en-de-seed2", "students/en-de-seed2", "students/en-de-seed3"], "de-en-r2l-seed6"),
+        ("en-de", ["teachers/en-de-seed3", "students/en-de-seed3", "students/en-de-seed4"],
+         ["teachers/de-en-seed5", "students/de-en-seed5", "students/de-en-seed6"], "en-de-r2l-seed7"),
+        ("de-en", ["teachers/de-en-seed5", "students/de-en-seed5", "students/de-en-seed6"],
+         ["teachers/en-de-seed3", "students/en-de-seed3", "students/en-de-seed4"], "de-en-r2l-seed7"),
     ):  # fmt: skip
         selection = json.loads((out / direction / "selection.json").read_text())
         assert selection["chosen"]["model"] == str(out / members[0] / "checkpoint_average")
@@ -75,3 +76,9 @@ def test_the_recipe_trains_every_model_and_chooses_each_direction_on_validation(
         weights = {(row[REVERSE_WEIGHT], row[RIGHT_TO_LEFT_WEIGHT]) for row in selection["validation"]}
         assert weights == {(0.0, 0.0), (0.0, 1.0), (1.0, 0.0), (1.0, 1.0)}
         assert set(selection["reports"]) == {"test"}  # decoded once, with the choice
+
+
+def test_a_seed_offset_that_is_not_a_whole_number_is_refused_before_anything_runs(tmp_path):
+    completed = run_recipe({"OUT": str(tmp_path / "recipe"), "SEED_OFFSET": "-1", "FINAL_SELECT": "-h"})
+    assert completed.returncode == 2 and "SEED_OFFSET must be a whole number, not '-1'" in completed.stderr
+    assert not (tmp_path / "recipe").exists()
