@@ -7,7 +7,7 @@
 #   PARALLEL=4 bash scripts/best_recipe.sh         # on one GPU: runs side by side (four fit an H200)
 #   SEED_OFFSET=10 OUT=outputs/multi30k-best-recipe-seed12 bash scripts/best_recipe.sh   # another seed of it all
 # Given again, it goes on where it stopped: finished runs train nothing more, a stopped run resumes from its last
-# checkpoint, written data is kept. The stages, all under OUT:
+# checkpoint, written data and a direction's final choice are kept. The stages, all under OUT:
 #   1. teachers/: multi30k-best en->de (seed 2) and de->en (seed 4) on the original pairs
 #   2. data/diversified-en-de, -de-en: the original pairs, then each teacher's translations of the training split
 #      (data diversification, Nguyen et al., 2020; scripts/distill.py), 87,000 pairs on Multi30k
@@ -109,6 +109,10 @@ diversify() {  # diversify SOURCE TARGET: the pairs SOURCE->TARGET students trai
 choose() {  # choose SOURCE TARGET MODELS...: the ensemble and its reranking models chosen on validation, test once
     local source_lang=$1 target_lang=$2
     shift 2
+    if [ -f "$out/$source_lang-$target_lang/selection.json" ]; then  # written once the test decoding is done
+        echo "best_recipe: $out/$source_lang-$target_lang is chosen already (remove it to choose again)"
+        return
+    fi
     # shellcheck disable=SC2086  # FINAL_SELECT is a list of flags
     python3 scripts/select_checkpoint.py "$@" --dataset "$data" --source-lang "$source_lang" \
         --target-lang "$target_lang" $final_select --output-dir "$out/$source_lang-$target_lang"

@@ -1,6 +1,7 @@
 """scripts/best_recipe.sh end to end on a tiny corpus and model: every stage runs, each direction's final choice
-uses the models the recipe names. (Given again, each stage goes on where it stopped: run_tries resumes every run,
-tests/test_tries.py; distill.py writes its directory only once whole, so the script skips one that exists.)"""
+uses the models the recipe names; given again, it redoes nothing. (A stopped stage goes on where it stopped:
+run_tries resumes every run, tests/test_tries.py; distill.py writes its directory only once whole, so the script
+skips one that exists.)"""
 
 import dataclasses
 import json
@@ -76,6 +77,15 @@ def test_the_recipe_trains_every_model_and_chooses_each_direction_on_validation(
         weights = {(row[REVERSE_WEIGHT], row[RIGHT_TO_LEFT_WEIGHT]) for row in selection["validation"]}
         assert weights == {(0.0, 0.0), (0.0, 1.0), (1.0, 0.0), (1.0, 1.0)}
         assert set(selection["reports"]) == {"test"}  # decoded once, with the choice
+
+    # Given again, it trains, selects and decodes nothing more.
+    chosen_at = [(out / direction / "selection.json").stat().st_mtime for direction in ("en-de", "de-en")]
+    again = run_recipe(environment)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.stdout.count("is chosen already (remove it to choose again)") == 2
+    assert [(out / direction / "selection.json").stat().st_mtime for direction in ("en-de", "de-en")] == chosen_at
+    select_logs = "".join(log.read_text() for log in (out / "students/logs").glob("*.select.log"))
+    assert select_logs.count("made with these flags from these weights: kept") == 6
 
 
 def test_a_seed_offset_that_is_not_a_whole_number_is_refused_before_anything_runs(tmp_path):
