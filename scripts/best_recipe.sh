@@ -44,7 +44,8 @@ member_select=${MEMBER_SELECT:---num-beams 4 --length-penalty 1.0}
 # Reranking weights up to 2: with three reverse models and a right-to-left one, de->en chose 1.0 and 1.0, the
 # largest of select_checkpoint.py's default weights (docs/tries/cpu-2026-11-27-best-recipe/).
 weights="0 0.1 0.2 0.3 0.5 1 1.5 2"
-final_select=${FINAL_SELECT:---num-beams 8 12 --length-penalty 1.0 --rerank-weight $weights --right-to-left-weight $weights --tokenized-bleu}
+grid="--num-beams 8 12 --length-penalty 1.0 --rerank-weight $weights --right-to-left-weight $weights"
+final_select=${FINAL_SELECT:-$grid --tokenized-bleu}
 case " $final_select " in
 *" --tokenized-bleu "*)
     python3 -c "import sacremoses" 2>/dev/null || {
@@ -60,10 +61,12 @@ seed() { echo $(($1 + seed_offset)); }
 mkdir -p "$out"
 echo "best_recipe: $config on $data into $out, $parallel run(s) at a time, seeds offset by $seed_offset"
 
-# Every run, named by its direction and seed.
-en_de_teacher=en-de-seed$(seed 2) de_en_teacher=de-en-seed$(seed 4)
-en_de_students=(en-de-seed$(seed 2) en-de-seed$(seed 3)) de_en_students=(de-en-seed$(seed 4) de-en-seed$(seed 5))
-en_de_r2l=en-de-r2l-seed$(seed 6) de_en_r2l=de-en-r2l-seed$(seed 6)
+# Every run of each direction, named by its direction and seed.
+declare -A teacher_run=([en-de]=en-de-seed$(seed 2) [de-en]=de-en-seed$(seed 4))
+declare -A student_runs=(
+    [en-de]="en-de-seed$(seed 2) en-de-seed$(seed 3)" [de-en]="de-en-seed$(seed 4) de-en-seed$(seed 5)"
+)
+declare -A right_to_left_run=([en-de]=en-de-r2l-seed$(seed 6) [de-en]=de-en-r2l-seed$(seed 6))
 
 # Stage files name every run's flags, so that each stage's record says what it ran.
 cat >"$out/teachers.yaml" <<EOF
@@ -71,21 +74,21 @@ config: $config
 train: $train_flags
 select: $member_select
 tries:
-  $en_de_teacher: --source-lang en --target-lang de --seed $(seed 2)
-  $de_en_teacher: --source-lang de --target-lang en --seed $(seed 4)
+  ${teacher_run[en-de]}: --source-lang en --target-lang de --seed $(seed 2)
+  ${teacher_run[de-en]}: --source-lang de --target-lang en --seed $(seed 4)
 EOF
-diversified="$out/data/diversified"
+diversified="$out/data/diversified" r2l="--right-to-left true"
 cat >"$out/students.yaml" <<EOF
 config: $config
 train: $train_flags
 select: $member_select
 tries:
-  ${en_de_students[0]}: --source-lang en --target-lang de --seed $(seed 2) --dataset $diversified-en-de
-  ${en_de_students[1]}: --source-lang en --target-lang de --seed $(seed 3) --dataset $diversified-en-de
-  $en_de_r2l: --source-lang en --target-lang de --seed $(seed 6) --dataset $diversified-en-de --right-to-left true
-  ${de_en_students[0]}: --source-lang de --target-lang en --seed $(seed 4) --dataset $diversified-de-en
-  ${de_en_students[1]}: --source-lang de --target-lang en --seed $(seed 5) --dataset $diversified-de-en
-  $de_en_r2l: --source-lang de --target-lang en --seed $(seed 6) --dataset $diversified-de-en --right-to-left true
+  en-de-seed$(seed 2): --source-lang en --target-lang de --seed $(seed 2) --dataset $diversified-en-de
+  en-de-seed$(seed 3): --source-lang en --target-lang de --seed $(seed 3) --dataset $diversified-en-de
+  en-de-r2l-seed$(seed 6): --source-lang en --target-lang de --seed $(seed 6) --dataset $diversified-en-de $r2l
+  de-en-seed$(seed 4): --source-lang de --target-lang en --seed $(seed 4) --dataset $diversified-de-en
+  de-en-seed$(seed 5): --source-lang de --target-lang en --seed $(seed 5) --dataset $diversified-de-en
+  de-en-r2l-seed$(seed 6): --source-lang de --target-lang en --seed $(seed 6) --dataset $diversified-de-en $r2l
 EOF
 # Both stage files are checked before anything trains (the students' data need not exist yet).
 python3 scripts/run_tries.py "$out/teachers.yaml" --dataset "$data" --check >/dev/null
@@ -95,36 +98,35 @@ python3 scripts/run_tries.py "$out/teachers.yaml" --dataset "$data" --parallel "
     --output-dir "$out/teachers"
 teacher() { echo "$out/teachers/$1/checkpoint_average"; }
 student() { echo "$out/students/$1/checkpoint_average"; }
-teacher_of() { case $1 in en-de) teacher "$en_de_teacher" ;; de-en) teacher "$de_en_teacher" ;; esac; }
 
 diversify() {  # diversify SOURCE TARGET: the pairs SOURCE->TARGET students train on
     local forward=$1-$2 backward=$2-$1
     if [ ! -d "$diversified-$forward" ]; then  # distill.py writes the directory only once it is whole
-        python3 scripts/distill.py --forward "$(teacher_of "$forward")" \
-            --backward "$(teacher_of "$backward")" --keep-original --dataset "$data" \
+        python3 scripts/distill.py --forward "$(teacher "${teacher_run[$forward]}")" \
+            --backward "$(teacher "${teacher_run[$backward]}")" --keep-original --dataset "$data" \
             --source-lang "$1" --target-lang "$2" --num-beams 4 --length-penalty 1.0 --output-dir "$diversified-$forward"
     fi
 }
 
-choose() {  # choose SOURCE TARGET MODELS...: the ensemble and its reranking models chosen on validation, test once
-    local source_lang=$1 target_lang=$2
-    shift 2
-    if [ -f "$out/$source_lang-$target_lang/selection.json" ]; then  # written once the test decoding is done
-        echo "best_recipe: $out/$source_lang-$target_lang is chosen already (remove it to choose again)"
+choose() {  # choose SOURCE TARGET: the ensemble and its reranking models chosen on validation, test2016 once
+    local forward=$1-$2 backward=$2-$1 run
+    local ensemble=() reverse=()
+    if [ -f "$out/$forward/selection.json" ]; then  # written once the test decoding is done
+        echo "best_recipe: $out/$forward is chosen already (remove it to choose again)"
         return
     fi
+    for run in ${student_runs[$forward]}; do ensemble+=("$(student "$run")"); done
+    for run in ${student_runs[$backward]}; do reverse+=("$(student "$run")"); done
     # shellcheck disable=SC2086  # FINAL_SELECT is a list of flags
-    python3 scripts/select_checkpoint.py "$@" --dataset "$data" --source-lang "$source_lang" \
-        --target-lang "$target_lang" $final_select --output-dir "$out/$source_lang-$target_lang"
+    python3 scripts/select_checkpoint.py "$(teacher "${teacher_run[$forward]}")" --ensemble "${ensemble[@]}" \
+        --rerank-with "$(teacher "${teacher_run[$backward]}")" "${reverse[@]}" \
+        --rerank-right-to-left "$(student "${right_to_left_run[$forward]}")" --dataset "$data" --source-lang "$1" \
+        --target-lang "$2" $final_select --output-dir "$out/$forward"
 }
 
 diversify en de
 diversify de en
 python3 scripts/run_tries.py "$out/students.yaml" --dataset "$data" --parallel "$parallel" \
     --output-dir "$out/students"
-choose en de "$(teacher "$en_de_teacher")" --ensemble "$(student "${en_de_students[0]}")" "$(student "${en_de_students[1]}")" \
-    --rerank-with "$(teacher "$de_en_teacher")" "$(student "${de_en_students[0]}")" "$(student "${de_en_students[1]}")" \
-    --rerank-right-to-left "$(student "$en_de_r2l")"
-choose de en "$(teacher "$de_en_teacher")" --ensemble "$(student "${de_en_students[0]}")" "$(student "${de_en_students[1]}")" \
-    --rerank-with "$(teacher "$en_de_teacher")" "$(student "${en_de_students[0]}")" "$(student "${en_de_students[1]}")" \
-    --rerank-right-to-left "$(student "$de_en_r2l")"
+choose en de
+choose de en
