@@ -69,26 +69,28 @@ declare -A student_runs=(
 declare -A right_to_left_run=([en-de]=en-de-r2l-seed$(seed 6) [de-en]=de-en-r2l-seed$(seed 6))
 
 # Stage files name every run's flags, so that each stage's record says what it ran.
+try_line() {  # try_line RUN DIRECTION [FLAGS...]: RUN's line in a stage file, its seed read from its name
+    local run=$1 direction=$2
+    shift 2
+    echo "  $run: --source-lang ${direction%-*} --target-lang ${direction#*-} --seed ${run##*seed}${*:+ $*}"
+}
 cat >"$out/teachers.yaml" <<EOF
 config: $config
 train: $train_flags
 select: $member_select
 tries:
-  ${teacher_run[en-de]}: --source-lang en --target-lang de --seed $(seed 2)
-  ${teacher_run[de-en]}: --source-lang de --target-lang en --seed $(seed 4)
+$(for direction in en-de de-en; do try_line "${teacher_run[$direction]}" $direction; done)
 EOF
-diversified="$out/data/diversified" r2l="--right-to-left true"
+diversified="$out/data/diversified"
 cat >"$out/students.yaml" <<EOF
 config: $config
 train: $train_flags
 select: $member_select
 tries:
-  en-de-seed$(seed 2): --source-lang en --target-lang de --seed $(seed 2) --dataset $diversified-en-de
-  en-de-seed$(seed 3): --source-lang en --target-lang de --seed $(seed 3) --dataset $diversified-en-de
-  en-de-r2l-seed$(seed 6): --source-lang en --target-lang de --seed $(seed 6) --dataset $diversified-en-de $r2l
-  de-en-seed$(seed 4): --source-lang de --target-lang en --seed $(seed 4) --dataset $diversified-de-en
-  de-en-seed$(seed 5): --source-lang de --target-lang en --seed $(seed 5) --dataset $diversified-de-en
-  de-en-r2l-seed$(seed 6): --source-lang de --target-lang en --seed $(seed 6) --dataset $diversified-de-en $r2l
+$(for direction in en-de de-en; do
+    for run in ${student_runs[$direction]}; do try_line "$run" $direction --dataset "$diversified-$direction"; done
+    try_line "${right_to_left_run[$direction]}" $direction --dataset "$diversified-$direction" --right-to-left true
+done)
 EOF
 # Both stage files are checked before anything trains (the students' data need not exist yet).
 python3 scripts/run_tries.py "$out/teachers.yaml" --dataset "$data" --check >/dev/null
