@@ -136,8 +136,8 @@ def ensemble_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def add_reranking_arguments(parser: argparse.ArgumentParser, several_weights: bool = False) -> None:
-    """`--rerank-with`, `--rerank-right-to-left` and their weights (one each, or with `several_weights` lists to
-    choose from on validation); read them back with `reranking_kwargs`."""
+    """`--rerank-with`, `--rerank-right-to-left`, their weights and `--word-bonus` (one each, or with `several_weights`
+    lists to choose from on validation); read them back with `reranking_kwargs`."""
     tried = "; each is tried, 0 keeps beam search's choice" if several_weights else ""
     parser.add_argument(
         "--rerank-with",
@@ -173,11 +173,19 @@ def add_reranking_arguments(parser: argparse.ArgumentParser, several_weights: bo
         help="weight of the right-to-left models' log p(reversed translation | source) per token beside beam "
         "search's score" + tried,
     )
+    parser.add_argument(
+        "--word-bonus",
+        type=float,
+        nargs="+" if several_weights else None,
+        default=None,
+        help="added to a reranked translation's score for each of its words (a penalty where negative), beside the "
+        "reranking models' scores (default: none)" + ("; each is tried" if several_weights else ""),
+    )
 
 
 def reranking_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     """The reranking keywords of `evaluate_bleu` (one weight each) or `select_on_validation` (lists of weights);
-    none for a kind of model not given."""
+    none for a kind of model not given, no word bonus unless one is given."""
     several = isinstance(args.rerank_weight, list)
     kwargs = {}
     if args.rerank_with:
@@ -190,6 +198,8 @@ def reranking_kwargs(args: argparse.Namespace) -> dict[str, Any]:
             "rerank_right_to_left": args.rerank_right_to_left,
             "right_to_left_weights" if several else "right_to_left_weight": args.right_to_left_weight,
         }
+    if args.word_bonus is not None:
+        kwargs["word_bonuses" if several else "word_bonus"] = args.word_bonus
     return kwargs
 
 

@@ -8,14 +8,17 @@ target right to left judges each word by what follows it rather than what preced
 scores
 
     beam score(y) + reverse weight * log p(x | y) / |x| + right-to-left weight * log p(reversed(y) | x) / |y|
+                  + word bonus * words(y)
 
 where the beam score is beam search's own (log p(y | x) / |y| ** length_penalty), each log-probability is averaged
-over its models, and lengths are in those models' tokens; the best one wins, and weights 0 keep beam search's first
-choice. Yee et al. (2019, "Simple and Effective Noisy Channel Modeling for Neural Machine Translation") score with
-the channel model so, with a language model beside (none here); right-to-left rescoring is Sennrich et al.'s (2016,
-"Edinburgh Neural Machine Translation Systems for WMT 16"), whose models reverse the target's subwords (here its
-words: `hf_vanilla.decoding.reverse_words`). Departures from the paper's plain beam search, used only where asked for
-(`--rerank-with`, `--rerank-right-to-left`).
+over its models, lengths are in those models' tokens and words(y) counts y's words; the best one wins, and weights 0
+keep beam search's first choice. Yee et al. (2019, "Simple and Effective Noisy Channel Modeling for Neural Machine
+Translation") score with the channel model so, with a language model beside (none here) and a length term tuned on
+validation: the models' scores are averages per token, so none weighs a translation's length, and the word bonus (a
+penalty where negative, as the word penalty of phrase-based decoding) says how much each word is worth. Right-to-left
+rescoring is Sennrich et al.'s (2016, "Edinburgh Neural Machine Translation Systems for WMT 16"), whose models reverse
+the target's subwords (here its words: `hf_vanilla.decoding.reverse_words`). Departures from the paper's plain beam
+search, used only where asked for (`--rerank-with`, `--rerank-right-to-left`, `--word-bonus`).
 """
 
 from __future__ import annotations
@@ -42,9 +45,10 @@ DEFAULT_RERANK_WEIGHT = 0.3
 # The right-to-left weight: the same grid; 0.1 and 0.2 tied best beside three reverse models (Multi30k en->de).
 RIGHT_TO_LEFT_WEIGHTS = RERANK_WEIGHTS
 DEFAULT_RIGHT_TO_LEFT_WEIGHT = 0.2
-# The names of the two weights in reports and selection tables
+# The names of the weights in reports and selection tables
 REVERSE_WEIGHT = "rerank_weight"
 RIGHT_TO_LEFT_WEIGHT = "right_to_left_weight"
+WORD_BONUS = "word_bonus"
 
 
 def conditional_log_probs(
@@ -179,8 +183,8 @@ def rerank(
     `reranking_features`) times the weight of the same name; the first of equals wins."""
     if set(weights) != set(features):
         raise ValueError(f"reranking weights {sorted(weights)} do not name the features {sorted(features)}")
-    if any(weight < 0 for weight in weights.values()):
-        raise ValueError(f"a reranking weight must be at least 0, got {dict(weights)}")
+    if any(weight < 0 for name, weight in weights.items() if name != WORD_BONUS):
+        raise ValueError(f"a reranking model's weight must be at least 0, got {dict(weights)}")
     chosen = []
     for index, hypotheses in enumerate(nbest):
         totals = [
@@ -213,6 +217,11 @@ def reranking_features(
     return features
 
 
+def word_counts(nbest: Sequence[Sequence[tuple[str, float]]]) -> list[list[float]]:
+    """Each hypothesis's number of words (runs of characters between spaces): the word bonus's feature."""
+    return [[float(len(translation.split())) for translation, _ in hypotheses] for hypotheses in nbest]
+
+
 def weight_grid(weights: Mapping[str, Sequence[float]]) -> list[dict[str, float]]:
     """Every combination of the weights each name takes, the last name varying fastest:
     {"a": (0, 1), "b": (2,)} -> [{"a": 0, "b": 2}, {"a": 1, "b": 2}]."""
@@ -222,12 +231,23 @@ def weight_grid(weights: Mapping[str, Sequence[float]]) -> list[dict[str, float]
 
 
 def reranking_weights(
-    reverse_models: Sequence, reverse_weight: T, right_to_left_models: Sequence, right_to_left_weight: T
+    reverse_models: Sequence,
+    reverse_weight: T,
+    right_to_left_models: Sequence,
+    right_to_left_weight: T,
+    word_bonus: T | None = None,
 ) -> dict[str, T]:
-    """The weight (or weights to try, for `weight_grid`) of each kind of reranking model given, by name."""
+    """The weight (or weights to try, for `weight_grid`) of each kind of reranking model given, and the word bonus
+    where one is given, by name; a word bonus without a reranking model is a ValueError."""
+    if word_bonus is not None and not (reverse_models or right_to_left_models):
+        raise ValueError(
+            "a word bonus weighs the translations of beam search's n-best list beside reranking models' scores: "
+            "give models of the reverse direction (--rerank-with) or right-to-left models (--rerank-right-to-left)"
+        )
     return {
         **({REVERSE_WEIGHT: reverse_weight} if reverse_models else {}),
         **({RIGHT_TO_LEFT_WEIGHT: right_to_left_weight} if right_to_left_models else {}),
+        **({WORD_BONUS: word_bonus} if word_bonus is not None else {}),
     }
 
 
@@ -244,8 +264,8 @@ def translate_reranked(
     **options,
 ) -> list[list[str]]:
     """`translate_sentences` with beam search's `num_beams`-best list reranked by `reverse_models` and
-    `right_to_left_models`, once for each of `weightings` (`reranking_weights`' names, one weight each): one list
-    of translations each, the n-best list and its scores computed once for all; `options` as `translate_nbest`
+    `right_to_left_models` (and each translation's words, where `weightings` name a word bonus), once for each of
+    `weightings` (`reranking_weights`' names, one weight each): one list of translations each, the n-best list and its scores computed once for all; `options` as `translate_nbest`
     takes them."""
     nbest = translate_nbest(
         model, tokenizer, sources, num_beams, max_tokens=max_tokens, show_progress=show_progress, **options
@@ -253,6 +273,8 @@ def translate_reranked(
     features = reranking_features(
         nbest, sources, reverse_models, right_to_left_models, max_tokens, show_progress
     )
+    if any(WORD_BONUS in weights for weights in weightings):
+        features[WORD_BONUS] = word_counts(nbest)
     return [rerank(nbest, features, weights) for weights in weightings]
 
 

@@ -304,19 +304,20 @@ def score_model(
     rerank_weights: Sequence[float] = (0.0,),
     rerank_right_to_left: Sequence[str | os.PathLike] = (),
     right_to_left_weights: Sequence[float] = (0.0,),
+    word_bonuses: Sequence[float] | None = None,
 ) -> list[dict[str, Any]]:
     """A saved model decoded on `pairs` (`source` / `target`) with each of `settings` (generate kwargs): one row
     each, with cased and lowercased BLEU, chrF, the BLEU signature and the seconds spent. With `ensemble` (saved
     models), they decode with it as one. With `rerank_with` (saved models of the reverse direction) or
     `rerank_right_to_left` (saved right-to-left models of this direction), each setting's n-best list is reranked
-    with each combination of `rerank_weights` and `right_to_left_weights` (`evaluate_reranked`): one row each, with
-    its weights ("rerank_weight", "right_to_left_weight")."""
+    with each combination of `rerank_weights`, `right_to_left_weights` and `word_bonuses` (`evaluate_reranked`): one
+    row each, with its weights ("rerank_weight", "right_to_left_weight", "word_bonus")."""
+    weightings = weight_grid(
+        reranking_weights(rerank_with, rerank_weights, rerank_right_to_left, right_to_left_weights, word_bonuses)
+    )
     model, tokenizer = load_model_and_tokenizer(model_name_or_path, device, dtype)
     members = load_ensemble(ensemble, device, dtype)
     reranking_models = load_reranking_models(rerank_with, rerank_right_to_left, device, dtype)
-    weightings = weight_grid(
-        reranking_weights(rerank_with, rerank_weights, rerank_right_to_left, right_to_left_weights)
-    )
     common = {"max_tokens": max_tokens, "target_lang": target_lang, "show_progress": show_progress}
     rows = []
     for setting in settings:
@@ -379,6 +380,7 @@ def evaluate_bleu(
     rerank_weight: float = DEFAULT_RERANK_WEIGHT,
     rerank_right_to_left: Sequence[str | os.PathLike] = (),
     right_to_left_weight: float = DEFAULT_RIGHT_TO_LEFT_WEIGHT,
+    word_bonus: float | None = None,
     **generate_kwargs,
 ) -> dict[str, Any]:
     """Translate a dataset split with a saved model, score it, and write hypotheses and a JSON report.
@@ -389,11 +391,12 @@ def evaluate_bleu(
     returns the report. `tokenized_bleu` adds the papers' tokenized, lowercased BLEU beside sacreBLEU.
     `ensemble` (saved models sharing the model's tokenizer) translate with it as one (`hf_vanilla.ensemble`).
     `rerank_with` (saved models of the reverse direction) and `rerank_right_to_left` (saved right-to-left models of
-    this direction) rerank beam search's n-best list with `rerank_weight` and `right_to_left_weight`
-    (`hf_vanilla.reranking`).
+    this direction) rerank beam search's n-best list with `rerank_weight` and `right_to_left_weight`, and
+    `word_bonus` for each word where given (`hf_vanilla.reranking`).
     """
     if tokenized_bleu:
         require_moses_tokenizer()  # before loading anything
+    weights = reranking_weights(rerank_with, rerank_weight, rerank_right_to_left, right_to_left_weight, word_bonus)
     pairs = load_evaluation_pairs(dataset, source_lang, target_lang, split, config_name, max_sentences)
     model, tokenizer = load_model_and_tokenizer(model_name_or_path, device, dtype)
     members = load_ensemble(ensemble, device, dtype)
@@ -410,7 +413,6 @@ def evaluate_bleu(
     }
     if rerank_with or rerank_right_to_left:
         num_beams = settings.pop("num_beams")
-        weights = reranking_weights(rerank_with, rerank_weight, rerank_right_to_left, right_to_left_weight)
         ((hypotheses, report),) = evaluate_reranked(
             model,
             tokenizer,

@@ -16,7 +16,7 @@ from .decoding import (
     PAPER_GENERATION_KWARGS,
 )
 from .files import write_text_atomic
-from .reranking import RERANK_WEIGHTS, REVERSE_WEIGHT, RIGHT_TO_LEFT_WEIGHT, RIGHT_TO_LEFT_WEIGHTS
+from .reranking import RERANK_WEIGHTS, REVERSE_WEIGHT, RIGHT_TO_LEFT_WEIGHT, RIGHT_TO_LEFT_WEIGHTS, WORD_BONUS
 from .scoring import evaluate_bleu, load_evaluation_pairs, require_moses_tokenizer, score_model
 
 RUN_CANDIDATES = ("checkpoint_best", "checkpoint_last", "checkpoint_average")
@@ -101,6 +101,7 @@ def select_on_validation(
     rerank_weights: Sequence[float] = RERANK_WEIGHTS,
     rerank_right_to_left: Sequence[str | os.PathLike] = (),
     right_to_left_weights: Sequence[float] = RIGHT_TO_LEFT_WEIGHTS,
+    word_bonuses: Sequence[float] | None = None,
     **generate_kwargs,
 ) -> dict[str, Any]:
     """Pick the model, beam size and length penalty with the best cased validation BLEU, then report other splits.
@@ -114,8 +115,9 @@ def select_on_validation(
     With `ensemble` (saved models), every candidate decodes together with them as one (`hf_vanilla.ensemble`):
     choose each member's checkpoint on its own first, then the ensemble's beam size and length penalty here.
     With `rerank_with` (saved models of the reverse direction) or `rerank_right_to_left` (saved right-to-left models
-    of this direction), each decoding's n-best list is reranked with each combination of `rerank_weights` and
-    `right_to_left_weights` (`hf_vanilla.reranking`; 0 keeps beam search's choice), and the weights are chosen too.
+    of this direction), each decoding's n-best list is reranked with each combination of `rerank_weights`,
+    `right_to_left_weights` and `word_bonuses` where given (`hf_vanilla.reranking`; 0 keeps beam search's choice),
+    and the weights are chosen too.
     Writes `selection.json` (every validation score and the choice) and the reports into `output_dir`;
     returns the same dictionary.
     """
@@ -132,6 +134,7 @@ def select_on_validation(
         "rerank_weights": rerank_weights,
         "rerank_right_to_left": rerank_right_to_left,
         "right_to_left_weights": right_to_left_weights,
+        "word_bonuses": word_bonuses,
     }
     rows, signature = _validation_rows(
         candidates, settings, pairs, target_lang, device, dtype, max_tokens, extra_models
@@ -139,7 +142,7 @@ def select_on_validation(
     chosen = max(rows, key=lambda row: row["bleu"])  # the first of equals: models and settings in given order
     decoding = {
         name: chosen[name]
-        for name in ("num_beams", "length_penalty", REVERSE_WEIGHT, RIGHT_TO_LEFT_WEIGHT)
+        for name in ("num_beams", "length_penalty", REVERSE_WEIGHT, RIGHT_TO_LEFT_WEIGHT, WORD_BONUS)
         if name in chosen
     }
     reports = {

@@ -26,10 +26,10 @@ from hf_vanilla.cli import (
     runtime_kwargs,
 )
 from hf_vanilla.decoding import PAPER_GENERATION_KWARGS
-from hf_vanilla.reranking import REVERSE_WEIGHT, RIGHT_TO_LEFT_WEIGHT
+from hf_vanilla.reranking import REVERSE_WEIGHT, RIGHT_TO_LEFT_WEIGHT, WORD_BONUS
 from hf_vanilla.selection import select_on_validation
 
-WEIGHT_COLUMNS = (("rerank", "rerank_with", REVERSE_WEIGHT), ("r2l", "rerank_right_to_left", RIGHT_TO_LEFT_WEIGHT))
+WEIGHT_COLUMNS = (("rerank", REVERSE_WEIGHT), ("r2l", RIGHT_TO_LEFT_WEIGHT), ("words", WORD_BONUS))
 
 
 def main() -> None:
@@ -85,8 +85,8 @@ def main() -> None:
     print(
         f"{args.validation_split} ({selection['validation_sentences']} sentences), {selection['signature']}"
     )
-    weight_columns = [  # (title, the weight's key in each row) for each kind of reranking model given
-        (title, name) for title, models, name in WEIGHT_COLUMNS if models in selection
+    weight_columns = [  # (title, the weight's key in each row) for each reranking weight chosen
+        (title, name) for title, name in WEIGHT_COLUMNS if name in chosen
     ]
     titles = "".join(f"{title:<8}" for title, _ in weight_columns)
     print(f"{'BLEU':>6} {'lc':>6} {'chrF':>6}  beams  lp    {titles}model")

@@ -42,16 +42,20 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING)
 
     try:
+        named = reranking_weights(  # empty without reranking; a word bonus alone is refused
+            args.rerank_with,
+            args.rerank_weight,
+            args.rerank_right_to_left,
+            args.right_to_left_weight,
+            args.word_bonus,
+        )
         lines = read_lines(args.input)
         model, tokenizer = load_model_and_tokenizer(args.model, args.device, args.dtype)
         members = load_ensemble(args.ensemble, args.device, args.dtype)
         common = {"max_tokens": args.max_tokens, "show_progress": not args.quiet, "ensemble": members}
-        if args.rerank_with or args.rerank_right_to_left:
+        if named:
             reranking = load_reranking_models(
                 args.rerank_with, args.rerank_right_to_left, args.device, args.dtype
-            )
-            named = reranking_weights(
-                args.rerank_with, args.rerank_weight, args.rerank_right_to_left, args.right_to_left_weight
             )
             decoding = decoding_kwargs(args)
             (translations,) = translate_reranked(

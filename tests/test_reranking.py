@@ -15,14 +15,17 @@ from hf_vanilla.decoding import reverse_words
 from hf_vanilla.reranking import (
     REVERSE_WEIGHT,
     RIGHT_TO_LEFT_WEIGHT,
+    WORD_BONUS,
     conditional_log_probs,
     load_reranking_models,
     rerank,
     reranking_features,
+    reranking_weights,
     reverse_scores,
     right_to_left_scores,
     translate_reranked,
     weight_grid,
+    word_counts,
 )
 from hf_vanilla.scoring import evaluate_reranked, evaluate_translation
 from hf_vanilla.selection import select_on_validation
@@ -122,6 +125,23 @@ def test_rerank_weighs_each_feature_against_beam_searchs_score():
         rerank(nbest, both, {REVERSE_WEIGHT: 0.5})
 
 
+def test_a_word_bonus_favours_longer_translations_and_a_penalty_shorter_ones():
+    nbest = [[("a dog", -0.1), ("a dog runs fast", -0.3)], [("", 0.0)]]
+    assert word_counts(nbest) == [[2.0, 4.0], [0.0]]
+    features = {REVERSE_WEIGHT: [[-1.0, -1.0], [0.0]], WORD_BONUS: word_counts(nbest)}
+    # per word 0.05: -0.1 + 0.1 against -0.3 + 0.2; per word 0.2: 0.3 against 0.5
+    assert rerank(nbest, features, {REVERSE_WEIGHT: 0.0, WORD_BONUS: 0.05})[0] == "a dog"
+    assert rerank(nbest, features, {REVERSE_WEIGHT: 0.0, WORD_BONUS: 0.2})[0] == "a dog runs fast"
+    assert rerank(nbest, features, {REVERSE_WEIGHT: 0.0, WORD_BONUS: -0.2}) == ["a dog", ""]  # a penalty is allowed
+
+
+def test_a_word_bonus_without_a_reranking_model_is_refused():
+    assert reranking_weights(["reverse"], 0.3, [], 0.2, 0.1) == {REVERSE_WEIGHT: 0.3, WORD_BONUS: 0.1}
+    assert reranking_weights([], 0.3, [], 0.2) == {}
+    with pytest.raises(ValueError, match="--rerank-with.*--rerank-right-to-left"):
+        reranking_weights([], 0.3, [], 0.2, 0.1)
+
+
 def test_weight_grid_is_every_combination_the_last_name_fastest():
     assert weight_grid({REVERSE_WEIGHT: (0.0, 0.5), RIGHT_TO_LEFT_WEIGHT: (0.0, 1.0)}) == [
         {REVERSE_WEIGHT: 0.0, RIGHT_TO_LEFT_WEIGHT: 0.0},
@@ -136,8 +156,8 @@ def test_reranking_with_weight_zero_scores_as_beam_search(first, reverse, tokeni
     settings = {"length_penalty": 1.0, "max_new_tokens": 8, "show_progress": False}
     plain, plain_report = evaluate_translation(first, tokenizer, SOURCES, REFERENCES, num_beams=3, **settings)
     weightings = [
-        {REVERSE_WEIGHT: 0.0, RIGHT_TO_LEFT_WEIGHT: 0.0},
-        {REVERSE_WEIGHT: 5.0, RIGHT_TO_LEFT_WEIGHT: 1.0},
+        {REVERSE_WEIGHT: 0.0, RIGHT_TO_LEFT_WEIGHT: 0.0, WORD_BONUS: 0.0},
+        {REVERSE_WEIGHT: 5.0, RIGHT_TO_LEFT_WEIGHT: 1.0, WORD_BONUS: 0.1},
     ]
     evaluated = evaluate_reranked(
         first, tokenizer, SOURCES, REFERENCES, weightings, 3, [reverse], [reverse], **settings
@@ -145,10 +165,10 @@ def test_reranking_with_weight_zero_scores_as_beam_search(first, reverse, tokeni
     (unchanged, report), (reranked, heavy_report) = evaluated
     assert unchanged == plain and report["cased"] == plain_report["cased"]
     assert report["generation"][REVERSE_WEIGHT] == 0.0 and heavy_report["generation"][REVERSE_WEIGHT] == 5.0
-    assert heavy_report["generation"][RIGHT_TO_LEFT_WEIGHT] == 1.0
+    assert heavy_report["generation"][RIGHT_TO_LEFT_WEIGHT] == 1.0 and heavy_report["generation"][WORD_BONUS] == 0.1
     nbest = translate_nbest(first, tokenizer, SOURCES, num_beams=3, **settings)
     features = reranking_features(nbest, SOURCES, [reverse], [reverse], show_progress=False)
-    assert reranked == rerank(nbest, features, weightings[1])
+    assert reranked == rerank(nbest, {**features, WORD_BONUS: word_counts(nbest)}, weightings[1])
 
 
 def test_selection_chooses_the_weights_and_the_test_decoding_uses_them(
@@ -163,17 +183,18 @@ def test_selection_chooses_the_weights_and_the_test_decoding_uses_them(
         rerank_weights=[0.0, 1.0],
         rerank_right_to_left=[right_to_left_dir],
         right_to_left_weights=[0.0, 0.5],
+        word_bonuses=[0.0, 0.2],
         device="cpu",
         **common,
     )
-    grid = [(row[REVERSE_WEIGHT], row[RIGHT_TO_LEFT_WEIGHT]) for row in selection["validation"]]
-    assert grid == [(0.0, 0.0), (0.0, 0.5), (1.0, 0.0), (1.0, 0.5)]
+    grid = [(row[REVERSE_WEIGHT], row[RIGHT_TO_LEFT_WEIGHT], row[WORD_BONUS]) for row in selection["validation"]]
+    assert grid == [(reverse, r2l, words) for reverse in (0.0, 1.0) for r2l in (0.0, 0.5) for words in (0.0, 0.2)]
     assert selection["rerank_with"] == [str(second_dir)]
     assert selection["rerank_right_to_left"] == [str(right_to_left_dir)]
     test_report = json.loads((tmp_path / "test.de-en.json").read_text())
     assert test_report["rerank_with"] == [str(second_dir)]
     assert test_report["rerank_right_to_left"] == [str(right_to_left_dir)]
-    for name in (REVERSE_WEIGHT, RIGHT_TO_LEFT_WEIGHT):
+    for name in (REVERSE_WEIGHT, RIGHT_TO_LEFT_WEIGHT, WORD_BONUS):
         assert test_report["generation"][name] == selection["chosen"][name]
     assert test_report["cased"]["bleu"] == selection["reports"]["test"]["cased"]["bleu"]
 
@@ -213,6 +234,7 @@ def test_select_script_prints_a_column_for_each_kind_of_reranking_weight(
         [sys.executable, str(SCRIPTS / "select_checkpoint.py"), str(tiny_model_dir)]
         + ["--rerank-with", str(second_dir), "--rerank-weight", "0", "1"]
         + ["--rerank-right-to-left", str(right_to_left_dir), "--right-to-left-weight", "0", "0.5"]
+        + ["--word-bonus", "-0.1", "0.1"]
         + ["--num-beams", "2", "--report-split", "--dataset", corpus_path, "--max-sentences", "2"]
         + ["--device", "cpu", "--output-dir", str(tmp_path)],
         capture_output=True,
@@ -220,13 +242,10 @@ def test_select_script_prints_a_column_for_each_kind_of_reranking_weight(
     )
     assert completed.returncode == 0, completed.stderr
     lines = completed.stdout.splitlines()
-    assert lines[1].split()[5:8] == ["rerank", "r2l", "model"]
-    rows = [line.split() for line in lines[2:6]]
-    assert [(row[5], row[6]) for row in rows] == [
-        ("0.0", "0.0"),
-        ("0.0", "0.5"),
-        ("1.0", "0.0"),
-        ("1.0", "0.5"),
+    assert lines[1].split()[5:9] == ["rerank", "r2l", "words", "model"]
+    rows = [line.split() for line in lines[2:10]]
+    assert [tuple(row[5:8]) for row in rows] == [
+        (reverse, r2l, words) for reverse in ("0.0", "1.0") for r2l in ("0.0", "0.5") for words in ("-0.1", "0.1")
     ]
 
 
@@ -234,8 +253,8 @@ def test_translate_script_reranks_as_the_library_does(second_dir, tiny_model_dir
     source_file = tmp_path / "sources.de"
     source_file.write_text("".join(f"{line}\n" for line in SOURCES))
 
-    def translate(*reranking):
-        completed = subprocess.run(
+    def run(*reranking):
+        return subprocess.run(
             [sys.executable, str(SCRIPTS / "translate.py"), str(second_dir), "--input", str(source_file)]
             + [
                 "--num-beams",
@@ -250,15 +269,18 @@ def test_translate_script_reranks_as_the_library_does(second_dir, tiny_model_dir
             capture_output=True,
             text=True,
         )
+
+    def translate(*reranking):
+        completed = run(*reranking)
         assert completed.returncode == 0, completed.stderr
         return completed.stdout.splitlines()
 
     plain = translate()
     assert translate("--rerank-with", tiny_model_dir, "--rerank-weight", 0) == plain
-    weights = {REVERSE_WEIGHT: 5.0, RIGHT_TO_LEFT_WEIGHT: 1.0}
+    weights = {REVERSE_WEIGHT: 5.0, RIGHT_TO_LEFT_WEIGHT: 1.0, WORD_BONUS: 0.1}
     reranked = translate(
         "--rerank-with", tiny_model_dir, "--rerank-right-to-left", right_to_left_dir, "--rerank-weight", 5,
-        "--right-to-left-weight", 1,
+        "--right-to-left-weight", 1, "--word-bonus", 0.1,
     )  # fmt: skip
     model, tokenizer = load_model_and_tokenizer(second_dir, "cpu")
     reranking = load_reranking_models([tiny_model_dir], [right_to_left_dir], "cpu", "float32")
@@ -274,6 +296,8 @@ def test_translate_script_reranks_as_the_library_does(second_dir, tiny_model_dir
         show_progress=False,
     )
     assert reranked == expected and len(reranked) == len(SOURCES) and reranked[2] == ""
+    alone = run("--word-bonus", 0.1)
+    assert alone.returncode == 1 and alone.stderr.startswith("error: a word bonus weighs the translations")
 
 
 def test_a_right_to_left_model_translates_in_reading_order(second, right_to_left_dir, tokenizer):
