@@ -11,8 +11,10 @@ from typing import Any
 from .decoding import DEFAULT_MAX_TOKENS, PAPER_EXTRA_OUTPUT_TOKENS, PAPER_GENERATION_KWARGS
 from .precision import DTYPE_NAMES
 from .reranking import (
+    DEFAULT_LANGUAGE_MODEL_WEIGHT,
     DEFAULT_RERANK_WEIGHT,
     DEFAULT_RIGHT_TO_LEFT_WEIGHT,
+    LANGUAGE_MODEL_WEIGHTS,
     RERANK_WEIGHTS,
     RIGHT_TO_LEFT_WEIGHTS,
 )
@@ -136,7 +138,7 @@ def ensemble_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def add_reranking_arguments(parser: argparse.ArgumentParser, several_weights: bool = False) -> None:
-    """`--rerank-with`, `--rerank-right-to-left`, their weights and `--word-bonus` (one each, or with `several_weights`
+    """`--rerank-with`, `--rerank-right-to-left`, `--rerank-language-model`, their weights and `--word-bonus` (one each, or with `several_weights`
     lists to choose from on validation); read them back with `reranking_kwargs`."""
     tried = "; each is tried, 0 keeps beam search's choice" if several_weights else ""
     parser.add_argument(
@@ -174,6 +176,22 @@ def add_reranking_arguments(parser: argparse.ArgumentParser, several_weights: bo
         "search's score" + tried,
     )
     parser.add_argument(
+        "--rerank-language-model",
+        nargs="+",
+        default=[],
+        metavar="MODEL",
+        help="saved language models of the target language (scripts/train_language_model.py) that rerank beam "
+        "search's n-best list by how likely each translation is as a sentence (a departure from the paper's beam "
+        "search; default: none)",
+    )
+    parser.add_argument(
+        "--language-model-weight",
+        type=float,
+        nargs="+" if several_weights else None,
+        default=list(LANGUAGE_MODEL_WEIGHTS) if several_weights else DEFAULT_LANGUAGE_MODEL_WEIGHT,
+        help="weight of the language models' log p(translation) per token beside beam search's score" + tried,
+    )
+    parser.add_argument(
         "--word-bonus",
         type=float,
         nargs="+" if several_weights else None,
@@ -197,6 +215,11 @@ def reranking_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         kwargs |= {
             "rerank_right_to_left": args.rerank_right_to_left,
             "right_to_left_weights" if several else "right_to_left_weight": args.right_to_left_weight,
+        }
+    if args.rerank_language_model:
+        kwargs |= {
+            "rerank_language_model": args.rerank_language_model,
+            "language_model_weights" if several else "language_model_weight": args.language_model_weight,
         }
     if args.word_bonus is not None:
         kwargs["word_bonuses" if several else "word_bonus"] = args.word_bonus

@@ -1,6 +1,7 @@
 """Reranking beam search's n-best list with models that read each translation another way: models of the reverse
-direction (how well it explains the source: the channel model of noisy-channel reranking) and right-to-left models
-(how likely it is written last word first).
+direction (how well it explains the source: the channel model of noisy-channel reranking), right-to-left models
+(how likely it is written last word first) and language models of the target language (how likely it is as a
+sentence, source unseen).
 
 Beam search keeps the translations the forward models like; a model translating the other way scores how much of
 the source each one accounts for, so a translation that drops or invents content loses, and a model that writes the
@@ -8,17 +9,18 @@ target right to left judges each word by what follows it rather than what preced
 scores
 
     beam score(y) + reverse weight * log p(x | y) / |x| + right-to-left weight * log p(reversed(y) | x) / |y|
-                  + word bonus * words(y)
+                  + language model weight * log p(y) / |y| + word bonus * words(y)
 
 where the beam score is beam search's own (log p(y | x) / |y| ** length_penalty), each log-probability is averaged
 over its models, lengths are in those models' tokens and words(y) counts y's words; the best one wins, and weights 0
 keep beam search's first choice. Yee et al. (2019, "Simple and Effective Noisy Channel Modeling for Neural Machine
-Translation") score with the channel model so, with a language model beside (none here) and a length term tuned on
-validation: the models' scores are averages per token, so none weighs a translation's length, and the word bonus (a
+Translation") score with the channel model so, with a language model beside (here `hf_vanilla.language_model`, trained
+on the training targets alone) and a length term tuned on validation: the models' scores are averages per token, so none weighs a translation's length, and the word bonus (a
 penalty where negative, as the word penalty of phrase-based decoding) says how much each word is worth. Right-to-left
 rescoring is Sennrich et al.'s (2016, "Edinburgh Neural Machine Translation Systems for WMT 16"), whose models reverse
 the target's subwords (here its words: `hf_vanilla.decoding.reverse_words`). Departures from the paper's plain beam
-search, used only where asked for (`--rerank-with`, `--rerank-right-to-left`, `--word-bonus`).
+search, used only where asked for (`--rerank-with`, `--rerank-right-to-left`, `--rerank-language-model`,
+`--word-bonus`).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from .data import TokenBatchSampler
 from .decoding import DEFAULT_MAX_TOKENS, reverse_words
+from .language_model import load_language_models, sentence_log_probs
 from .translation import load_models, translate_nbest
 
 T = TypeVar("T")
@@ -45,9 +48,14 @@ DEFAULT_RERANK_WEIGHT = 0.3
 # The right-to-left weight: the same grid; 0.1 and 0.2 tied best beside three reverse models (Multi30k en->de).
 RIGHT_TO_LEFT_WEIGHTS = RERANK_WEIGHTS
 DEFAULT_RIGHT_TO_LEFT_WEIGHT = 0.2
+# The language model's weight: the same grid; 0.5 (de->en) and 0.1-0.2 (en->de) won on Multi30k validation beside
+# the reverse and right-to-left models.
+LANGUAGE_MODEL_WEIGHTS = RERANK_WEIGHTS
+DEFAULT_LANGUAGE_MODEL_WEIGHT = 0.2
 # The names of the weights in reports and selection tables
 REVERSE_WEIGHT = "rerank_weight"
 RIGHT_TO_LEFT_WEIGHT = "right_to_left_weight"
+LANGUAGE_MODEL_WEIGHT = "language_model_weight"
 WORD_BONUS = "word_bonus"
 
 
@@ -101,10 +109,11 @@ def _scored_nbest(
     description: str,
     max_tokens: int,
     show_progress: bool,
+    log_probs: Callable[..., list[float]] = conditional_log_probs,
 ) -> list[list[float]]:
     """For each hypothesis of `nbest`, the per-token log-probability `models` give the first text of
     `scored_text(source, hypothesis)` given the second, averaged over the models; a blank source's hypotheses
-    score 0."""
+    score 0. `log_probs(model, tokenizer, outputs, inputs, max_tokens)` scores a model's texts."""
     if len(nbest) != len(sources):
         raise ValueError(f"{len(nbest)} n-best lists but {len(sources)} sources; they must pair up")
     pairs = [
@@ -119,7 +128,7 @@ def _scored_nbest(
     for model, tokenizer in tqdm(models, desc=description, unit="model", disable=not show_progress):
         model.eval()
         for position, score in enumerate(
-            conditional_log_probs(model, tokenizer, outputs, inputs, max_tokens)
+            log_probs(model, tokenizer, outputs, inputs, max_tokens)
         ):
             totals[position] += score / len(models)
     scores = [[0.0] * len(hypotheses) for hypotheses in nbest]
@@ -174,6 +183,29 @@ def right_to_left_scores(
     )
 
 
+def language_model_scores(
+    nbest: Sequence[Sequence[tuple[str, float]]],
+    sources: Sequence[str],
+    language_models: Sequence[tuple[PreTrainedModel, PreTrainedTokenizerBase]],
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    show_progress: bool = True,
+) -> list[list[float]]:
+    """For each hypothesis of `nbest`, log p(it) per token under the target-language `language_models`
+    (`hf_vanilla.language_model`), averaged over them. A blank source's hypotheses score 0."""
+    if not language_models:
+        raise ValueError("language model reranking needs at least one language model")
+    return _scored_nbest(
+        nbest,
+        sources,
+        language_models,
+        lambda source, translation: (translation, source),
+        "Language model scoring",
+        max_tokens,
+        show_progress,
+        lambda model, tokenizer, outputs, _, limit: sentence_log_probs(model, tokenizer, outputs, limit),
+    )
+
+
 def rerank(
     nbest: Sequence[Sequence[tuple[str, float]]],
     features: Mapping[str, Sequence[Sequence[float]]],
@@ -202,17 +234,23 @@ def reranking_features(
     right_to_left_models: Sequence[tuple[PreTrainedModel, PreTrainedTokenizerBase]] = (),
     max_tokens: int = DEFAULT_MAX_TOKENS,
     show_progress: bool = True,
+    language_models: Sequence[tuple[PreTrainedModel, PreTrainedTokenizerBase]] = (),
 ) -> dict[str, list[list[float]]]:
     """The scores `rerank` weighs, named by their weights: REVERSE_WEIGHT's `reverse_scores` with
-    `reverse_models`, RIGHT_TO_LEFT_WEIGHT's `right_to_left_scores` with `right_to_left_models`."""
-    if not reverse_models and not right_to_left_models:
-        raise ValueError("reranking needs models of the reverse direction or right-to-left models")
+    `reverse_models`, RIGHT_TO_LEFT_WEIGHT's `right_to_left_scores` with `right_to_left_models`,
+    LANGUAGE_MODEL_WEIGHT's `language_model_scores` with `language_models`."""
+    if not reverse_models and not right_to_left_models and not language_models:
+        raise ValueError("reranking needs models of the reverse direction, right-to-left models or language models")
     features = {}
     if reverse_models:
         features[REVERSE_WEIGHT] = reverse_scores(nbest, sources, reverse_models, max_tokens, show_progress)
     if right_to_left_models:
         features[RIGHT_TO_LEFT_WEIGHT] = right_to_left_scores(
             nbest, sources, right_to_left_models, max_tokens, show_progress
+        )
+    if language_models:
+        features[LANGUAGE_MODEL_WEIGHT] = language_model_scores(
+            nbest, sources, language_models, max_tokens, show_progress
         )
     return features
 
@@ -236,17 +274,21 @@ def reranking_weights(
     right_to_left_models: Sequence,
     right_to_left_weight: T,
     word_bonus: T | None = None,
+    language_models: Sequence = (),
+    language_model_weight: T | None = None,
 ) -> dict[str, T]:
     """The weight (or weights to try, for `weight_grid`) of each kind of reranking model given, and the word bonus
     where one is given, by name; a word bonus without a reranking model is a ValueError."""
-    if word_bonus is not None and not (reverse_models or right_to_left_models):
+    if word_bonus is not None and not (reverse_models or right_to_left_models or language_models):
         raise ValueError(
             "a word bonus weighs the translations of beam search's n-best list beside reranking models' scores: "
-            "give models of the reverse direction (--rerank-with) or right-to-left models (--rerank-right-to-left)"
+            "give models of the reverse direction (--rerank-with), right-to-left models (--rerank-right-to-left) "
+            "or language models (--rerank-language-model)"
         )
     return {
         **({REVERSE_WEIGHT: reverse_weight} if reverse_models else {}),
         **({RIGHT_TO_LEFT_WEIGHT: right_to_left_weight} if right_to_left_models else {}),
+        **({LANGUAGE_MODEL_WEIGHT: language_model_weight} if language_models else {}),
         **({WORD_BONUS: word_bonus} if word_bonus is not None else {}),
     }
 
@@ -261,17 +303,19 @@ def translate_reranked(
     right_to_left_models: Sequence[tuple[PreTrainedModel, PreTrainedTokenizerBase]] = (),
     max_tokens: int = DEFAULT_MAX_TOKENS,
     show_progress: bool = True,
+    language_models: Sequence[tuple[PreTrainedModel, PreTrainedTokenizerBase]] = (),
     **options,
 ) -> list[list[str]]:
     """`translate_sentences` with beam search's `num_beams`-best list reranked by `reverse_models` and
-    `right_to_left_models` (and each translation's words, where `weightings` name a word bonus), once for each of
+    `right_to_left_models` and `language_models` (and each translation's words, where `weightings` name a word
+    bonus), once for each of
     `weightings` (`reranking_weights`' names, one weight each): one list of translations each, the n-best list and its scores computed once for all; `options` as `translate_nbest`
     takes them."""
     nbest = translate_nbest(
         model, tokenizer, sources, num_beams, max_tokens=max_tokens, show_progress=show_progress, **options
     )
     features = reranking_features(
-        nbest, sources, reverse_models, right_to_left_models, max_tokens, show_progress
+        nbest, sources, reverse_models, right_to_left_models, max_tokens, show_progress, language_models
     )
     if any(WORD_BONUS in weights for weights in weightings):
         features[WORD_BONUS] = word_counts(nbest)
@@ -283,11 +327,14 @@ def load_reranking_models(
     rerank_right_to_left: Sequence[str | os.PathLike],
     device: str | None,
     dtype: str,
+    rerank_language_model: Sequence[str | os.PathLike] = (),
 ) -> dict[str, list[tuple[PreTrainedModel, PreTrainedTokenizerBase]]]:
-    """The saved models of `rerank_with` and `rerank_right_to_left`, loaded with their tokenizers, as the keywords
-    `reverse_models` and `right_to_left_models` of `translate_reranked` and `evaluate_reranked`; one that does not
-    load, or whose word order (`config.right_to_left`) is not its role's, is a ValueError naming it."""
+    """The saved models of `rerank_with`, `rerank_right_to_left` and `rerank_language_model`, loaded with their
+    tokenizers, as the keywords `reverse_models`, `right_to_left_models` and `language_models` of
+    `translate_reranked` and `evaluate_reranked`; one that does not load, or whose word order
+    (`config.right_to_left`) is not its role's, is a ValueError or FileNotFoundError naming it."""
     return {
+        "language_models": load_language_models(rerank_language_model, device, dtype),
         "reverse_models": load_models(
             rerank_with, device, dtype, role="reranking model", right_to_left=False
         ),

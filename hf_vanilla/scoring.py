@@ -27,6 +27,7 @@ from .decoding import (
 )
 from .files import write_text_atomic
 from .reranking import (
+    DEFAULT_LANGUAGE_MODEL_WEIGHT,
     DEFAULT_RERANK_WEIGHT,
     DEFAULT_RIGHT_TO_LEFT_WEIGHT,
     load_reranking_models,
@@ -248,11 +249,12 @@ def evaluate_reranked(
     show_progress: bool = True,
     tokenized_bleu: bool = False,
     ensemble: Sequence[PreTrainedModel] = (),
+    language_models: Sequence[tuple[PreTrainedModel, PreTrainedTokenizerBase]] = (),
     **generate_kwargs,
 ) -> list[tuple[list[str], dict[str, Any]]]:
     """`evaluate_translation` with beam search's `num_beams`-best list reranked by `reverse_models` (models of the
-    other direction) and `right_to_left_models` (of this direction, trained right to left), each with its
-    tokenizer (`hf_vanilla.reranking`), once for each of `weightings` ({weight name: weight} for each kind of model
+    other direction), `right_to_left_models` (of this direction, trained right to left) and `language_models` (of
+    the target language), each with its tokenizer (`hf_vanilla.reranking`), once for each of `weightings` ({weight name: weight} for each kind of model
     given: `reranking_weights`): one (hypotheses, report) each, the report's generation settings holding the
     weights. The n-best list and its scores are computed once for all weightings; each report's seconds are that
     whole time."""
@@ -268,6 +270,7 @@ def evaluate_reranked(
         right_to_left_models,
         max_tokens,
         show_progress,
+        language_models,
         ensemble=ensemble,
         **generate_kwargs,
     )
@@ -305,23 +308,37 @@ def score_model(
     rerank_right_to_left: Sequence[str | os.PathLike] = (),
     right_to_left_weights: Sequence[float] = (0.0,),
     word_bonuses: Sequence[float] | None = None,
+    rerank_language_model: Sequence[str | os.PathLike] = (),
+    language_model_weights: Sequence[float] = (0.0,),
 ) -> list[dict[str, Any]]:
     """A saved model decoded on `pairs` (`source` / `target`) with each of `settings` (generate kwargs): one row
     each, with cased and lowercased BLEU, chrF, the BLEU signature and the seconds spent. With `ensemble` (saved
-    models), they decode with it as one. With `rerank_with` (saved models of the reverse direction) or
-    `rerank_right_to_left` (saved right-to-left models of this direction), each setting's n-best list is reranked
-    with each combination of `rerank_weights`, `right_to_left_weights` and `word_bonuses` (`evaluate_reranked`): one
-    row each, with its weights ("rerank_weight", "right_to_left_weight", "word_bonus")."""
+    models), they decode with it as one. With `rerank_with` (saved models of the reverse direction),
+    `rerank_right_to_left` (saved right-to-left models of this direction) or `rerank_language_model` (saved language
+    models of the target language), each setting's n-best list is reranked with each combination of
+    `rerank_weights`, `right_to_left_weights`, `language_model_weights` and `word_bonuses` (`evaluate_reranked`):
+    one row each, with its weights ("rerank_weight", "right_to_left_weight", "language_model_weight",
+    "word_bonus")."""
     weightings = weight_grid(
-        reranking_weights(rerank_with, rerank_weights, rerank_right_to_left, right_to_left_weights, word_bonuses)
+        reranking_weights(
+            rerank_with,
+            rerank_weights,
+            rerank_right_to_left,
+            right_to_left_weights,
+            word_bonuses,
+            rerank_language_model,
+            language_model_weights,
+        )
     )
     model, tokenizer = load_model_and_tokenizer(model_name_or_path, device, dtype)
     members = load_ensemble(ensemble, device, dtype)
-    reranking_models = load_reranking_models(rerank_with, rerank_right_to_left, device, dtype)
+    reranking_models = load_reranking_models(
+        rerank_with, rerank_right_to_left, device, dtype, rerank_language_model
+    )
     common = {"max_tokens": max_tokens, "target_lang": target_lang, "show_progress": show_progress}
     rows = []
     for setting in settings:
-        if rerank_with or rerank_right_to_left:
+        if weightings != [{}]:  # reranking
             beam_search = {name: value for name, value in setting.items() if name != "num_beams"}
             evaluated = evaluate_reranked(
                 model,
@@ -381,6 +398,8 @@ def evaluate_bleu(
     rerank_right_to_left: Sequence[str | os.PathLike] = (),
     right_to_left_weight: float = DEFAULT_RIGHT_TO_LEFT_WEIGHT,
     word_bonus: float | None = None,
+    rerank_language_model: Sequence[str | os.PathLike] = (),
+    language_model_weight: float = DEFAULT_LANGUAGE_MODEL_WEIGHT,
     **generate_kwargs,
 ) -> dict[str, Any]:
     """Translate a dataset split with a saved model, score it, and write hypotheses and a JSON report.
@@ -391,16 +410,27 @@ def evaluate_bleu(
     returns the report. `tokenized_bleu` adds the papers' tokenized, lowercased BLEU beside sacreBLEU.
     `ensemble` (saved models sharing the model's tokenizer) translate with it as one (`hf_vanilla.ensemble`).
     `rerank_with` (saved models of the reverse direction) and `rerank_right_to_left` (saved right-to-left models of
-    this direction) rerank beam search's n-best list with `rerank_weight` and `right_to_left_weight`, and
-    `word_bonus` for each word where given (`hf_vanilla.reranking`).
+    this direction) and `rerank_language_model` (saved language models of the target language) rerank beam search's
+    n-best list with `rerank_weight`, `right_to_left_weight` and `language_model_weight`, and `word_bonus` for each
+    word where given (`hf_vanilla.reranking`).
     """
     if tokenized_bleu:
         require_moses_tokenizer()  # before loading anything
-    weights = reranking_weights(rerank_with, rerank_weight, rerank_right_to_left, right_to_left_weight, word_bonus)
+    weights = reranking_weights(
+        rerank_with,
+        rerank_weight,
+        rerank_right_to_left,
+        right_to_left_weight,
+        word_bonus,
+        rerank_language_model,
+        language_model_weight,
+    )
     pairs = load_evaluation_pairs(dataset, source_lang, target_lang, split, config_name, max_sentences)
     model, tokenizer = load_model_and_tokenizer(model_name_or_path, device, dtype)
     members = load_ensemble(ensemble, device, dtype)
-    reranking_models = load_reranking_models(rerank_with, rerank_right_to_left, device, dtype)
+    reranking_models = load_reranking_models(
+        rerank_with, rerank_right_to_left, device, dtype, rerank_language_model
+    )
     set_seed(seed)
     settings = {**paper_decoding_defaults(generate_kwargs), **generate_kwargs}
     common = {
@@ -411,7 +441,7 @@ def evaluate_bleu(
         "tokenized_bleu": tokenized_bleu,
         "ensemble": members,
     }
-    if rerank_with or rerank_right_to_left:
+    if weights:
         num_beams = settings.pop("num_beams")
         ((hypotheses, report),) = evaluate_reranked(
             model,
@@ -437,6 +467,11 @@ def evaluate_bleu(
         **(
             {"rerank_right_to_left": [str(path) for path in rerank_right_to_left]}
             if rerank_right_to_left
+            else {}
+        ),
+        **(
+            {"rerank_language_model": [str(path) for path in rerank_language_model]}
+            if rerank_language_model
             else {}
         ),
         "dataset": dataset,

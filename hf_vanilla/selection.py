@@ -16,7 +16,15 @@ from .decoding import (
     PAPER_GENERATION_KWARGS,
 )
 from .files import write_text_atomic
-from .reranking import RERANK_WEIGHTS, REVERSE_WEIGHT, RIGHT_TO_LEFT_WEIGHT, RIGHT_TO_LEFT_WEIGHTS, WORD_BONUS
+from .reranking import (
+    LANGUAGE_MODEL_WEIGHT,
+    LANGUAGE_MODEL_WEIGHTS,
+    RERANK_WEIGHTS,
+    REVERSE_WEIGHT,
+    RIGHT_TO_LEFT_WEIGHT,
+    RIGHT_TO_LEFT_WEIGHTS,
+    WORD_BONUS,
+)
 from .scoring import evaluate_bleu, load_evaluation_pairs, require_moses_tokenizer, score_model
 
 RUN_CANDIDATES = ("checkpoint_best", "checkpoint_last", "checkpoint_average")
@@ -102,6 +110,8 @@ def select_on_validation(
     rerank_right_to_left: Sequence[str | os.PathLike] = (),
     right_to_left_weights: Sequence[float] = RIGHT_TO_LEFT_WEIGHTS,
     word_bonuses: Sequence[float] | None = None,
+    rerank_language_model: Sequence[str | os.PathLike] = (),
+    language_model_weights: Sequence[float] = LANGUAGE_MODEL_WEIGHTS,
     **generate_kwargs,
 ) -> dict[str, Any]:
     """Pick the model, beam size and length penalty with the best cased validation BLEU, then report other splits.
@@ -114,9 +124,10 @@ def select_on_validation(
     the papers' tokenized, lowercased BLEU to the reports (validation is chosen on sacreBLEU alone).
     With `ensemble` (saved models), every candidate decodes together with them as one (`hf_vanilla.ensemble`):
     choose each member's checkpoint on its own first, then the ensemble's beam size and length penalty here.
-    With `rerank_with` (saved models of the reverse direction) or `rerank_right_to_left` (saved right-to-left models
-    of this direction), each decoding's n-best list is reranked with each combination of `rerank_weights`,
-    `right_to_left_weights` and `word_bonuses` where given (`hf_vanilla.reranking`; 0 keeps beam search's choice),
+    With `rerank_with` (saved models of the reverse direction), `rerank_right_to_left` (saved right-to-left models
+    of this direction) or `rerank_language_model` (saved language models of the target language), each decoding's
+    n-best list is reranked with each combination of `rerank_weights`, `right_to_left_weights`,
+    `language_model_weights` and `word_bonuses` where given (`hf_vanilla.reranking`; 0 keeps beam search's choice),
     and the weights are chosen too.
     Writes `selection.json` (every validation score and the choice) and the reports into `output_dir`;
     returns the same dictionary.
@@ -135,6 +146,8 @@ def select_on_validation(
         "rerank_right_to_left": rerank_right_to_left,
         "right_to_left_weights": right_to_left_weights,
         "word_bonuses": word_bonuses,
+        "rerank_language_model": rerank_language_model,
+        "language_model_weights": language_model_weights,
     }
     rows, signature = _validation_rows(
         candidates, settings, pairs, target_lang, device, dtype, max_tokens, extra_models
@@ -142,7 +155,14 @@ def select_on_validation(
     chosen = max(rows, key=lambda row: row["bleu"])  # the first of equals: models and settings in given order
     decoding = {
         name: chosen[name]
-        for name in ("num_beams", "length_penalty", REVERSE_WEIGHT, RIGHT_TO_LEFT_WEIGHT, WORD_BONUS)
+        for name in (
+            "num_beams",
+            "length_penalty",
+            REVERSE_WEIGHT,
+            RIGHT_TO_LEFT_WEIGHT,
+            LANGUAGE_MODEL_WEIGHT,
+            WORD_BONUS,
+        )
         if name in chosen
     }
     reports = {
@@ -162,6 +182,7 @@ def select_on_validation(
             ensemble=ensemble,
             rerank_with=rerank_with,
             rerank_right_to_left=rerank_right_to_left,
+            rerank_language_model=rerank_language_model,
             **decoding,
             **generate_kwargs,
         )
@@ -175,6 +196,11 @@ def select_on_validation(
         **(
             {"rerank_right_to_left": [str(path) for path in rerank_right_to_left]}
             if rerank_right_to_left
+            else {}
+        ),
+        **(
+            {"rerank_language_model": [str(path) for path in rerank_language_model]}
+            if rerank_language_model
             else {}
         ),
         "signature": signature,

@@ -2,19 +2,22 @@
 # The best Multi30k results, both directions, with one command: every model they need, then each direction's
 # ensemble, its n-best list reranked, beam, length penalty and reranking weights chosen on validation, test2016
 # decoded once (model_card.md, "The best recipe"). Departures from the paper, each a switch used only here: data
-# diversification, ensembles, reranking with the reverse direction, with right-to-left models and a word bonus.
+# diversification, ensembles, reranking with the reverse direction, right-to-left models, a language model and a
+# word bonus.
 #   bash scripts/best_recipe.sh                    # 8 runs of configs/multi30k-best.yaml one after another
 #   PARALLEL=4 bash scripts/best_recipe.sh         # on one GPU: runs side by side (four fit an H200)
 #   SEED_OFFSET=10 OUT=outputs/multi30k-best-recipe-seed12 bash scripts/best_recipe.sh   # another seed of it all
 # Given again, it goes on where it stopped: finished runs train nothing more, a stopped run resumes from its last
 # checkpoint, written data and a direction's final choice are kept. The stages, all under OUT:
-#   1. teachers/: multi30k-best en->de (seed 2) and de->en (seed 4) on the original pairs
+#   1. teachers/: multi30k-best en->de (seed 2) and de->en (seed 4) on the original pairs; language-models/en, de:
+#      a small GPT-2 a language on the training targets (scripts/train_language_model.py, 3 epochs)
 #   2. data/diversified-en-de, -de-en: the original pairs, then each teacher's translations of the training split
 #      (data diversification, Nguyen et al., 2020; scripts/distill.py), 87,000 pairs on Multi30k
 #   3. students/: on those, en->de seeds 2 and 3, de->en seeds 4 and 5, and a right-to-left model a direction
 #      (seed 6, right_to_left: true)
 #   4. en-de/, de-en/: the direction's ensemble (its teacher and both students), reranked by the other
-#      direction's three models (--rerank-with), the right-to-left model and a word bonus; each member is its run's
+#      direction's three models (--rerank-with), the right-to-left model, the target language's language model and
+#      a word bonus; each member is its run's
 #      checkpoint_average; validation chooses, test2016 is decoded once
 # Stages 1 and 3 are scripts/run_tries.py (each run also chosen alone on validation: OUT/*/tries.md).
 # Settings (environment):
@@ -27,9 +30,8 @@
 #   MEMBER_SELECT select_checkpoint.py flags for each run alone (default: beam 4, lp 1.0)
 #   SEED_OFFSET   added to every run's seed, for another seed of the whole recipe (default 0: the seeds above;
 #                 give it its own OUT)
-#   FINAL_SELECT  select_checkpoint.py flags for each direction's ensemble (default: beams 8 and 12, lp 1.0,
-#                 reranking weights 0, 0.1, 0.2, 0.3, 0.5, 1, 1.5 and 2 each, word bonus 0, 0.01, 0.02, 0.04 and
-#                 0.06, the tokenized BLEU beside; needs the [tokenized] extra)
+#   FINAL_SELECT  select_checkpoint.py flags for each direction's ensemble (default: beam 12, lp 1.0, the
+#                 weights of the grid below, the tokenized BLEU beside; needs the [tokenized] extra)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 data=${MULTI30K:-bentrevett/multi30k}
@@ -41,14 +43,11 @@ parallel=${PARALLEL:-1}
 config=${CONFIG:-configs/multi30k-best.yaml}
 train_flags=${TRAIN_FLAGS:-}
 member_select=${MEMBER_SELECT:---num-beams 4 --length-penalty 1.0}
-# Reranking weights up to 2: with three reverse models and a right-to-left one, de->en chose 1.0 and 1.0, the
-# largest of select_checkpoint.py's default weights (docs/tries/cpu-2026-11-27-best-recipe/).
-weights="0 0.1 0.2 0.3 0.5 1 1.5 2"
-# A word bonus: the n-best lists of both directions' validation, reranked offline, gained 0.28 (de->en, 0.04 a word)
-# and 0.10 (en->de, 0.02) lowercased BLEU on the weights above (docs/tries/cpu-2026-11-27-word-bonus/).
-bonuses="0 0.01 0.02 0.04 0.06"
-grid="--num-beams 8 12 --length-penalty 1.0 --rerank-weight $weights --right-to-left-weight $weights"
-grid+=" --word-bonus $bonuses"
+# Beam 12 won over 8 in both directions; the weights: each direction's validation n-best list (beam 12), reranked
+# offline, chose reverse weights 0-1, right-to-left weights 0.2-2, language model weights 0.1-0.5 and word bonuses
+# 0-0.04 (docs/tries/cpu-2026-11-27-language-model/); 540 weightings, each a BLEU and chrF score of validation.
+grid="--num-beams 12 --length-penalty 1.0 --rerank-weight 0 0.1 0.2 0.3 0.5 1 --right-to-left-weight 0 0.2 0.5 1 2"
+grid+=" --language-model-weight 0 0.1 0.2 0.3 0.5 0.7 --word-bonus 0 0.02 0.04"
 final_select=${FINAL_SELECT:-$grid --tokenized-bleu}
 case " $final_select " in
 *" --tokenized-bleu "*)
@@ -104,6 +103,14 @@ python3 scripts/run_tries.py "$out/teachers.yaml" --dataset "$data" --parallel "
     --output-dir "$out/teachers"
 teacher() { echo "$out/teachers/$1/checkpoint_average"; }
 student() { echo "$out/students/$1/checkpoint_average"; }
+language_model() { echo "$out/language-models/$1"; }
+
+train_language_model() {  # train_language_model SOURCE TARGET: TARGET's language model, on SOURCE->TARGET's targets
+    if [ ! -d "$(language_model "$2")" ]; then  # train_language_model.py writes it only once it is whole
+        python3 scripts/train_language_model.py --tokenizer "$(teacher "${teacher_run[$1-$2]}")" --dataset "$data" \
+            --source-lang "$1" --target-lang "$2" --seed "$(seed 1)" --output-dir "$(language_model "$2")"
+    fi
+}
 
 diversify() {  # diversify SOURCE TARGET: the pairs SOURCE->TARGET students train on
     local forward=$1-$2 backward=$2-$1
@@ -126,10 +133,13 @@ choose() {  # choose SOURCE TARGET: the ensemble and its reranking models chosen
     # shellcheck disable=SC2086  # FINAL_SELECT is a list of flags
     python3 scripts/select_checkpoint.py "$(teacher "${teacher_run[$forward]}")" --ensemble "${ensemble[@]}" \
         --rerank-with "$(teacher "${teacher_run[$backward]}")" "${reverse[@]}" \
-        --rerank-right-to-left "$(student "${right_to_left_run[$forward]}")" --dataset "$data" --source-lang "$1" \
+        --rerank-right-to-left "$(student "${right_to_left_run[$forward]}")" \
+        --rerank-language-model "$(language_model "$2")" --dataset "$data" --source-lang "$1" \
         --target-lang "$2" $final_select --output-dir "$out/$forward"
 }
 
+train_language_model en de
+train_language_model de en
 diversify en de
 diversify de en
 python3 scripts/run_tries.py "$out/students.yaml" --dataset "$data" --parallel "$parallel" \

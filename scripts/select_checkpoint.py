@@ -26,10 +26,15 @@ from hf_vanilla.cli import (
     runtime_kwargs,
 )
 from hf_vanilla.decoding import PAPER_GENERATION_KWARGS
-from hf_vanilla.reranking import REVERSE_WEIGHT, RIGHT_TO_LEFT_WEIGHT, WORD_BONUS
+from hf_vanilla.reranking import LANGUAGE_MODEL_WEIGHT, REVERSE_WEIGHT, RIGHT_TO_LEFT_WEIGHT, WORD_BONUS
 from hf_vanilla.selection import select_on_validation
 
-WEIGHT_COLUMNS = (("rerank", REVERSE_WEIGHT), ("r2l", RIGHT_TO_LEFT_WEIGHT), ("words", WORD_BONUS))
+WEIGHT_COLUMNS = (
+    ("rerank", REVERSE_WEIGHT),
+    ("r2l", RIGHT_TO_LEFT_WEIGHT),
+    ("lm", LANGUAGE_MODEL_WEIGHT),
+    ("words", WORD_BONUS),
+)
 
 
 def main() -> None:

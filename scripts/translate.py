@@ -48,6 +48,8 @@ def main() -> None:
             args.rerank_right_to_left,
             args.right_to_left_weight,
             args.word_bonus,
+            args.rerank_language_model,
+            args.language_model_weight,
         )
         lines = read_lines(args.input)
         model, tokenizer = load_model_and_tokenizer(args.model, args.device, args.dtype)
@@ -55,7 +57,7 @@ def main() -> None:
         common = {"max_tokens": args.max_tokens, "show_progress": not args.quiet, "ensemble": members}
         if named:
             reranking = load_reranking_models(
-                args.rerank_with, args.rerank_right_to_left, args.device, args.dtype
+                args.rerank_with, args.rerank_right_to_left, args.device, args.dtype, args.rerank_language_model
             )
             decoding = decoding_kwargs(args)
             (translations,) = translate_reranked(

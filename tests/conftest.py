@@ -14,6 +14,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from hf_vanilla import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from hf_vanilla.data import load_translation_split
+from hf_vanilla.language_model import train_language_model
 from hf_vanilla.tokenization import config_kwargs_from_tokenizer, save_tokenizer, train_tokenizer
 from hf_vanilla.training import train
 from hf_vanilla.training_args import load_training_config
@@ -167,4 +168,26 @@ def right_to_left_dir(second_dir, tmp_path_factory):
     model = AutoModelForSeq2SeqLM.from_pretrained(second_dir)
     model.config.right_to_left = True
     model.save_pretrained(directory)
+    return directory
+
+
+# A language model small enough to train in a second: one layer, 32 wide.
+TINY_LANGUAGE_MODEL = {"n_layer": 1, "n_embd": 32, "n_head": 2, "n_positions": 64}
+
+
+@pytest.fixture(scope="session")
+def language_model_dir(corpus_path, tiny_model_dir, tmp_path_factory) -> Path:
+    """A tiny English language model over the tiny model's tokenizer, trained on the synthetic training targets."""
+    directory = tmp_path_factory.mktemp("language-model") / "en"
+    pairs = load_translation_split(corpus_path, "de", "en", "train")
+    train_language_model(
+        pairs["target"],
+        AutoTokenizer.from_pretrained(tiny_model_dir),
+        directory,
+        epochs=1,
+        batch_size=16,
+        device="cpu",
+        show_progress=False,
+        **TINY_LANGUAGE_MODEL,
+    )
     return directory

@@ -74,6 +74,7 @@ def test_the_recipe_trains_every_model_and_chooses_each_direction_on_validation(
         assert selection["ensemble"] == [str(out / member / "checkpoint_average") for member in members[1:]]
         assert selection["rerank_with"] == [str(out / model / "checkpoint_average") for model in reverse]
         assert selection["rerank_right_to_left"] == [str(students / r2l / "checkpoint_average")]
+        assert selection["rerank_language_model"] == [str(out / "language-models" / direction[-2:])]
         weights = {(row[REVERSE_WEIGHT], row[RIGHT_TO_LEFT_WEIGHT]) for row in selection["validation"]}
         assert weights == {(0.0, 0.0), (0.0, 1.0), (1.0, 0.0), (1.0, 1.0)}
         assert set(selection["reports"]) == {"test"}  # decoded once, with the choice

@@ -12,11 +12,14 @@ from test_ensemble import SOURCES
 from transformers import pipeline
 
 from hf_vanilla.decoding import reverse_words
+from hf_vanilla.language_model import load_language_models, sentence_log_probs
 from hf_vanilla.reranking import (
+    LANGUAGE_MODEL_WEIGHT,
     REVERSE_WEIGHT,
     RIGHT_TO_LEFT_WEIGHT,
     WORD_BONUS,
     conditional_log_probs,
+    language_model_scores,
     load_reranking_models,
     rerank,
     reranking_features,
@@ -102,7 +105,7 @@ def test_right_to_left_scores_read_each_translations_words_reversed(first, secon
         nbest, SOURCES, right_to_left_models=[(second, tokenizer)], show_progress=False
     )
     assert list(features) == [RIGHT_TO_LEFT_WEIGHT] and features[RIGHT_TO_LEFT_WEIGHT] == scores
-    with pytest.raises(ValueError, match="models of the reverse direction or right-to-left models"):
+    with pytest.raises(ValueError, match="models of the reverse direction, right-to-left models or language models"):
         reranking_features(nbest, SOURCES)
 
 
@@ -135,10 +138,28 @@ def test_a_word_bonus_favours_longer_translations_and_a_penalty_shorter_ones():
     assert rerank(nbest, features, {REVERSE_WEIGHT: 0.0, WORD_BONUS: -0.2}) == ["a dog", ""]  # a penalty is allowed
 
 
+def test_a_language_model_reranks_by_how_likely_each_translation_reads(first, tokenizer, language_model_dir):
+    language_models = load_language_models([language_model_dir], "cpu")
+    settings = {"length_penalty": 1.0, "max_new_tokens": 8, "show_progress": False}
+    nbest = translate_nbest(first, tokenizer, SOURCES, num_beams=3, **settings)
+    scores = language_model_scores(nbest, SOURCES, language_models, show_progress=False)
+    assert scores[2] == [0.0]  # a blank source
+    ((model, lm_tokenizer),) = language_models
+    assert scores[0] == sentence_log_probs(model, lm_tokenizer, [text for text, _ in nbest[0]], 4096)
+    weightings = [{LANGUAGE_MODEL_WEIGHT: 0.0, WORD_BONUS: 0.0}, {LANGUAGE_MODEL_WEIGHT: 5.0, WORD_BONUS: 0.1}]
+    unchanged, reranked = translate_reranked(
+        first, tokenizer, SOURCES, 3, weightings, language_models=language_models, **settings
+    )
+    assert unchanged == [hypotheses[0][0] for hypotheses in nbest]
+    features = {LANGUAGE_MODEL_WEIGHT: scores, WORD_BONUS: word_counts(nbest)}
+    assert reranked == rerank(nbest, features, weightings[1])
+
+
 def test_a_word_bonus_without_a_reranking_model_is_refused():
     assert reranking_weights(["reverse"], 0.3, [], 0.2, 0.1) == {REVERSE_WEIGHT: 0.3, WORD_BONUS: 0.1}
     assert reranking_weights([], 0.3, [], 0.2) == {}
-    with pytest.raises(ValueError, match="--rerank-with.*--rerank-right-to-left"):
+    assert reranking_weights([], 0.3, [], 0.2, 0.1, ["lm"], 0.5) == {LANGUAGE_MODEL_WEIGHT: 0.5, WORD_BONUS: 0.1}
+    with pytest.raises(ValueError, match="--rerank-with.*--rerank-right-to-left.*--rerank-language-model"):
         reranking_weights([], 0.3, [], 0.2, 0.1)
 
 
@@ -172,7 +193,7 @@ def test_reranking_with_weight_zero_scores_as_beam_search(first, reverse, tokeni
 
 
 def test_selection_chooses_the_weights_and_the_test_decoding_uses_them(
-    tiny_model_dir, second_dir, right_to_left_dir, corpus_path, tmp_path
+    tiny_model_dir, second_dir, right_to_left_dir, language_model_dir, corpus_path, tmp_path
 ):
     common = {"dataset": corpus_path, "source_lang": "de", "target_lang": "en", "max_sentences": 3}
     selection = select_on_validation(
@@ -184,17 +205,27 @@ def test_selection_chooses_the_weights_and_the_test_decoding_uses_them(
         rerank_right_to_left=[right_to_left_dir],
         right_to_left_weights=[0.0, 0.5],
         word_bonuses=[0.0, 0.2],
+        rerank_language_model=[language_model_dir],
+        language_model_weights=[0.0, 2.0],
         device="cpu",
         **common,
     )
-    grid = [(row[REVERSE_WEIGHT], row[RIGHT_TO_LEFT_WEIGHT], row[WORD_BONUS]) for row in selection["validation"]]
-    assert grid == [(reverse, r2l, words) for reverse in (0.0, 1.0) for r2l in (0.0, 0.5) for words in (0.0, 0.2)]
+    names = (REVERSE_WEIGHT, RIGHT_TO_LEFT_WEIGHT, LANGUAGE_MODEL_WEIGHT, WORD_BONUS)
+    grid = [tuple(row[name] for name in names) for row in selection["validation"]]
+    assert grid == [
+        (reverse, r2l, lm, words)
+        for reverse in (0.0, 1.0)
+        for r2l in (0.0, 0.5)
+        for lm in (0.0, 2.0)
+        for words in (0.0, 0.2)
+    ]
     assert selection["rerank_with"] == [str(second_dir)]
     assert selection["rerank_right_to_left"] == [str(right_to_left_dir)]
     test_report = json.loads((tmp_path / "test.de-en.json").read_text())
     assert test_report["rerank_with"] == [str(second_dir)]
     assert test_report["rerank_right_to_left"] == [str(right_to_left_dir)]
-    for name in (REVERSE_WEIGHT, RIGHT_TO_LEFT_WEIGHT, WORD_BONUS):
+    assert selection["rerank_language_model"] == test_report["rerank_language_model"] == [str(language_model_dir)]
+    for name in names:
         assert test_report["generation"][name] == selection["chosen"][name]
     assert test_report["cased"]["bleu"] == selection["reports"]["test"]["cased"]["bleu"]
 
@@ -228,12 +259,13 @@ def test_select_script_names_a_reranking_model_that_does_not_load(tiny_model_dir
 
 
 def test_select_script_prints_a_column_for_each_kind_of_reranking_weight(
-    tiny_model_dir, second_dir, right_to_left_dir, corpus_path, tmp_path
+    tiny_model_dir, second_dir, right_to_left_dir, language_model_dir, corpus_path, tmp_path
 ):
     completed = subprocess.run(
         [sys.executable, str(SCRIPTS / "select_checkpoint.py"), str(tiny_model_dir)]
         + ["--rerank-with", str(second_dir), "--rerank-weight", "0", "1"]
         + ["--rerank-right-to-left", str(right_to_left_dir), "--right-to-left-weight", "0", "0.5"]
+        + ["--rerank-language-model", str(language_model_dir), "--language-model-weight", "0.5"]
         + ["--word-bonus", "-0.1", "0.1"]
         + ["--num-beams", "2", "--report-split", "--dataset", corpus_path, "--max-sentences", "2"]
         + ["--device", "cpu", "--output-dir", str(tmp_path)],
@@ -242,10 +274,13 @@ def test_select_script_prints_a_column_for_each_kind_of_reranking_weight(
     )
     assert completed.returncode == 0, completed.stderr
     lines = completed.stdout.splitlines()
-    assert lines[1].split()[5:9] == ["rerank", "r2l", "words", "model"]
+    assert lines[1].split()[5:10] == ["rerank", "r2l", "lm", "words", "model"]
     rows = [line.split() for line in lines[2:10]]
-    assert [tuple(row[5:8]) for row in rows] == [
-        (reverse, r2l, words) for reverse in ("0.0", "1.0") for r2l in ("0.0", "0.5") for words in ("-0.1", "0.1")
+    assert [tuple(row[5:9]) for row in rows] == [
+        (reverse, r2l, "0.5", words)
+        for reverse in ("0.0", "1.0")
+        for r2l in ("0.0", "0.5")
+        for words in ("-0.1", "0.1")
     ]
 
 

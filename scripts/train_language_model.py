@@ -1,0 +1,72 @@
+"""Train a language model of the target language for reranking (`--rerank-language-model` of translate.py,
+evaluate_bleu.py and select_checkpoint.py): a small GPT-2 over a translation model's vocabulary, on the target side
+of the dataset's training pairs, its validation perplexity after each epoch (`hf_vanilla.language_model`; not part
+of the paper's model).
+
+    python scripts/train_language_model.py --tokenizer outputs/multi30k-best-de-en/checkpoint_average \\
+        --source-lang de --target-lang en --output-dir outputs/language-model-en
+"""
+
+import logging
+import sys
+
+from transformers import AutoTokenizer
+
+from hf_vanilla.cli import ArgumentParser, add_language_arguments, positive_int
+from hf_vanilla.data import load_translation_split
+from hf_vanilla.language_model import RECORD_FILE, train_language_model
+
+
+def main() -> None:
+    parser = ArgumentParser(description=__doc__)
+    parser.add_argument(
+        "--tokenizer",
+        required=True,
+        help="the translation models' tokenizer (a saved model or tokenizer directory)",
+    )
+    add_language_arguments(parser)
+    parser.add_argument(
+        "--output-dir", required=True, help="where the model, its tokenizer and its record go"
+    )
+    parser.add_argument("--epochs", type=positive_int, default=3, help="passes over the training targets")
+    parser.add_argument("--batch-size", type=positive_int, default=64, help="sentences per update")
+    parser.add_argument("--seed", type=int, default=1, help="initialisation and data order")
+    parser.add_argument(
+        "--precision", default="auto", help="auto, no, bf16 or fp16 (auto: what the device runs natively)"
+    )
+    parser.add_argument("--device", default="auto", help="cpu or cuda (auto: the GPU if present)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
+        splits = {
+            split: load_translation_split(
+                args.dataset, args.source_lang, args.target_lang, split, args.dataset_config
+            )["target"]
+            for split in ("train", "validation")
+        }
+        record = train_language_model(
+            splits["train"],
+            tokenizer,
+            args.output_dir,
+            validation_texts=splits["validation"],
+            epochs=args.epochs,
+            batch_size=args.batch_size,
+            seed=args.seed,
+            precision=args.precision,
+            device=None if args.device == "auto" else args.device,
+            show_progress=not args.quiet,
+        )
+    except (ValueError, FileNotFoundError, OSError) as err:
+        sys.exit(f"error: {err}")
+    perplexities = ", ".join(f"{row['validation_perplexity']:.2f}" for row in record["validation"])
+    print(
+        f"{args.output_dir}: {record['updates']} updates in {record['seconds']:.0f} s ({record['precision']}); "
+        f"validation perplexity after each epoch: {perplexities}; record: {RECORD_FILE}"
+    )
+
+
+if __name__ == "__main__":
+    main()
