@@ -137,60 +137,58 @@ def ensemble_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     return {"ensemble": args.ensemble} if args.ensemble else {}
 
 
+# Each kind of reranking model: its models' option, its weight's option, the weights tried and the one used unless
+# told, what the models are and what of theirs the weight multiplies.
+RERANKING_ROLES = (
+    (
+        "rerank_with",
+        "rerank_weight",
+        RERANK_WEIGHTS,
+        DEFAULT_RERANK_WEIGHT,
+        "saved models of the reverse direction (target to source language) that rerank beam search's n-best list by "
+        "how well each translation explains the source, the channel model of noisy-channel reranking",
+        "the reverse models' log p(source | translation) per source token",
+    ),
+    (
+        "rerank_right_to_left",
+        "right_to_left_weight",
+        RIGHT_TO_LEFT_WEIGHTS,
+        DEFAULT_RIGHT_TO_LEFT_WEIGHT,
+        "saved right-to-left models of this direction (trained with right_to_left: true) that rerank beam search's "
+        "n-best list by how likely each translation is written last word first",
+        "the right-to-left models' log p(reversed translation | source) per token",
+    ),
+    (
+        "rerank_language_model",
+        "language_model_weight",
+        LANGUAGE_MODEL_WEIGHTS,
+        DEFAULT_LANGUAGE_MODEL_WEIGHT,
+        "saved language models of the target language (scripts/train_language_model.py) that rerank beam search's "
+        "n-best list by how likely each translation is as a sentence",
+        "the language models' log p(translation) per token",
+    ),
+)
+
+
 def add_reranking_arguments(parser: argparse.ArgumentParser, several_weights: bool = False) -> None:
-    """`--rerank-with`, `--rerank-right-to-left`, `--rerank-language-model`, their weights and `--word-bonus` (one each, or with `several_weights`
-    lists to choose from on validation); read them back with `reranking_kwargs`."""
+    """Each of RERANKING_ROLES' models and weight options (one weight each, or with `several_weights` lists to choose
+    from on validation) and `--word-bonus`; read them back with `reranking_kwargs`."""
     tried = "; each is tried, 0 keeps beam search's choice" if several_weights else ""
-    parser.add_argument(
-        "--rerank-with",
-        nargs="+",
-        default=[],
-        metavar="MODEL",
-        help="saved models of the reverse direction (target to source language) that rerank beam search's n-best "
-        "list by how well each translation explains the source (noisy-channel reranking; a departure from the "
-        "paper's beam search; default: none)",
-    )
-    parser.add_argument(
-        "--rerank-weight",
-        type=float,
-        nargs="+" if several_weights else None,
-        default=list(RERANK_WEIGHTS) if several_weights else DEFAULT_RERANK_WEIGHT,
-        help="weight of the reverse models' log p(source | translation) per source token beside beam search's "
-        "score" + tried,
-    )
-    parser.add_argument(
-        "--rerank-right-to-left",
-        nargs="+",
-        default=[],
-        metavar="MODEL",
-        help="saved right-to-left models of this direction (trained with right_to_left: true) that rerank beam "
-        "search's n-best list by how likely each translation is written last word first (a departure from the "
-        "paper's beam search; default: none)",
-    )
-    parser.add_argument(
-        "--right-to-left-weight",
-        type=float,
-        nargs="+" if several_weights else None,
-        default=list(RIGHT_TO_LEFT_WEIGHTS) if several_weights else DEFAULT_RIGHT_TO_LEFT_WEIGHT,
-        help="weight of the right-to-left models' log p(reversed translation | source) per token beside beam "
-        "search's score" + tried,
-    )
-    parser.add_argument(
-        "--rerank-language-model",
-        nargs="+",
-        default=[],
-        metavar="MODEL",
-        help="saved language models of the target language (scripts/train_language_model.py) that rerank beam "
-        "search's n-best list by how likely each translation is as a sentence (a departure from the paper's beam "
-        "search; default: none)",
-    )
-    parser.add_argument(
-        "--language-model-weight",
-        type=float,
-        nargs="+" if several_weights else None,
-        default=list(LANGUAGE_MODEL_WEIGHTS) if several_weights else DEFAULT_LANGUAGE_MODEL_WEIGHT,
-        help="weight of the language models' log p(translation) per token beside beam search's score" + tried,
-    )
+    for models, weight, weights, default, what, scored in RERANKING_ROLES:
+        parser.add_argument(
+            f"--{models.replace('_', '-')}",
+            nargs="+",
+            default=[],
+            metavar="MODEL",
+            help=f"{what} (a departure from the paper's beam search; default: none)",
+        )
+        parser.add_argument(
+            f"--{weight.replace('_', '-')}",
+            type=float,
+            nargs="+" if several_weights else None,
+            default=list(weights) if several_weights else default,
+            help=f"weight of {scored} beside beam search's score{tried}",
+        )
     parser.add_argument(
         "--word-bonus",
         type=float,
@@ -206,21 +204,9 @@ def reranking_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     none for a kind of model not given, no word bonus unless one is given."""
     several = isinstance(args.rerank_weight, list)
     kwargs = {}
-    if args.rerank_with:
-        kwargs |= {
-            "rerank_with": args.rerank_with,
-            "rerank_weights" if several else "rerank_weight": args.rerank_weight,
-        }
-    if args.rerank_right_to_left:
-        kwargs |= {
-            "rerank_right_to_left": args.rerank_right_to_left,
-            "right_to_left_weights" if several else "right_to_left_weight": args.right_to_left_weight,
-        }
-    if args.rerank_language_model:
-        kwargs |= {
-            "rerank_language_model": args.rerank_language_model,
-            "language_model_weights" if several else "language_model_weight": args.language_model_weight,
-        }
+    for models, weight, *_ in RERANKING_ROLES:
+        if getattr(args, models):
+            kwargs |= {models: getattr(args, models), f"{weight}s" if several else weight: getattr(args, weight)}
     if args.word_bonus is not None:
         kwargs["word_bonuses" if several else "word_bonus"] = args.word_bonus
     return kwargs
