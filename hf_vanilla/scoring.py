@@ -234,6 +234,12 @@ def evaluate_translation(
     return hypotheses, report
 
 
+def named_model_paths(**models: Sequence[str | os.PathLike]) -> dict[str, list[str]]:
+    """Each role's saved models (an ensemble's members, each kind of reranking model) as the paths a report records,
+    by role; a role without models is left out."""
+    return {role: [str(path) for path in paths] for role, paths in models.items() if paths}
+
+
 def evaluate_reranked(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
@@ -254,9 +260,9 @@ def evaluate_reranked(
 ) -> list[tuple[list[str], dict[str, Any]]]:
     """`evaluate_translation` with beam search's `num_beams`-best list reranked by `reverse_models` (models of the
     other direction), `right_to_left_models` (of this direction, trained right to left) and `language_models` (of
-    the target language), each with its tokenizer (`hf_vanilla.reranking`), once for each of `weightings` ({weight name: weight} for each kind of model
-    given: `reranking_weights`): one (hypotheses, report) each, the report's generation settings holding the
-    weights. The n-best list and its scores are computed once for all weightings; each report's seconds are that
+    the target language), each with its tokenizer (`hf_vanilla.reranking`), once for each of `weightings` ({weight
+    name: weight} for each kind of model given: `reranking_weights`): one (hypotheses, report) each, the report's
+    generation settings holding the weights. The n-best list and its scores are computed once for all weightings; each report's seconds are that
     whole time."""
     blank_sources = _check_evaluation_input(sources, references, tokenized_bleu)
     started = time.perf_counter()
@@ -409,7 +415,7 @@ def evaluate_bleu(
     translation a line, in dataset order) and `.json` into `output_dir`, each atomically, and
     returns the report. `tokenized_bleu` adds the papers' tokenized, lowercased BLEU beside sacreBLEU.
     `ensemble` (saved models sharing the model's tokenizer) translate with it as one (`hf_vanilla.ensemble`).
-    `rerank_with` (saved models of the reverse direction) and `rerank_right_to_left` (saved right-to-left models of
+    `rerank_with` (saved models of the reverse direction), `rerank_right_to_left` (saved right-to-left models of
     this direction) and `rerank_language_model` (saved language models of the target language) rerank beam search's
     n-best list with `rerank_weight`, `right_to_left_weight` and `language_model_weight`, and `word_bonus` for each
     word where given (`hf_vanilla.reranking`).
@@ -462,17 +468,11 @@ def evaluate_bleu(
     hypotheses_path = write_lines_atomic(Path(output_dir) / f"{stem}.hyp", hypotheses)
     report = {
         "model": str(model_name_or_path),
-        **({"ensemble": [str(path) for path in ensemble]} if ensemble else {}),
-        **({"rerank_with": [str(path) for path in rerank_with]} if rerank_with else {}),
-        **(
-            {"rerank_right_to_left": [str(path) for path in rerank_right_to_left]}
-            if rerank_right_to_left
-            else {}
-        ),
-        **(
-            {"rerank_language_model": [str(path) for path in rerank_language_model]}
-            if rerank_language_model
-            else {}
+        **named_model_paths(
+            ensemble=ensemble,
+            rerank_with=rerank_with,
+            rerank_right_to_left=rerank_right_to_left,
+            rerank_language_model=rerank_language_model,
         ),
         "dataset": dataset,
         "config_name": config_name,

@@ -25,7 +25,13 @@ from .reranking import (
     RIGHT_TO_LEFT_WEIGHTS,
     WORD_BONUS,
 )
-from .scoring import evaluate_bleu, load_evaluation_pairs, require_moses_tokenizer, score_model
+from .scoring import (
+    evaluate_bleu,
+    load_evaluation_pairs,
+    named_model_paths,
+    require_moses_tokenizer,
+    score_model,
+)
 
 RUN_CANDIDATES = ("checkpoint_best", "checkpoint_last", "checkpoint_average")
 SCORE_KINDS = ("cased", "lowercased", "tokenized_lowercased")  # the scores of a report kept in selection.json
@@ -191,17 +197,11 @@ def select_on_validation(
     selection = {
         "validation_split": validation_split,
         "validation_sentences": len(pairs),
-        **({"ensemble": [str(path) for path in ensemble]} if ensemble else {}),
-        **({"rerank_with": [str(path) for path in rerank_with]} if rerank_with else {}),
-        **(
-            {"rerank_right_to_left": [str(path) for path in rerank_right_to_left]}
-            if rerank_right_to_left
-            else {}
-        ),
-        **(
-            {"rerank_language_model": [str(path) for path in rerank_language_model]}
-            if rerank_language_model
-            else {}
+        **named_model_paths(
+            ensemble=ensemble,
+            rerank_with=rerank_with,
+            rerank_right_to_left=rerank_right_to_left,
+            rerank_language_model=rerank_language_model,
         ),
         "signature": signature,
         "validation": rows,
