@@ -177,7 +177,9 @@ TINY_LANGUAGE_MODEL = {"n_layer": 1, "n_embd": 32, "n_head": 2, "n_positions": 6
 
 @pytest.fixture(scope="session")
 def language_model_dir(corpus_path, tiny_model_dir, tmp_path_factory) -> Path:
-    """A tiny English language model over the tiny model's tokenizer, trained on the synthetic training targets."""
+    """A tiny English language model over the tiny model's tokenizer, trained on the synthetic training targets.
+    In float32, as the training tests train: transformers' Trainer sets accelerate's process-wide precision, which
+    a later Accelerator in the same process cannot change."""
     directory = tmp_path_factory.mktemp("language-model") / "en"
     pairs = load_translation_split(corpus_path, "de", "en", "train")
     train_language_model(
@@ -186,6 +188,7 @@ def language_model_dir(corpus_path, tiny_model_dir, tmp_path_factory) -> Path:
         directory,
         epochs=1,
         batch_size=16,
+        precision="no",
         device="cpu",
         show_progress=False,
         **TINY_LANGUAGE_MODEL,

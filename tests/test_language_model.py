@@ -40,6 +40,7 @@ def test_training_lowers_the_validation_perplexity(corpus_path, tiny_model_dir, 
         batch_size=16,
         lr=3e-3,
         warmup=10,
+        precision="no",  # as conftest's language_model_dir, for the training tests after it
         device="cpu",
         show_progress=False,
         **TINY_LANGUAGE_MODEL,
