@@ -37,7 +37,7 @@ from .precision import cpu_description, resolve_precision
 from .translation import resolve_device
 
 IGNORED = -100  # the label of a padding position
-# multi30k-small's width and depth, with its dropout after the switch (Multi30k's 29,000 target sentences are few).
+# multi30k-best's width and depth, and its dropout after the switch (Multi30k's 29,000 target sentences are few).
 LANGUAGE_MODEL_SHAPE = {
     "n_embd": 256,
     "n_layer": 3,

@@ -36,11 +36,10 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from .data import TokenBatchSampler
 from .decoding import DEFAULT_MAX_TOKENS, reverse_words
-from .language_model import load_language_models, sentence_log_probs
+from .language_model import IGNORED, load_language_models, sentence_log_probs
 from .translation import load_models, translate_nbest
 
 T = TypeVar("T")
-IGNORED = -100  # the label of a padding position
 # Weights `select_checkpoint.py` tries (0: beam search's own choice), and the one a single decoding uses unless told:
 # the middle of the winners on Multi30k validation, one model reranked by one of the other direction (0.2 and 0.3).
 RERANK_WEIGHTS = (0.0, 0.1, 0.2, 0.3, 0.5, 1.0)
