@@ -92,7 +92,7 @@ def train_language_model(
     texts = [text for text in texts if text.strip()]
     if not texts:
         raise ValueError("a language model needs training sentences; none was given")
-    use_cpu = device == "cpu" or not torch.cuda.is_available()
+    use_cpu = resolve_device(device).type == "cpu"
     chosen = resolve_precision(precision, "cpu" if use_cpu else "cuda")
     config = language_model_config(tokenizer, **shape)
     ids = {
@@ -180,32 +180,30 @@ def load_language_models(
     return loaded
 
 
+def mean_label_log_probs(logits: torch.Tensor, labels: torch.Tensor) -> list[float]:
+    """Each row's mean log-probability of its labels under `logits` (rows, positions, vocabulary), the positions
+    labelled IGNORED left out: a model's per-token log-likelihood of each text it was given."""
+    real = labels != IGNORED
+    log_probs = torch.log_softmax(logits.float(), dim=-1)
+    token_log_probs = log_probs.gather(-1, labels.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+    return ((token_log_probs * real).sum(-1) / real.sum(-1)).tolist()
+
+
 def sentence_log_probs(
     model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, texts: Sequence[str], max_tokens: int
 ) -> list[float]:
     """log p(text) per token (its end token included, its start token given) under the causal language `model`; one
-    float per text. Batched so that rows * longest text <= `max_tokens`."""
+    float per text. Batched so that rows * longest text <= `max_tokens`, padded as training pads."""
     ids = _sentence_ids(tokenizer, texts, model.config.max_position_embeddings)
+    collate = DataCollatorForLanguageModeling(tokenizer, mlm=False)
     scores = [0.0] * len(ids)
     with torch.inference_mode():
         for batch in TokenBatchSampler([len(row) for row in ids], max_tokens, shuffle=False):
-            rows = [torch.tensor(ids[row]) for row in batch]
-            input_ids = torch.nn.utils.rnn.pad_sequence(
-                rows, batch_first=True
-            )  # padding: attended to by none
-            attention_mask = torch.nn.utils.rnn.pad_sequence(
-                [torch.ones_like(row) for row in rows], batch_first=True
-            )
-            labels = torch.nn.utils.rnn.pad_sequence(rows, batch_first=True, padding_value=IGNORED)[:, 1:]
-            input_ids, attention_mask, labels = (
-                tensor.to(model.device) for tensor in (input_ids, attention_mask, labels)
-            )
-            logits = model(input_ids=input_ids, attention_mask=attention_mask).logits
-            log_probs = torch.log_softmax(logits[:, :-1].float(), dim=-1)
-            real = labels != IGNORED
-            token_log_probs = log_probs.gather(-1, labels.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+            padded = collate([{"input_ids": ids[row]} for row in batch]).to(model.device)
+            logits = model(input_ids=padded["input_ids"], attention_mask=padded["attention_mask"]).logits
+            # position t predicts token t + 1
             for row, score in zip(
-                batch, ((token_log_probs * real).sum(-1) / real.sum(-1)).tolist(), strict=True
+                batch, mean_label_log_probs(logits[:, :-1], padded["labels"][:, 1:]), strict=True
             ):
                 scores[row] = score
     return scores

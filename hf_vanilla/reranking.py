@@ -36,7 +36,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from .data import TokenBatchSampler
 from .decoding import DEFAULT_MAX_TOKENS, reverse_words
-from .language_model import IGNORED, load_language_models, sentence_log_probs
+from .language_model import IGNORED, load_language_models, mean_label_log_probs, sentence_log_probs
 from .translation import load_models, translate_nbest
 
 T = TypeVar("T")
@@ -91,11 +91,8 @@ def conditional_log_probs(
             padded, labels = padded.to(model.device), labels.to(model.device)
             logits = model(
                 **padded, decoder_input_ids=model.prepare_decoder_input_ids_from_labels(labels)
-            ).logits.float()
-            real = labels != IGNORED
-            token_log_probs = torch.log_softmax(logits, dim=-1).gather(-1, labels.clamp(min=0).unsqueeze(-1))
-            per_token = (token_log_probs.squeeze(-1) * real).sum(-1) / real.sum(-1)
-            for row, score in zip(batch, per_token.tolist(), strict=True):
+            ).logits
+            for row, score in zip(batch, mean_label_log_probs(logits, labels), strict=True):
                 scores[row] = score
     return scores
 

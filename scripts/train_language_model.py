@@ -56,7 +56,7 @@ def main() -> None:
             batch_size=args.batch_size,
             seed=args.seed,
             precision=args.precision,
-            device=None if args.device == "auto" else args.device,
+            device=args.device,
             show_progress=not args.quiet,
         )
     except (ValueError, FileNotFoundError, OSError) as err:
