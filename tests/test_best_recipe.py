@@ -51,6 +51,9 @@ def test_the_recipe_trains_every_model_and_chooses_each_direction_on_validation(
     }
     completed = run_recipe(environment)
     assert completed.returncode == 0, completed.stderr[-3000:]
+    # PARALLEL=2 ran both directions' choices side by side, each logged, its test scores printed as it ended.
+    for direction in ("en de", "de en"):
+        assert f"best_recipe: choose {direction} ended: test: cased BLEU" in completed.stdout
 
     for stage, runs in (("teachers", 2), ("students", 6)):
         tries = json.loads((out / stage / "tries.json").read_text())["tries"]
