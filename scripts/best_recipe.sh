@@ -25,8 +25,8 @@
 #                 the Hub's bentrevett/multi30k)
 #   OUT           where everything goes (default: outputs/multi30k-best-recipe)
 #   PARALLEL      runs training at once; 2 or more also runs the two directions' language models, diversification
-#                 and final choices side by side, each on half the cores (default 1; 2 on a 2-core CPU trained
-#                 ~1.6 times the updates of one run on both cores, model_card.md; 4 on one GPU)
+#                 and final choices side by side, each on half the cores (default 1; on a 2-core CPU, 2 trained
+#                 1.4 times the updates a second of one run on both cores, model_card.md; 4 on one GPU)
 #   CONFIG        every run's config (default: configs/multi30k-best.yaml)
 #   TRAIN_FLAGS   more train.py flags for every run, e.g. a time box: "--max-minutes 8"
 #   MEMBER_SELECT select_checkpoint.py flags for each run alone (default: beam 4, lp 1.0)
