@@ -146,12 +146,13 @@ both() {  # both STAGE: STAGE for each direction; with PARALLEL of 2 or more, si
         "$1" de en
         return
     fi
-    local threads=$(($(nproc) / 2)) direction failed=()
+    local cores direction failed=()
+    cores=$(nproc)
     local -A side=()
     mkdir -p "$out/logs"
     for direction in en-de de-en; do
         echo "best_recipe: $1 ${direction%-*} ${direction#*-}, its output in $out/logs/$1-$direction.log"
-        OMP_NUM_THREADS=${OMP_NUM_THREADS:-$((threads > 0 ? threads : 1))} \
+        OMP_NUM_THREADS=${OMP_NUM_THREADS:-$((cores > 1 ? cores / 2 : 1))} \
             "$1" "${direction%-*}" "${direction#*-}" >"$out/logs/$1-$direction.log" 2>&1 &
         side[$direction]=$!
     done
