@@ -1,0 +1,42 @@
+# Issue 25, the next GPU session's first call: the second seed's two wide en->de students (seed12-en-de-students.yaml,
+# into outputs/multi30k-best-recipe-seed12/students as scripts/best_recipe.sh names them) beside two wide de->en
+# tries on the first seed's data (de-en-wide.yaml, into outputs/gpu-de-en-wide), four runs side by side, each
+# bounded by --max-minutes (four wide runs ran 31.1 updates/s each on an H200: 14,000 updates in ~7.5 min) and
+# chosen on validation on the GPU. From the repository root on the device machine:
+#   bash docs/tries/gpu-next/run.sh
+# carrying .whl/ (datasets 5.2.0, dill 0.4.1, multiprocess 0.70.19), outputs/multi30k-bpe5k,
+# outputs/multi30k-best-recipe/data/diversified-de-en and outputs/multi30k-best-recipe-seed12/data/diversified-en-de.
+# Each model comes back in bfloat16 (49 MB; a call returns 64 MiB): this call brings the logs, tables and the first
+# model; then, one call each on the warm machine (30 s idle release), `cp outputs/gpu-next/model-N.tar.part-* $OUT/`
+# for N = 2, 3, 4. Here: for each, cat PARTS | tar xf -, then save each model again in float32.
+set -u
+MINUTES=${MINUTES:-7.6}; STOP=${STOP:-560}; P=outputs/gpu-next
+if [ -n "${OUT:-}" ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site:$PWD
+fi
+export PYTHONUNBUFFERED=1 HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+mkdir -p $P
+{ date -u; nvidia-smi -L; lscpu | grep 'Model name'; python3 -c "import torch,transformers,accelerate,datasets;print(torch.__version__,transformers.__version__,accelerate.__version__,datasets.__version__)"; } > $P/environment.txt 2>&1
+(nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv -l 30 > $P/smi.csv 2>&1 &)
+runs=(outputs/multi30k-best-recipe-seed12/students outputs/gpu-de-en-wide)
+timeout -s TERM $STOP python3 scripts/run_tries.py docs/tries/gpu-next/seed12-en-de-students.yaml --parallel 2 \
+  --minutes $MINUTES --output-dir ${runs[0]} > $P/seed12.log 2>&1 &
+timeout -s TERM $STOP python3 scripts/run_tries.py docs/tries/gpu-next/de-en-wide.yaml --parallel 2 \
+  --minutes $MINUTES --output-dir ${runs[1]} > $P/de-en-wide.log 2>&1 &
+wait
+date -u >> $P/environment.txt
+# every run's chosen checkpoint (its path in selection.json) in bfloat16, one tar each; the first with the records
+n=0
+for dir in ${runs[0]} ${runs[1]}; do
+  for run in $dir/*/; do
+    chosen=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['chosen']['model'])" $run/selection/selection.json 2>/dev/null) || continue
+    python3 -c "import sys, torch; from hf_vanilla import VanillaTransformerForConditionalGeneration as M; M.from_pretrained(sys.argv[1]).to(torch.bfloat16).save_pretrained(sys.argv[1])" $chosen >> $P/pack.log 2>&1
+    n=$((n + 1))
+    records=""; [ $n = 1 ] && records="$P/*.txt $P/*.csv $P/*.log ${runs[0]}/tries.* ${runs[0]}/logs ${runs[1]}/tries.* ${runs[1]}/logs"
+    # shellcheck disable=SC2086  # records is a list of paths
+    tar cf - $records $run/selection $run/train_log.jsonl $run/training_config.yaml $chosen | split -b 15M - $P/model-$n.tar.part-
+  done
+done
+cp $P/model-1.tar.part-* ${OUT:-/tmp}/
+ls -la $P
