@@ -1,15 +1,17 @@
-# Issue 25, the next GPU session's first call: the second seed's two wide en->de students (seed12-en-de-students.yaml,
-# into outputs/multi30k-best-recipe-seed12/students as scripts/best_recipe.sh names them) beside two wide de->en
-# tries on the first seed's data (de-en-wide.yaml, into outputs/gpu-de-en-wide), four runs side by side, each
-# bounded by --max-minutes (four wide runs ran 31.1 updates/s each on an H200: ~13,600 updates in 7.3 min, the most that leaves the call
-# time to choose and pack within its 10 minutes) and
-# chosen on validation on the GPU. From the repository root on the device machine:
+# Issue 25, the next GPU session's first call: the second seed's last four students (seed12-students.yaml, into
+# outputs/multi30k-best-recipe-seed12/students as scripts/best_recipe.sh names them: de->en's two at the paper's
+# base width, both right-to-left models), side by side, each bounded by --max-minutes (four runs ran 27.7 updates/s
+# each on an H200 on 2026-11-27: ~12,100 updates in 7.3 min, the most that leaves the call time to choose and pack
+# within its 10 minutes) and chosen on validation on the GPU. From the repository root on the device machine:
 #   bash docs/tries/gpu-next/run.sh
-# carrying .whl/ (datasets 5.2.0, dill 0.4.1, multiprocess 0.70.19), outputs/multi30k-bpe5k,
-# outputs/multi30k-best-recipe/data/diversified-de-en and outputs/multi30k-best-recipe-seed12/data/diversified-en-de.
-# Each model comes back in bfloat16 (49 MB; a call returns 64 MiB): this call brings the logs, tables and the first
-# model; then, one call each on the warm machine (30 s idle release), `cp outputs/gpu-next/model-N.tar.part-* $OUT/`
-# for N = 2, 3, 4. Here: for each, cat PARTS | tar xf -, then save each model again in float32.
+# carrying .whl/ (datasets 5.2.0, dill 0.4.1, multiprocess 0.70.19), outputs/multi30k-bpe5k and
+# outputs/multi30k-best-recipe-seed12/data (both directions' diversified pairs).
+# Each model comes back in bfloat16 (49 MB wide, 14 MB at d_model 256; a call returns 64 MiB): this call brings the
+# logs, tables and the first model (by name: de-en-r2l-seed16, a small one); then, on the warm machine (30 s idle
+# release), `cp outputs/gpu-next/model-{2,4}.tar.part-* $OUT/` (a wide and a small one: 61 MiB) and, last, model 3
+# the same way. Here: for
+# each, cat PARTS | tar xf - (a right-to-left run trained here on the CPU meanwhile is replaced: move it aside
+# first), then save each model again in float32.
 set -u
 MINUTES=${MINUTES:-7.3}; STOP=${STOP:-545}; P=outputs/gpu-next
 if [ -n "${OUT:-}" ]; then
@@ -20,21 +22,19 @@ export PYTHONUNBUFFERED=1 HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARA
 mkdir -p $P
 { date -u; nvidia-smi -L; lscpu | grep 'Model name'; python3 -c "import torch,transformers,accelerate,datasets;print(torch.__version__,transformers.__version__,accelerate.__version__,datasets.__version__)"; } > $P/environment.txt 2>&1
 (nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv -l 30 > $P/smi.csv 2>&1 &)
-runs=(outputs/multi30k-best-recipe-seed12/students outputs/gpu-de-en-wide)
-timeout -s TERM $STOP python3 scripts/run_tries.py docs/tries/gpu-next/seed12-en-de-students.yaml --parallel 2 \
+runs=(outputs/multi30k-best-recipe-seed12/students)
+timeout -s TERM $STOP python3 scripts/run_tries.py docs/tries/gpu-next/seed12-students.yaml --parallel 4 \
   --minutes $MINUTES --output-dir ${runs[0]} > $P/seed12.log 2>&1 &
-timeout -s TERM $STOP python3 scripts/run_tries.py docs/tries/gpu-next/de-en-wide.yaml --parallel 2 \
-  --minutes $MINUTES --output-dir ${runs[1]} > $P/de-en-wide.log 2>&1 &
 wait
 date -u >> $P/environment.txt
 # every run's chosen checkpoint (its path in selection.json) in bfloat16, one tar each; the first with the records
 n=0
-for dir in ${runs[0]} ${runs[1]}; do
+for dir in ${runs[@]}; do
   for run in $dir/*/; do
     chosen=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['chosen']['model'])" $run/selection/selection.json 2>/dev/null) || continue
     python3 -c "import sys, torch; from hf_vanilla import VanillaTransformerForConditionalGeneration as M; M.from_pretrained(sys.argv[1]).to(torch.bfloat16).save_pretrained(sys.argv[1])" $chosen >> $P/pack.log 2>&1
     n=$((n + 1))
-    records=""; [ $n = 1 ] && records="$P/*.txt $P/*.csv $P/*.log ${runs[0]}/tries.* ${runs[0]}/logs ${runs[1]}/tries.* ${runs[1]}/logs"
+    records=""; [ $n = 1 ] && records="$P/*.txt $P/*.csv $P/*.log ${runs[0]}/tries.* ${runs[0]}/logs"
     # shellcheck disable=SC2086  # records is a list of paths
     tar cf - $records $run/selection $run/train_log.jsonl $run/training_config.yaml $chosen | split -b 15M - $P/model-$n.tar.part-
     [ $n = 1 ] && cp $P/model-1.tar.part-* ${OUT:-/tmp}/
