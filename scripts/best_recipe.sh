@@ -74,8 +74,9 @@ declare -A student_runs=(
 declare -A right_to_left_run=([en-de]=en-de-r2l-seed$(seed 6) [de-en]=de-en-r2l-seed$(seed 6))
 # The students at the paper's base width over the config's 3+3 layers (24.6M parameters against 6.8M): on the
 # same data and seeds, +1.43 (en->de) and +1.22 to +1.69 (de->en) validation BLEU over the config's width. The
-# teachers (the config's width) stay out of the ensembles: en->de's wide pair alone beat it with its teacher and
-# narrow students added (model_card.md, "The paper's base width for the students").
+# teachers (the config's width) stay out of the ensembles: en->de's wide pair alone scored above the same pair with
+# its teacher and narrow students added (measured for en->de only; model_card.md, "The paper's base width for
+# en->de's students" and "... for de->en's students too").
 student_flags="--model-overrides '{\"d_model\": 512, \"d_ff\": 2048, \"num_attention_heads\": 8}'"
 
 # Stage files name every run's flags, so that each stage's record says what it ran.
