@@ -9,9 +9,8 @@
 # Each model comes back in bfloat16 (49 MB wide, 14 MB at d_model 256; a call returns 64 MiB): this call brings the
 # logs, tables and the first model (by name: de-en-r2l-seed16, a small one); then, on the warm machine (30 s idle
 # release), `cp outputs/gpu-next/model-{2,4}.tar.part-* $OUT/` (a wide and a small one: 61 MiB) and, last, model 3
-# the same way. Here: for
-# each, cat PARTS | tar xf - (a right-to-left run trained here on the CPU meanwhile is replaced: move it aside
-# first), then save each model again in float32.
+# the same way. Here: `bash docs/tries/gpu-next/unpack.sh FILES_AT...` (each call's files_at) unpacks them (a run
+# trained here on the CPU meanwhile is moved to students-cpu/) and saves each model again in float32.
 set -u
 MINUTES=${MINUTES:-7.3}; STOP=${STOP:-545}; P=outputs/gpu-next
 if [ -n "${OUT:-}" ]; then
