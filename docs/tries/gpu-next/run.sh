@@ -21,22 +21,19 @@ export PYTHONUNBUFFERED=1 HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARA
 mkdir -p $P
 { date -u; nvidia-smi -L; lscpu | grep 'Model name'; python3 -c "import torch,transformers,accelerate,datasets;print(torch.__version__,transformers.__version__,accelerate.__version__,datasets.__version__)"; } > $P/environment.txt 2>&1
 (nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv -l 30 > $P/smi.csv 2>&1 &)
-runs=(outputs/multi30k-best-recipe-seed12/students)
+students=outputs/multi30k-best-recipe-seed12/students
 timeout -s TERM $STOP python3 scripts/run_tries.py docs/tries/gpu-next/seed12-students.yaml --parallel 4 \
-  --minutes $MINUTES --output-dir ${runs[0]} > $P/seed12.log 2>&1 &
-wait
+  --minutes $MINUTES --output-dir $students > $P/seed12.log 2>&1
 date -u >> $P/environment.txt
 # every run's chosen checkpoint (its path in selection.json) in bfloat16, one tar each; the first with the records
 n=0
-for dir in ${runs[@]}; do
-  for run in $dir/*/; do
-    chosen=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['chosen']['model'])" $run/selection/selection.json 2>/dev/null) || continue
-    python3 -c "import sys, torch; from hf_vanilla import VanillaTransformerForConditionalGeneration as M; M.from_pretrained(sys.argv[1]).to(torch.bfloat16).save_pretrained(sys.argv[1])" $chosen >> $P/pack.log 2>&1
-    n=$((n + 1))
-    records=""; [ $n = 1 ] && records="$P/*.txt $P/*.csv $P/*.log ${runs[0]}/tries.* ${runs[0]}/logs"
-    # shellcheck disable=SC2086  # records is a list of paths
-    tar cf - $records $run/selection $run/train_log.jsonl $run/training_config.yaml $chosen | split -b 15M - $P/model-$n.tar.part-
-    [ $n = 1 ] && cp $P/model-1.tar.part-* ${OUT:-/tmp}/
-  done
+for run in $students/*/; do
+  chosen=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['chosen']['model'])" $run/selection/selection.json 2>/dev/null) || continue
+  python3 -c "import sys, torch; from hf_vanilla import VanillaTransformerForConditionalGeneration as M; M.from_pretrained(sys.argv[1]).to(torch.bfloat16).save_pretrained(sys.argv[1])" $chosen >> $P/pack.log 2>&1
+  n=$((n + 1))
+  records=""; [ $n = 1 ] && records="$P/*.txt $P/*.csv $P/*.log $students/tries.* $students/logs"
+  # shellcheck disable=SC2086  # records is a list of paths
+  tar cf - $records $run/selection $run/train_log.jsonl $run/training_config.yaml $chosen | split -b 15M - $P/model-$n.tar.part-
+  [ $n = 1 ] && cp $P/model-1.tar.part-* ${OUT:-/tmp}/
 done
 ls -la $P
