@@ -16,7 +16,6 @@ import os
 import statistics
 import tempfile
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +30,7 @@ from .configuration_vanilla import SIZE_FIELDS, VanillaTransformerConfig
 from .export import convert_to_ctranslate2, export_to_marian, to_marian
 from .files import write_text_atomic
 from .modeling_vanilla import AUTO_ATTENTION, VanillaTransformerForConditionalGeneration
-from .precision import cpu_description, resolve_precision
+from .precision import CLOCKS, cpu_description, matmul_peak_flops, resolve_precision, synchronize
 
 BENCHMARK_VOCAB_SIZE = 8000  # the joint BPE size used on Multi30k
 SPECIAL_TOKENS = ("<pad>", "<s>", "</s>", "<unk>")
@@ -39,7 +38,6 @@ MODEL_NAMES = ("ours", "marian")
 # Multi30k sentences are about 15 tokens; a length-bucketed batch holds sentences of nearly equal length.
 SENTENCE_LENGTHS = (17, 21)
 SOURCE_LENGTH = 20
-CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 
 
 def benchmark_config(size: str, **overrides) -> VanillaTransformerConfig:
@@ -118,44 +116,6 @@ def resolve_dtypes(dtypes: tuple[str, ...], device_type: str) -> tuple[str, ...]
     """dtype names ("auto", "float32", "bfloat16", "float16") as torch dtype names, "auto" by the hardware's rule."""
     resolved = (resolve_precision(dtype, device_type).dtype_name for dtype in dtypes)
     return tuple(dict.fromkeys(resolved))
-
-
-def synchronize(device: torch.device) -> None:
-    """Wait for the device's queued work, so that a host clock read after it counts that work."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def matmul_peak_flops(
-    dtype: torch.dtype,
-    seconds: float = 0.5,
-    repeats: int = 5,
-    size: int | None = None,
-    clock: str = "wall",
-    device: str | torch.device = "cpu",
-) -> float:
-    """FLOP/s of a square matmul in `dtype` on random data, best of `repeats` runs of about `seconds` each.
-
-    The roofline MFU is measured against; the size (2048 on CPU, 8192 on a GPU) fills the device.
-    """
-    device = torch.device(device)
-    size = size or (2048 if device.type == "cpu" else 8192)
-    a, b = (torch.randn(size, size, dtype=dtype, device=device) for _ in range(2))
-    now = CLOCKS[clock]
-    a @ b  # warm-up
-    synchronize(device)
-    start = now()
-    a @ b
-    synchronize(device)
-    calls = max(1, round(seconds / max(now() - start, 1e-9)))
-    best = 0.0
-    for _ in range(repeats):
-        start = now()
-        for _ in range(calls):
-            a @ b
-        synchronize(device)
-        best = max(best, calls * 2 * size**3 / (now() - start))
-    return best
 
 
 class PeakMemory:
@@ -580,10 +540,11 @@ def environment(device: str | torch.device = "cpu") -> dict:
 
 def describe_environment(described: dict) -> str:
     """One line naming the hardware and software of a run."""
-    cpu = (
-        f"CPU {described['cpu_model']} ({described['cpu_capability']}, "
-        f"{'native' if described['native_bf16'] else 'no native'} bf16), {described['threads']} threads"
-    )
+    speedup = described.get("bf16_matmul_speedup")  # absent from reports older than the probe
+    bf16 = "native bf16" if described["native_bf16"] else "no native bf16"
+    if speedup is not None:
+        bf16 += f" at {speedup:.2f}x fp32's matmul"
+    cpu = f"CPU {described['cpu_model']} ({described['cpu_capability']}, {bf16}), {described['threads']} threads"
     gpu = f"GPU {described['gpu']} (CUDA {described['cuda']}); " if "gpu" in described else ""
     return f"{gpu}{cpu}; torch {described['torch']}, transformers {described['transformers']}"
 

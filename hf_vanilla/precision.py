@@ -1,16 +1,26 @@
-"""The precision to train and decode in, chosen from what the hardware runs natively, never assumed.
+"""The precision to train and decode in, chosen from what the hardware runs fastest, never assumed.
 
-CPUs differ: one with AVX512-BF16 or AMX multiplies bf16 matrices ~4x faster than fp32, one with only AVX2
-~100x slower (0.9 against 135 GFLOP/s measured). So "auto" (the default everywhere) asks the hardware:
-bf16 on a CUDA device that supports it or a CPU with native bf16, fp16 on an older CUDA device, fp32 otherwise.
+CPUs differ: one with only AVX2 multiplies bf16 matrices ~100x slower than fp32 (0.9 against 135 GFLOP/s
+measured), and even the bf16 instructions do not settle it: with AVX512-BF16 and no AMX, an AMD EPYC ran bf16
+matmuls 4.1x as fast as fp32 (training 2.2x) and an Intel Xeon 0.52x (training 0.68x; docs/benchmarks). So "auto"
+(the default everywhere) asks the hardware: bf16 on a CUDA device that supports it, fp16 on an older CUDA device;
+on a CPU, bf16 only where it has the instructions and a short matmul probe runs bf16 at least
+`CPU_BF16_MIN_SPEEDUP` times as fast as fp32; fp32 otherwise.
 """
 
+import functools
 import logging
+import time
 from dataclasses import dataclass
 
 import torch
 
 logger = logging.getLogger(__name__)
+
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+# Autocast's casts take back part of a faster matmul: on the EPYC a 4.1x matmul made a 2.2x training step, on the
+# Xeon 0.52x made 0.68x, so bf16 has to multiply well ahead of fp32 to pay.
+CPU_BF16_MIN_SPEEDUP = 1.5
 
 # accelerate's mixed_precision names and the dtype each stands for.
 MIXED_PRECISION_DTYPES = {"no": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -41,8 +51,47 @@ def _guarded(check) -> bool:
         return False
 
 
+def synchronize(device: torch.device) -> None:
+    """Wait for the device's queued work, so that a host clock read after it counts that work."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def matmul_peak_flops(
+    dtype: torch.dtype,
+    seconds: float = 0.5,
+    repeats: int = 5,
+    size: int | None = None,
+    clock: str = "wall",
+    device: str | torch.device = "cpu",
+) -> float:
+    """FLOP/s of a square matmul in `dtype` on random data, best of `repeats` runs of about `seconds` each.
+
+    The roofline MFU is measured against; the size (2048 on CPU, 8192 on a GPU) fills the device.
+    """
+    device = torch.device(device)
+    size = size or (2048 if device.type == "cpu" else 8192)
+    a, b = (torch.randn(size, size, dtype=dtype, device=device) for _ in range(2))
+    now = CLOCKS[clock]
+    a @ b  # warm-up
+    synchronize(device)
+    start = now()
+    a @ b
+    synchronize(device)
+    calls = max(1, round(seconds / max(now() - start, 1e-9)))
+    best = 0.0
+    for _ in range(repeats):
+        start = now()
+        for _ in range(calls):
+            a @ b
+        synchronize(device)
+        best = max(best, calls * 2 * size**3 / (now() - start))
+    return best
+
+
 def cpu_description() -> dict[str, object]:
-    """The CPU facts a reported number depends on: model name, torch's vector capability, native bf16."""
+    """The CPU facts a reported number depends on: model name, torch's vector capability, native bf16 and how
+    much faster it multiplies (None without native bf16)."""
     model = "unknown"
     try:
         with open("/proc/cpuinfo") as cpuinfo:
@@ -55,6 +104,7 @@ def cpu_description() -> dict[str, object]:
         "cpu_model": model,
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "native_bf16": cpu_has_native_bf16(),
+        "bf16_matmul_speedup": cpu_bf16_matmul_speedup(),
         "threads": torch.get_num_threads(),
     }
 
@@ -72,8 +122,42 @@ def cpu_has_native_bf16() -> bool:
     return instructions and _guarded(lambda: torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
+def cpu_bf16_matmul_speedup() -> float | None:
+    """bf16 matmul FLOP/s over fp32's on this CPU at the current thread count (None without native bf16).
+
+    Measured once a thread count (~0.2 s, 1024-wide matrices): the instructions alone do not say which is faster.
+    """
+    if not cpu_has_native_bf16():
+        return None  # emulated bf16 is far slower, and probing it would take seconds
+    return _measured_bf16_speedup(torch.get_num_threads())
+
+
+@functools.cache
+def _measured_bf16_speedup(threads: int) -> float:
+    del threads  # the cache key: the speed is the current thread count's
+    flops = {
+        dtype: matmul_peak_flops(dtype, seconds=0.02, repeats=3, size=1024) for dtype in (torch.float32, torch.bfloat16)
+    }
+    return round(flops[torch.bfloat16] / flops[torch.float32], 2)
+
+
+def cpu_bf16_pays() -> tuple[bool, str]:
+    """Whether bf16 autocast speeds this CPU up, and why (the rule of `auto_precision`)."""
+    capability = torch.backends.cpu.get_cpu_capability()
+    speedup = cpu_bf16_matmul_speedup()
+    if speedup is None:
+        return False, f"the CPU ({capability}) has no native bf16, where bf16 matmuls are ~100x slower"
+    verdict = "at least" if speedup >= CPU_BF16_MIN_SPEEDUP else "under"
+    reason = (
+        f"the CPU has native bf16 (AVX512-BF16 or AMX) and its bf16 matmuls ran {speedup:.2f}x fp32's, "
+        f"{verdict} the {CPU_BF16_MIN_SPEEDUP}x that pays for autocast"
+    )
+    return speedup >= CPU_BF16_MIN_SPEEDUP, reason
+
+
 def auto_precision(device_type: str, cuda_bf16: bool | None = None, cpu_bf16: bool | None = None) -> Precision:
-    """The fastest precision `device_type` ("cpu", "cuda", ...) runs natively; the probes can be given."""
+    """The fastest precision `device_type` ("cpu", "cuda", ...) runs natively; the probes can be given (`cpu_bf16`:
+    whether bf16 pays on this CPU)."""
     if device_type == "cuda":
         if cuda_bf16 is None:
             cuda_bf16 = torch.cuda.is_bf16_supported()
@@ -82,11 +166,10 @@ def auto_precision(device_type: str, cuda_bf16: bool | None = None, cpu_bf16: bo
         return Precision("fp16", "the CUDA device has no bf16 support")
     if device_type == "cpu":
         if cpu_bf16 is None:
-            cpu_bf16 = cpu_has_native_bf16()
-        if cpu_bf16:
-            return Precision("bf16", "the CPU has native bf16 (AVX512-BF16 or AMX)")
-        capability = torch.backends.cpu.get_cpu_capability()
-        return Precision("no", f"the CPU ({capability}) has no native bf16, where bf16 matmuls are ~100x slower")
+            cpu_bf16, reason = cpu_bf16_pays()
+        else:
+            reason = "the CPU runs bf16 faster (given)" if cpu_bf16 else "the CPU runs bf16 slower (given)"
+        return Precision("bf16" if cpu_bf16 else "no", reason)
     return Precision("no", f"no half-precision rule for device type {device_type!r}")
 
 
@@ -95,8 +178,8 @@ def resolve_precision(
 ) -> Precision:
     """`requested` ("auto", an accelerate name "no"/"bf16"/"fp16" or a dtype name) as a Precision.
 
-    "auto" follows `auto_precision`; an explicit half precision on a CPU without native bf16 is honoured
-    with a warning, since its matmuls will be far slower than fp32.
+    "auto" follows `auto_precision`; an explicit half precision on a CPU where it runs slower than fp32 is
+    honoured with a warning.
     """
     if requested == "auto":
         chosen = auto_precision(device_type, cuda_bf16, cpu_bf16)
@@ -107,14 +190,18 @@ def resolve_precision(
         choices = ["auto", *MIXED_PRECISION_DTYPES, *DTYPE_NAMES]
         raise ValueError(f"unknown precision {requested!r}; choose one of {', '.join(choices)}")
     if name != "no" and device_type == "cpu":
-        if cpu_bf16 is None:
-            cpu_bf16 = cpu_has_native_bf16()
-        if not cpu_bf16 or name == "fp16":
+        if name == "fp16":
+            pays, reason = False, "CPUs have no native fp16 matmuls"
+        elif cpu_bf16 is None:
+            pays, reason = cpu_bf16_pays()
+        else:
+            pays, reason = cpu_bf16, "given"
+        if not pays:
             logger.warning(
-                "precision %s was asked for on a CPU (%s) without native %s: its matmuls will be far slower "
-                "than float32 (use auto or float32)",
+                "precision %s was asked for on a CPU (%s) where it runs slower than float32: %s (use auto or "
+                "float32)",
                 requested,
                 torch.backends.cpu.get_cpu_capability(),
-                "fp16" if name == "fp16" else "bf16",
+                reason,
             )
     return Precision(name, "asked for")

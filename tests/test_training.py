@@ -600,7 +600,8 @@ def test_auto_precision_is_chosen_for_this_cpu_and_logged(tiny_dataset, tokenize
     )  # fmt: skip
     assert finished.returncode == 0, finished.stderr[-3000:]
     expected = auto_precision("cpu")
-    assert f"Precision {expected.dtype_name} on cpu: {expected.reason}" in finished.stderr
+    # the reason, less the measured speed-up (a probe of its own in each process)
+    assert f"Precision {expected.dtype_name} on cpu: {expected.reason.split(' ran ')[0]}" in finished.stderr
     assert len(training_losses(tmp_path)) == 2
 
 
