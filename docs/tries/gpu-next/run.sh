@@ -1,16 +1,17 @@
-# Issue 25, the next GPU session's first call: the second seed's last four students (seed12-students.yaml, into
-# outputs/multi30k-best-recipe-seed12/students as scripts/best_recipe.sh names them: de->en's two at the paper's
-# base width, both right-to-left models), side by side, each bounded by --max-minutes (four runs ran 27.7 updates/s
-# each on an H200 on 2026-11-27: ~12,100 updates in 7.3 min, the most that leaves the call time to choose and pack
-# within its 10 minutes) and chosen on validation on the GPU. From the repository root on the device machine:
+# Issue 25, the next GPU session's first call: the second seed's four students at the paper's base width
+# (seed12-students.yaml, into outputs/multi30k-best-recipe-seed12/students as scripts/best_recipe.sh names them),
+# side by side, each bounded by --max-minutes (four runs ran 27.7 updates/s each on an H200 on 2026-11-27: ~12,100
+# updates in 7.3 min, the most that leaves the call time to choose and pack within its 10 minutes) and chosen on
+# validation on the GPU. Needs stages 1-2 of that seed done here first (teachers, language models, diversified data;
+# docs/tries/cpu-2026-11-27-seed12/README.md). From the repository root on the device machine:
 #   bash docs/tries/gpu-next/run.sh
 # carrying .whl/ (datasets 5.2.0, dill 0.4.1, multiprocess 0.70.19), outputs/multi30k-bpe5k and
 # outputs/multi30k-best-recipe-seed12/data (both directions' diversified pairs).
-# Each model comes back in bfloat16 (49 MB wide, 14 MB at d_model 256; a call returns 64 MiB): this call brings the
-# logs, tables and the first model (by name: de-en-r2l-seed16, a small one); then, on the warm machine (30 s idle
-# release), `cp outputs/gpu-next/model-{2,4}.tar.part-* $OUT/` (a wide and a small one: 61 MiB) and, last, model 3
-# the same way. Here: `bash docs/tries/gpu-next/unpack.sh FILES_AT...` (each call's files_at) unpacks them (a run
-# trained here on the CPU meanwhile is moved to students-cpu/) and saves each model again in float32.
+# Each model comes back in bfloat16 (49 MB; a call returns 64 MiB): this call brings the logs, tables and the first
+# model; then, on the warm machine (30 s idle release), `cp outputs/gpu-next/model-2.tar.part-* $OUT/`, and models 3
+# and 4 the same way, one a call. Here: `bash docs/tries/gpu-next/unpack.sh FILES_AT...` (each call's files_at)
+# unpacks them (a run trained here on the CPU meanwhile is moved to students-cpu/) and saves each model again in
+# float32.
 set -u
 MINUTES=${MINUTES:-7.3}; STOP=${STOP:-545}; P=outputs/gpu-next
 if [ -n "${OUT:-}" ]; then

@@ -1,7 +1,7 @@
 # Issue 25, after the GPU call of run.sh beside this file: here (the CPU machine), from the repository root,
 #   bash docs/tries/gpu-next/unpack.sh /work/.device/1 /work/.device/2 /work/.device/3
 # (each call's files_at): every model-N.tar.part-* found there is unpacked into the repository, a run directory
-# it brings replacing the one here (a right-to-left run trained on the CPU meanwhile is moved to
+# it brings replacing the one here (a run trained on the CPU meanwhile is moved to
 # students-cpu/), and each brought model is saved again in float32. Then the script, given again, finds the
 # second seed's students trained:
 #   PARALLEL=2 SEED_OFFSET=10 OUT=outputs/multi30k-best-recipe-seed12 bash scripts/best_recipe.sh
