@@ -141,18 +141,19 @@ def _measured_bf16_speedup(threads: int) -> float:
     return round(flops[torch.bfloat16] / flops[torch.float32], 2)
 
 
-def cpu_bf16_pays() -> tuple[bool, str]:
-    """Whether bf16 autocast speeds this CPU up, and why (the rule of `auto_precision`)."""
-    capability = torch.backends.cpu.get_cpu_capability()
+def cpu_bf16_pays(given: bool | None = None) -> tuple[bool, str]:
+    """Whether bf16 autocast speeds this CPU up, and why: as `given`, else measured (the rule of `auto_precision`)."""
+    if given is not None:
+        return given, f"the CPU runs bf16 {'faster' if given else 'slower'} (given)"
     speedup = cpu_bf16_matmul_speedup()
     if speedup is None:
+        capability = torch.backends.cpu.get_cpu_capability()
         return False, f"the CPU ({capability}) has no native bf16, where bf16 matmuls are ~100x slower"
-    verdict = "at least" if speedup >= CPU_BF16_MIN_SPEEDUP else "under"
-    reason = (
+    pays = speedup >= CPU_BF16_MIN_SPEEDUP
+    return pays, (
         f"the CPU has native bf16 (AVX512-BF16 or AMX) and its bf16 matmuls ran {speedup:.2f}x fp32's, "
-        f"{verdict} the {CPU_BF16_MIN_SPEEDUP}x that pays for autocast"
+        f"{'at least' if pays else 'under'} the {CPU_BF16_MIN_SPEEDUP}x that pays for autocast"
     )
-    return speedup >= CPU_BF16_MIN_SPEEDUP, reason
 
 
 def auto_precision(device_type: str, cuda_bf16: bool | None = None, cpu_bf16: bool | None = None) -> Precision:
@@ -165,11 +166,8 @@ def auto_precision(device_type: str, cuda_bf16: bool | None = None, cpu_bf16: bo
             return Precision("bf16", "the CUDA device supports bf16")
         return Precision("fp16", "the CUDA device has no bf16 support")
     if device_type == "cpu":
-        if cpu_bf16 is None:
-            cpu_bf16, reason = cpu_bf16_pays()
-        else:
-            reason = "the CPU runs bf16 faster (given)" if cpu_bf16 else "the CPU runs bf16 slower (given)"
-        return Precision("bf16" if cpu_bf16 else "no", reason)
+        pays, reason = cpu_bf16_pays(cpu_bf16)
+        return Precision("bf16" if pays else "no", reason)
     return Precision("no", f"no half-precision rule for device type {device_type!r}")
 
 
@@ -190,12 +188,7 @@ def resolve_precision(
         choices = ["auto", *MIXED_PRECISION_DTYPES, *DTYPE_NAMES]
         raise ValueError(f"unknown precision {requested!r}; choose one of {', '.join(choices)}")
     if name != "no" and device_type == "cpu":
-        if name == "fp16":
-            pays, reason = False, "CPUs have no native fp16 matmuls"
-        elif cpu_bf16 is None:
-            pays, reason = cpu_bf16_pays()
-        else:
-            pays, reason = cpu_bf16, "given"
+        pays, reason = (False, "CPUs have no native fp16 matmuls") if name == "fp16" else cpu_bf16_pays(cpu_bf16)
         if not pays:
             logger.warning(
                 "precision %s was asked for on a CPU (%s) where it runs slower than float32: %s (use auto or "
