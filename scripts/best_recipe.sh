@@ -12,7 +12,9 @@
 #   1. teachers/: multi30k-best en->de (seed 2) and de->en (seed 4) on the original pairs; language-models/en, de:
 #      a small GPT-2 a language on the training targets (scripts/train_language_model.py, 3 epochs)
 #   2. data/diversified-en-de, -de-en: the original pairs, then each teacher's translations of the training split
-#      (data diversification, Nguyen et al., 2020; scripts/distill.py), 87,000 pairs on Multi30k
+#      (data diversification, Nguyen et al., 2020; scripts/distill.py), 87,000 pairs on Multi30k; each teacher's
+#      translations are made once (data/translations/) and serve both directions, en->de's forward pairs being
+#      de->en's backward ones
 #   3. students/: on those, at the paper's base width (d_model 512, d_ff 2048, 8 heads), en->de seeds 2 and 3
 #      and de->en seeds 4 and 5; and a right-to-left model a direction (seed 6, right_to_left: true)
 #   4. en-de/, de-en/: the direction's ensemble (its two students),
@@ -129,7 +131,8 @@ diversify() {  # diversify SOURCE TARGET: the pairs SOURCE->TARGET students trai
     if [ ! -d "$diversified-$forward" ]; then  # distill.py writes the directory only once it is whole
         python3 scripts/distill.py --forward "$(teacher "${teacher_run[$forward]}")" \
             --backward "$(teacher "${teacher_run[$backward]}")" --keep-original --dataset "$data" \
-            --source-lang "$1" --target-lang "$2" --num-beams 4 --length-penalty 1.0 --output-dir "$diversified-$forward"
+            --source-lang "$1" --target-lang "$2" --num-beams 4 --length-penalty 1.0 --output-dir "$diversified-$forward" \
+            --translations-dir "$out/data/translations"
     fi
 }
 

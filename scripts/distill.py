@@ -3,6 +3,7 @@ Rush, 2016) and data diversification (Nguyen et al., 2020). Each --forward model
 into new targets; each --backward model (target -> source) translates the training targets into new sources. The
 training split written holds the original pairs (--keep-original), then the forward models' pairs, then the
 backward models'; the other splits are copied as they are. Train a student on it with `train.py --dataset DIR`.
+Stopped, the same command goes on where it stopped: each model's translations are saved every 2,000 sentences.
 
     python scripts/distill.py --forward outputs/multi30k-best-en-de/checkpoint_average \\
         --backward outputs/multi30k-best-de-en/checkpoint_average --source-lang en --target-lang de \\
@@ -35,6 +36,12 @@ def main() -> None:
     parser.add_argument(
         "--overwrite", action="store_true", help="replace an output directory that is not empty"
     )
+    parser.add_argument(
+        "--translations-dir",
+        help="where each model's translations are saved as they are made, so that a stopped run given again goes "
+        "on where it stopped and a run asking the same model for the same sentences with the same settings reads "
+        "them (default: a hidden directory beside --output-dir, removed once the dataset is written)",
+    )
     add_generation_arguments(parser)
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     args = parser.parse_args()
@@ -52,6 +59,7 @@ def main() -> None:
             config_name=args.dataset_config,
             train_split=args.train_split,
             overwrite=args.overwrite,
+            translations_dir=args.translations_dir,
             show_progress=not args.quiet,
             **runtime_kwargs(args),
             **decoding_kwargs(args),

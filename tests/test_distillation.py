@@ -132,27 +132,69 @@ def test_each_models_bleu_against_the_training_references_is_recorded(original, 
     )
 
 
-def test_a_teacher_that_fails_leaves_no_directory(tiny_model_dir, tiny_dataset, tmp_path, monkeypatch):
-    calls = []
+class CountingTranslations:
+    """translate_sentences, counting the sentences it decodes; raising once `fail_after` calls have run."""
 
-    def fail_on_the_second_teacher(*args, **kwargs):
-        calls.append(1)
-        if len(calls) == 2:
+    def __init__(self, fail_after=None):
+        self.sentences, self.calls, self.fail_after = 0, 0, fail_after
+
+    def __call__(self, model, tokenizer, sentences, *args, **kwargs):
+        if self.calls == self.fail_after:
             raise RuntimeError("out of memory")
-        return translate_sentences(*args, **kwargs)
+        self.calls += 1
+        self.sentences += len(sentences)
+        return translate_sentences(model, tokenizer, sentences, *args, **kwargs)
 
-    monkeypatch.setattr(distillation, "translate_sentences", fail_on_the_second_teacher)
+
+def test_a_teacher_that_fails_leaves_no_directory_and_a_second_try_goes_on_where_it_stopped(
+    tiny_model_dir, tiny_dataset, tmp_path, monkeypatch
+):
+    options = {"forward": [tiny_model_dir], "chunk_size": 150, "show_progress": False, **GREEDY}
+    failing = CountingTranslations(fail_after=2)
+    monkeypatch.setattr(distillation, "translate_sentences", failing)
     with pytest.raises(RuntimeError, match="out of memory"):
-        distill_dataset(
-            tiny_dataset,
-            "de",
-            "en",
-            tmp_path / "out",
-            forward=[tiny_model_dir] * 2,
-            show_progress=False,
-            **GREEDY,
-        )
-    assert len(calls) == 2 and list(tmp_path.iterdir()) == []
+        distill_dataset(tiny_dataset, "de", "en", tmp_path / "out", **options)
+    assert not (tmp_path / "out").exists() and failing.sentences == 300  # two of the three chunks saved
+
+    again = CountingTranslations()
+    monkeypatch.setattr(distillation, "translate_sentences", again)
+    distill_dataset(tiny_dataset, "de", "en", tmp_path / "out", **options)
+    assert again.sentences == 100  # only the last chunk decoded
+    assert [path.name for path in tmp_path.iterdir()] == ["out"]  # its own translations removed once written
+    distill_dataset(tiny_dataset, "de", "en", tmp_path / "whole", **options)  # no stop, nothing saved before
+    assert again.sentences == 100 + 400
+    read = load_translation_split(str(tmp_path / "out"), "de", "en", "train").to_dict()
+    assert read == load_translation_split(str(tmp_path / "whole"), "de", "en", "train").to_dict()
+
+
+def test_the_other_directions_diversification_reads_the_translations_it_shares(
+    tiny_model_dir, tiny_dataset, tmp_path, monkeypatch
+):
+    counting = CountingTranslations()
+    monkeypatch.setattr(distillation, "translate_sentences", counting)
+    shared = {"translations_dir": tmp_path / "translations", "show_progress": False, **GREEDY}
+    distill_dataset(tiny_dataset, "de", "en", tmp_path / "de-en", forward=[tiny_model_dir], **shared)
+    # en->de's backward model translates the German side, as de->en's forward model did: nothing to decode
+    distill_dataset(tiny_dataset, "en", "de", tmp_path / "en-de", backward=[tiny_model_dir], **shared)
+    assert counting.sentences == 400 and (tmp_path / "translations").is_dir()
+    de_en = load_translation_split(str(tmp_path / "de-en"), "de", "en", "train").to_dict()
+    en_de = load_translation_split(str(tmp_path / "en-de"), "en", "de", "train").to_dict()
+    assert en_de == {"source": de_en["target"], "target": de_en["source"]}
+    # other settings are other translations
+    distill_dataset(
+        tiny_dataset, "de", "en", tmp_path / "beam-2", forward=[tiny_model_dir], **shared | {"num_beams": 2}
+    )
+    assert counting.sentences == 800
+
+
+def test_a_damaged_saved_chunk_is_named(tiny_model_dir, tiny_dataset, tmp_path):
+    options = {"forward": [tiny_model_dir], "translations_dir": tmp_path / "saved", "show_progress": False}
+    distill_dataset(tiny_dataset, "de", "en", tmp_path / "out", **options, **GREEDY)
+    (chunk,) = (tmp_path / "saved").glob("*/chunk-00000.txt")
+    chunk.write_text("cut short\n")
+    with pytest.raises(ValueError, match=r"chunk-00000.txt holds 1 translations, not 400: remove it"):
+        distill_dataset(tiny_dataset, "de", "en", tmp_path / "again", **options, **GREEDY)
+    assert not (tmp_path / "again").exists()
 
 
 def run_distill_script(model_dir, dataset, output_dir, *options):
@@ -182,7 +224,9 @@ def test_script_names_bad_input_in_one_line_and_writes_nothing(
 
 def test_script_writes_the_dataset_and_says_how_many_pairs(tiny_model_dir, tiny_dataset, tmp_path):
     options = ["--backward", tiny_model_dir, "--num-beams", "1", "--max-new-tokens", "4", "--keep-original"]
+    options += ["--translations-dir", tmp_path / "saved"]
     result = run_distill_script(tiny_model_dir, tiny_dataset, tmp_path / "out", *options)
     assert result.returncode == 0, result.stderr
+    assert len(list((tmp_path / "saved").glob("*/chunk-00000.txt"))) == 2  # the sources, the targets
     assert f"wrote {tmp_path / 'out'}: 1200 training pairs; forward {tiny_model_dir} (" in result.stdout
     assert json.loads((tmp_path / "out" / PROVENANCE_FILE).read_text())["keep_original"] is True
