@@ -164,7 +164,8 @@ def _saved_translations(
     }
     directory = translations_dir / hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
     directory.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(directory / "key.json", json.dumps({"description": description} | key, indent=2) + "\n")
+    if not (directory / "key.json").is_file():  # what made them, for a reader; the first run's words
+        write_text_atomic(directory / "key.json", json.dumps({"made_by": description} | key, indent=2) + "\n")
     translations: list[str] = []
     with tqdm(total=len(inputs), unit="sent", desc=description, disable=not show_progress) as progress:
         for start in range(0, len(inputs), chunk_size):
@@ -187,7 +188,7 @@ def _model_fingerprint(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBas
     digest = hashlib.sha256()
     for name, tensor in sorted(model.state_dict().items()):
         digest.update(name.encode())
-        digest.update(tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+        digest.update(tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy())
     for text in (
         model.config.to_json_string(),
         model.generation_config.to_json_string(),
