@@ -92,8 +92,7 @@ def distill_dataset(
     sources, targets = pairs[train_split]["source"], pairs[train_split]["target"]
     training_pairs = list(zip(sources, targets, strict=True)) if keep_original else []
     own_translations_dir = translations_dir is None
-    if own_translations_dir:
-        translations_dir = output_dir.parent / f".{output_dir.name}.translations"
+    translations_dir = Path(translations_dir or output_dir.parent / f".{output_dir.name}.translations")
     teachers = []
     for side, models, inputs, references, output_lang in (
         ("forward", forward, sources, targets, target_lang),
@@ -105,7 +104,7 @@ def distill_dataset(
                 model,
                 tokenizer,
                 inputs,
-                Path(translations_dir),
+                translations_dir,
                 chunk_size,
                 description=f"{side} {model_name}",
                 show_progress=show_progress,
@@ -173,11 +172,11 @@ def _saved_translations(
             path = directory / f"chunk-{start // chunk_size:05d}.txt"
             if path.is_file():  # also one another process wrote since this one began
                 done = read_lines(path)
+                if len(done) != len(chunk):
+                    raise ValueError(f"{path} holds {len(done)} translations, not {len(chunk)}: remove it")
             else:
                 done = translate_sentences(model, tokenizer, chunk, show_progress=False, **translate_kwargs)
                 write_lines_atomic(path, done)  # translate_sentences keeps each translation on one line
-            if len(done) != len(chunk):
-                raise ValueError(f"{path} holds {len(done)} translations, not {len(chunk)}: remove it")
             translations += done
             progress.update(len(chunk))
     return translations
