@@ -92,7 +92,9 @@ def distill_dataset(
     sources, targets = pairs[train_split]["source"], pairs[train_split]["target"]
     training_pairs = list(zip(sources, targets, strict=True)) if keep_original else []
     own_translations_dir = translations_dir is None
-    translations_dir = Path(translations_dir or output_dir.parent / f".{output_dir.name}.translations")
+    translations_dir = (
+        output_dir.parent / f".{output_dir.name}.translations" if own_translations_dir else Path(translations_dir)
+    )
     teachers = []
     for side, models, inputs, references, output_lang in (
         ("forward", forward, sources, targets, target_lang),
