@@ -8,7 +8,9 @@ scores to `tries.json` and `tries.md`. Given again, it resumes each run from its
 trains nothing more), so a search can span several calls of a time-limited machine. A finished run brought back
 from another machine with its models but not its training state (`checkpoint_last`, 4x the size of a model) is
 chosen as it is. A run's selection is kept while its candidates' weights and the selection flags are those it
-was made from, so a search given again decodes only what changed.
+was made from, so a search given again decodes only what changed. `only` runs some of a file's tries; the table
+keeps the rows of the tries an earlier call ran into the same directory (each row names the machine it was run on
+where that is not this one).
 
 A tries file is YAML:
 
@@ -96,9 +98,13 @@ def _refuse_runner_flags(flags: Sequence[str], owned: set[str], where: str) -> N
 
 
 def load_tries(
-    path: str | os.PathLike, dataset: str | None = None, minutes: float | None = None
+    path: str | os.PathLike,
+    dataset: str | None = None,
+    minutes: float | None = None,
+    only: Sequence[str] | None = None,
 ) -> tuple[list[Try], list[str]]:
-    """The tries of a tries file, each checked as train.py would check it, and the selection flags.
+    """The tries of a tries file (those named in `only`, if given), each checked as train.py would check it, and
+    the selection flags.
 
     `dataset` overrides the config's, and a try's own `--dataset` overrides that; `minutes` (train.py's
     `--max-minutes`, a time box for every try) overrides both the config and the tries.
@@ -125,8 +131,13 @@ def load_tries(
     base = ["--config", str(config)] if config is not None else []
     runner_dataset = ["--dataset", dataset] if dataset is not None else []
     runner_minutes = ["--max-minutes", str(minutes)] if minutes is not None else []
+    unknown = sorted(set(only or ()) - set(spec["tries"]))
+    if unknown:
+        raise TriesError(f"tries file {path} has no tries {unknown}; its tries: {list(spec['tries'])}")
     tries = []
     for name, value in spec["tries"].items():
+        if only is not None and name not in only:
+            continue
         if not isinstance(name, str) or not TRY_NAME.fullmatch(name):
             raise TriesError(
                 f"try name {name!r} must be letters, digits, '.', '_' or '-' (it names a directory)"
@@ -337,11 +348,20 @@ def _number(value: float | None, digits: int = 2) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-def tries_table(rows: Sequence[dict[str, Any]], described: str) -> str:
-    """The tries as a Markdown table, best validation BLEU first, for the model card's record of every try."""
+def describe_machine(described: dict[str, Any]) -> str:
+    """The machine and software of `environment`'s description, without the bf16 probe's pace (which varies from
+    one call to the next on the same machine)."""
+    return describe_environment({**described, "bf16_matmul_speedup": None})
+
+
+def tries_table(rows: Sequence[dict[str, Any]], described: dict[str, Any]) -> str:
+    """The tries as a Markdown table, best validation BLEU first, for the model card's record of every try.
+
+    `described` is `environment`'s description of this machine; a row run on another names its own."""
     ranked = sorted(rows, key=lambda row: -row.get("chosen", {}).get("bleu", float("-inf")))
+    machine = describe_machine(described)
     lines = [
-        f"Machine: {described}",
+        f"Machine: {describe_environment(described)}",
         "",
         "| try | its flags | ended | updates | minutes | updates/s | validation loss (last / best) | chosen "
         "| validation BLEU cased / lc / chrF |",
@@ -354,6 +374,8 @@ def tries_table(rows: Sequence[dict[str, Any]], described: str) -> str:
         )
         if "selection_error" in row:
             ended += f"; selection failed: {row['selection_error']}"
+        if row.get("machine", machine) != machine:
+            ended += f" (on {row['machine']})"
         choice = (
             f"{chosen['model']}, beam {chosen['num_beams']}, lp {chosen.get('length_penalty', '-')}"
             if chosen
@@ -377,15 +399,18 @@ def run_tries(
     parallel: int = 1,
     dataset: str | None = None,
     minutes: float | None = None,
+    only: Sequence[str] | None = None,
 ) -> list[dict[str, Any]]:
-    """Train every try of `tries_file` (up to `parallel` at once), choose each on validation, write the table.
+    """Train every try of `tries_file` (or those named in `only`), up to `parallel` at once, choose each on
+    validation, write the table.
 
     Each try's run is `output_dir/NAME` (resumed if it holds a checkpoint), its output `output_dir/logs/`;
-    `tries.json` and `tries.md` list them all, those that failed included. Returns the rows of `tries.json`.
+    `tries.json` and `tries.md` list them all, those that failed included, with the rows an earlier call wrote
+    there of tries whose runs or logs are still there. Returns the rows of the tries this call ran.
     """
     if parallel < 1:
         raise TriesError(f"parallel must be at least 1, not {parallel}")
-    tries, select = load_tries(tries_file, dataset, minutes)
+    tries, select = load_tries(tries_file, dataset, minutes, only)
     output_dir, scripts_dir = Path(output_dir), Path(scripts_dir)
     (output_dir / LOGS).mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
@@ -424,8 +449,28 @@ def run_tries(
             if future.done() and not future.cancelled() and future.exception() is None
         ]
         described = environment("cuda" if torch.cuda.is_available() else "cpu")
+        for row in rows:
+            row["machine"] = describe_machine(described)
+        listed = rows + _earlier_rows(output_dir, {attempt.name for attempt in tries})
         write_text_atomic(
-            output_dir / TRIES_JSON, json.dumps({"environment": described, "tries": rows}, indent=2) + "\n"
+            output_dir / TRIES_JSON, json.dumps({"environment": described, "tries": listed}, indent=2) + "\n"
         )
-        write_text_atomic(output_dir / TRIES_TABLE, tries_table(rows, describe_environment(described)))
+        write_text_atomic(output_dir / TRIES_TABLE, tries_table(listed, described))
     return rows
+
+
+def _earlier_rows(output_dir: Path, running: set[str]) -> list[dict[str, Any]]:
+    """The rows an earlier call wrote to `output_dir`'s tries.json of tries not run now whose runs (or, for a try
+    that failed before it began one, logs) are still there, each naming the machine it ran on."""
+    try:
+        earlier = json.loads((output_dir / TRIES_JSON).read_text())
+    except (OSError, ValueError):
+        return []
+    return [
+        {"machine": describe_machine(earlier["environment"]), **row}
+        for row in earlier["tries"]
+        if row["name"] not in running
+        and (
+            (output_dir / row["name"]).is_dir() or (output_dir / LOGS / f"{row['name']}.train.log").is_file()
+        )
+    ]

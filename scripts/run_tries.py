@@ -3,10 +3,12 @@
 Each try is train.py with the tries file's flags, then select_checkpoint.py on validation only. Results:
 OUTPUT/tries.md (a Markdown table, best first) and OUTPUT/tries.json; each run in OUTPUT/NAME, its output in
 OUTPUT/logs. Given again, every run resumes from its last checkpoint. Ctrl-C or SIGTERM stops every run with a save.
+--only runs some of the file's tries; the table keeps the rows of those an earlier call ran into OUTPUT.
 
     python scripts/run_tries.py docs/tries/next-gpu.yaml --dataset ../shared/datasets/multi30k \\
         --parallel 4 --minutes 8 --output-dir outputs/tries
     python scripts/run_tries.py docs/tries/next-gpu.yaml --check      # the commands it would run, nothing else
+    python scripts/run_tries.py docs/tries/next-gpu.yaml --only en-de-seed3 en-de-seed4 --output-dir outputs/tries
 """
 
 import shlex
@@ -34,18 +36,23 @@ def main() -> None:
         "--minutes", type=float, help="train.py's --max-minutes for every try (default: none)"
     )
     parser.add_argument(
+        "--only", nargs="+", metavar="NAME", help="run only these of the file's tries (default: all)"
+    )
+    parser.add_argument(
         "--check", action="store_true", help="check the tries and print their commands; run none"
     )
     args = parser.parse_args()
     try:
         if args.check:
-            tries, select = load_tries(args.tries_file, args.dataset, args.minutes)
+            tries, select = load_tries(args.tries_file, args.dataset, args.minutes, args.only)
             for attempt in tries:
                 print(f"{attempt.name}: python scripts/train.py {shlex.join(attempt.train_arguments)}")
             print(f"selection: python scripts/select_checkpoint.py RUN --report-split {shlex.join(select)}")
             return
         signal.signal(signal.SIGTERM, signal.default_int_handler)  # a stop that saves every run, as Ctrl-C
-        rows = run_tries(args.tries_file, args.output_dir, SCRIPTS, args.parallel, args.dataset, args.minutes)
+        rows = run_tries(
+            args.tries_file, args.output_dir, SCRIPTS, args.parallel, args.dataset, args.minutes, args.only
+        )
     except TriesError as err:
         sys.exit(f"error: {err}")
     except KeyboardInterrupt:

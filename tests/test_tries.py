@@ -12,9 +12,20 @@ import pytest
 import yaml
 from conftest import REPO, SCRIPTS, tiny_config
 
+from hf_vanilla.benchmark import environment
 from hf_vanilla.run_directory import AVERAGE, LAST
 from hf_vanilla.training_args import load_training_config
-from hf_vanilla.tries import TRIES_JSON, TRIES_TABLE, TriesError, Try, load_tries, run_tries, train_command
+from hf_vanilla.tries import (
+    TRIES_JSON,
+    TRIES_TABLE,
+    TriesError,
+    Try,
+    describe_machine,
+    load_tries,
+    run_tries,
+    train_command,
+    tries_table,
+)
 
 
 @pytest.fixture
@@ -93,14 +104,20 @@ def test_tries_run_side_by_side_and_every_one_is_listed(tiny_config_file, tmp_pa
     write_tries(
         tries_file, **{**yaml.safe_load(tries_file.read_text()), "select": "--num-beams 2 --max-sentences 8"}
     )
-    (beam2,) = [
-        row for row in run_tries(tries_file, tmp_path / "out", SCRIPTS, parallel=2) if row["name"] == "seed2"
-    ]
+    (beam2,) = run_tries(tries_file, tmp_path / "out", SCRIPTS, parallel=2, only=["seed2"])
     assert beam2["chosen"]["num_beams"] == 2 and select_log.read_text().count(": kept") == 1
-    (kept,) = [
-        row for row in run_tries(tries_file, tmp_path / "out", SCRIPTS, parallel=2) if row["name"] == "seed2"
-    ]
+    # The try not run this time is still listed, as the earlier call left it.
+    saved = json.loads((tmp_path / "out" / TRIES_JSON).read_text())
+    assert [row["name"] for row in saved["tries"]] == ["seed2", "no-french"]
+    assert saved["tries"][1]["training_exit"] == failed["training_exit"]
+    assert "| no-french | `--source-lang fr` | exit 1: " in (tmp_path / "out" / TRIES_TABLE).read_text()
+    # A try whose traces were removed is no longer listed.
+    (tmp_path / "out/logs/no-french.train.log").unlink()
+    (kept,) = run_tries(tries_file, tmp_path / "out", SCRIPTS, parallel=2, only=["seed2"])
     assert kept["chosen"] == beam2["chosen"] and select_log.read_text().count(": kept") == 2
+    assert [row["name"] for row in json.loads((tmp_path / "out" / TRIES_JSON).read_text())["tries"]] == [
+        "seed2"
+    ]
 
 
 def test_train_command_resumes_a_saved_run_and_restarts_one_that_saved_nothing(tmp_path):
@@ -138,6 +155,29 @@ def test_bad_tries_are_refused_before_any_runs(tmp_path, spec, message):
     with pytest.raises(TriesError) as refused:
         load_tries(tries_file)
     assert message in str(refused.value)
+
+
+def test_only_some_tries_load_and_an_unknown_name_is_refused(tiny_config_file, tmp_path):
+    tries_file = write_tries(
+        tmp_path / "tries.yaml", config=str(tiny_config_file), tries={"a": "--seed 2", "b": "--seed 3"}
+    )
+    (chosen,), _ = load_tries(tries_file, only=["b"])
+    assert chosen.name == "b" and chosen.config.seed == 3
+    with pytest.raises(TriesError, match=r"has no tries \['c'\]; its tries: \['a', 'b'\]"):
+        load_tries(tries_file, only=["b", "c"])
+
+
+def test_the_table_names_the_machine_of_a_row_run_on_another():
+    here = environment("cpu")
+    elsewhere = {**here, "cpu_model": "Another CPU", "bf16_matmul_speedup": 0.9}
+    row = {"name": "a", "own_arguments": ["--seed", "2"], "training_exit": 0}
+    rows = [
+        {**row, "machine": describe_machine({**here, "bf16_matmul_speedup": 0.1})},
+        {**row, "machine": describe_machine(elsewhere)},
+    ]
+    here_line, elsewhere_line = tries_table(rows, here).splitlines()[4:]
+    assert "| finished |" in here_line  # the same machine, its bf16 probe's pace aside
+    assert "| finished (on CPU Another CPU (" in elsewhere_line
 
 
 def test_a_try_whose_config_refuses_it_is_named(tiny_config_file, tmp_path):
