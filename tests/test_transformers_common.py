@@ -52,7 +52,8 @@ def upstream_tests_directory(version: str = transformers.__version__) -> Path:
         directory.mkdir(parents=True, exist_ok=True)
         with tarfile.open(archive) as tar:
             for name in UPSTREAM_FILES:
-                staging = directory / f"{name}.partial"
+                # test workers may fetch it side by side: each stages its own copy
+                staging = directory / f"{name}.{os.getpid()}.partial"
                 staging.write_bytes(tar.extractfile(f"transformers-{version}/tests/{name}").read())
                 staging.replace(directory / name)
     # test_configuration_common runs direct_transformers_import on its own directory, which executes the
