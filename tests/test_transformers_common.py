@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 import transformers
+from filelock import FileLock
 from transformers.models.auto import modeling_auto
 
 from hf_vanilla import (
@@ -29,6 +30,7 @@ from hf_vanilla import (
     VanillaTransformerForConditionalGeneration,
     VanillaTransformerModel,
 )
+from hf_vanilla.files import atomic_file
 
 CACHE = Path(os.environ.get("HF_VANILLA_CACHE", Path.home() / ".cache" / "hf_vanilla"))
 GENERATION_TESTS = os.environ.get("HF_VANILLA_GENERATION_TESTS")
@@ -39,8 +41,16 @@ PACKAGE = "transformers_upstream_tests"  # the sdist's tests/ directory, importe
 def upstream_tests_directory(version: str = transformers.__version__) -> Path:
     """The sdist's tests/ files this module needs, downloaded and unpacked on first use."""
     directory = CACHE / f"transformers-{version}-tests"
-    if all((directory / name).exists() for name in (*UPSTREAM_FILES, "__init__.py")):
-        return directory
+    CACHE.mkdir(parents=True, exist_ok=True)
+    # Every test worker collects this module: the first fetches, the others wait and find the files.
+    with FileLock(directory.with_name(f"{directory.name}.lock")):
+        if not all((directory / name).exists() for name in (*UPSTREAM_FILES, "__init__.py")):
+            _fetch_upstream_tests(version, directory)
+    return directory
+
+
+def _fetch_upstream_tests(version: str, directory: Path) -> None:
+    """Download the transformers `version` sdist with pip and unpack UPSTREAM_FILES into `directory`."""
     with tempfile.TemporaryDirectory() as download:
         command = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:"]
         command += ["--retries", "1", "--timeout", "20", "--dest", download, f"transformers=={version}"]
@@ -49,17 +59,13 @@ def upstream_tests_directory(version: str = transformers.__version__) -> Path:
             reason = (result.stderr.strip().splitlines() or ["no output"])[-1]
             pytest.skip(f"pip cannot fetch the transformers {version} sdist: {reason}", allow_module_level=True)
         (archive,) = Path(download).glob("transformers-*.tar.gz")
-        directory.mkdir(parents=True, exist_ok=True)
         with tarfile.open(archive) as tar:
             for name in UPSTREAM_FILES:
-                # test workers may fetch it side by side: each stages its own copy
-                staging = directory / f"{name}.{os.getpid()}.partial"
-                staging.write_bytes(tar.extractfile(f"transformers-{version}/tests/{name}").read())
-                staging.replace(directory / name)
+                with atomic_file(directory / name) as staging:
+                    staging.write_bytes(tar.extractfile(f"transformers-{version}/tests/{name}").read())
     # test_configuration_common runs direct_transformers_import on its own directory, which executes the
     # __init__.py of transformers' (empty) tests package; the sdist leaves that file out.
     (directory / "__init__.py").touch()
-    return directory
 
 
 def stub_module(name: str, **attributes) -> None:
