@@ -2,8 +2,8 @@
 
 from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
 
-from .configuration_vanilla import PRESETS, VanillaTransformerConfig
-from .modeling_vanilla import (
+from hf_vanilla.model.configuration_vanilla import PRESETS, VanillaTransformerConfig
+from hf_vanilla.model.modeling_vanilla import (
     VanillaTransformerForConditionalGeneration,
     VanillaTransformerModel,
     VanillaTransformerPreTrainedModel,
@@ -19,7 +19,7 @@ VanillaTransformerConfig.register_for_auto_class()
 VanillaTransformerModel.register_for_auto_class("AutoModel")
 VanillaTransformerForConditionalGeneration.register_for_auto_class("AutoModelForSeq2SeqLM")
 
-from .pipeline import VanillaTranslationPipeline  # noqa: E402  registers the "vanilla-translation" task
+from hf_vanilla.model.pipeline import VanillaTranslationPipeline  # noqa: E402  registers the "vanilla-translation" task
 
 __all__ = [
     "PRESETS",

@@ -8,9 +8,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from .decoding import DEFAULT_MAX_TOKENS, PAPER_EXTRA_OUTPUT_TOKENS, PAPER_GENERATION_KWARGS
-from .precision import DTYPE_NAMES
-from .reranking import (
+from hf_vanilla.model.decoding import DEFAULT_MAX_TOKENS, PAPER_EXTRA_OUTPUT_TOKENS, PAPER_GENERATION_KWARGS
+from hf_vanilla.research.reranking import (
     DEFAULT_LANGUAGE_MODEL_WEIGHT,
     DEFAULT_RERANK_WEIGHT,
     DEFAULT_RIGHT_TO_LEFT_WEIGHT,
@@ -18,7 +17,9 @@ from .reranking import (
     RERANK_WEIGHTS,
     RIGHT_TO_LEFT_WEIGHTS,
 )
-from .training_args import PUBLIC_MULTI30K
+from hf_vanilla.training.settings import PUBLIC_MULTI30K
+
+from .precision import DTYPE_NAMES
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):

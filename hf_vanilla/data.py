@@ -21,7 +21,7 @@ import torch
 from datasets.exceptions import DatasetGenerationError
 from transformers import DataCollatorForSeq2Seq, PreTrainedTokenizerBase
 
-from .decoding import reverse_words
+from hf_vanilla.model.decoding import reverse_words
 
 logger = logging.getLogger(__name__)
 
@@ -198,7 +198,7 @@ def _drop_reason(source_words: int, target_words: int, max_words: int, max_lengt
 
 def reverse_target_words(pairs: datasets.Dataset, num_proc: int | None = None) -> datasets.Dataset:
     """`pairs` with each target's words in reverse order: the data of a right-to-left model, which writes its
-    translations last word first (`TrainingConfig.right_to_left`; `hf_vanilla.reranking` scores with it)."""
+    translations last word first (`TrainingConfig.right_to_left`; `hf_vanilla.research.reranking` scores with it)."""
     return pairs.map(
         lambda batch: {"target": [reverse_words(text) for text in batch["target"]]},
         batched=True,

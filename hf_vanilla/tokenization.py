@@ -9,7 +9,8 @@ from pathlib import Path
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
 
-from .decoding import check_tokenizer_fingerprint, tokenizer_fingerprint
+from hf_vanilla.model.decoding import check_tokenizer_fingerprint, tokenizer_fingerprint
+
 from .files import atomic_directory
 
 PAD_TOKEN, BOS_TOKEN, EOS_TOKEN, UNK_TOKEN = "<pad>", "<s>", "</s>", "<unk>"

@@ -21,9 +21,8 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from .configuration_vanilla import VanillaTransformerConfig
-from .data import TokenBatchSampler
-from .decoding import (
+from hf_vanilla.model.configuration_vanilla import VanillaTransformerConfig
+from hf_vanilla.model.decoding import (
     DEFAULT_MAX_TOKENS,
     PAPER_EXTRA_OUTPUT_TOKENS,
     decode_translations,
@@ -33,9 +32,11 @@ from .decoding import (
     paper_length_limit,
     writes_right_to_left,
 )
-from .ensemble import EnsembleLogitsProcessor, check_ensemble
+from hf_vanilla.model.modeling_vanilla import AUTO_ATTENTION
+from hf_vanilla.research.ensemble import EnsembleLogitsProcessor, check_ensemble
+
+from .data import TokenBatchSampler
 from .files import write_text_atomic
-from .modeling_vanilla import AUTO_ATTENTION
 from .precision import resolve_precision
 from .tokenization import check_tokenizer_matches_model
 
@@ -155,7 +156,7 @@ def translate_sentences(
     a warning names those lines (1-based positions in `sources`). An explicit `max_new_tokens` beyond the
     decoder's positions is a ValueError before anything is decoded. With `ensemble` (models sharing `model`'s
     tokenizer), `model` and they translate as one, their next-token probabilities averaged
-    (`hf_vanilla.ensemble`); `generate`'s own logits processors (temperature, top-k...) act on `model`'s scores
+    (`hf_vanilla.research.ensemble`); `generate`'s own logits processors (temperature, top-k...) act on `model`'s scores
     before the averaging.
     """
     translations = [""] * len(sources)

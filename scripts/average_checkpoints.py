@@ -4,8 +4,8 @@ import sys
 from pathlib import Path
 
 from hf_vanilla.cli import ArgumentParser
-from hf_vanilla.run_directory import average_run_checkpoints
-from hf_vanilla.training_args import TrainingError
+from hf_vanilla.training.run_directory import average_run_checkpoints
+from hf_vanilla.training.settings import TrainingError
 
 
 def main() -> None:

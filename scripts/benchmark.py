@@ -2,8 +2,8 @@
 
 import torch
 
-from hf_vanilla.benchmark import GENERATION_CACHES, format_table, run_benchmark, save_results
 from hf_vanilla.cli import ArgumentParser
+from hf_vanilla.tools.benchmark import GENERATION_CACHES, format_table, run_benchmark, save_results
 
 
 def main() -> None:

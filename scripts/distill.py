@@ -20,7 +20,7 @@ from hf_vanilla.cli import (
     decoding_kwargs,
     runtime_kwargs,
 )
-from hf_vanilla.distillation import distill_dataset
+from hf_vanilla.research.distillation import distill_dataset
 
 
 def main() -> None:

@@ -24,7 +24,7 @@ from hf_vanilla.cli import (
     reranking_kwargs,
     runtime_kwargs,
 )
-from hf_vanilla.scoring import evaluate_bleu
+from hf_vanilla.evaluation.scoring import evaluate_bleu
 
 
 def main() -> None:

@@ -4,7 +4,12 @@
 from transformers import MarianMTModel
 
 from hf_vanilla.cli import ArgumentParser
-from hf_vanilla.export import convert_to_ctranslate2, export_to_marian, load_vanilla, max_logit_difference
+from hf_vanilla.tools.export import (
+    convert_to_ctranslate2,
+    export_to_marian,
+    load_vanilla,
+    max_logit_difference,
+)
 
 
 def main() -> None:

@@ -4,8 +4,8 @@ import sys
 from pathlib import Path
 
 from hf_vanilla.cli import ArgumentParser
-from hf_vanilla.plotting import plot_training_log
-from hf_vanilla.run_directory import LOG_FILE
+from hf_vanilla.tools.plotting import plot_training_log
+from hf_vanilla.training.run_directory import LOG_FILE
 
 
 def main() -> None:

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from hf_vanilla.cli import ArgumentParser, positive_int
-from hf_vanilla.tries import TRIES_TABLE, TriesError, load_tries, run_tries
+from hf_vanilla.research.tries import TRIES_TABLE, TriesError, load_tries, run_tries
 
 SCRIPTS = Path(__file__).resolve().parent
 

@@ -25,9 +25,14 @@ from hf_vanilla.cli import (
     reranking_kwargs,
     runtime_kwargs,
 )
-from hf_vanilla.decoding import PAPER_GENERATION_KWARGS
-from hf_vanilla.reranking import LANGUAGE_MODEL_WEIGHT, REVERSE_WEIGHT, RIGHT_TO_LEFT_WEIGHT, WORD_BONUS
-from hf_vanilla.selection import select_on_validation
+from hf_vanilla.evaluation.selection import select_on_validation
+from hf_vanilla.model.decoding import PAPER_GENERATION_KWARGS
+from hf_vanilla.research.reranking import (
+    LANGUAGE_MODEL_WEIGHT,
+    REVERSE_WEIGHT,
+    RIGHT_TO_LEFT_WEIGHT,
+    WORD_BONUS,
+)
 
 WEIGHT_COLUMNS = (
     ("rerank", REVERSE_WEIGHT),

@@ -22,7 +22,7 @@ from hf_vanilla.cli import (
     dataset_kwargs,
     runtime_kwargs,
 )
-from hf_vanilla.time_to_quality import time_to_quality
+from hf_vanilla.tools.time_to_quality import time_to_quality
 
 
 def main() -> None:

@@ -14,9 +14,9 @@ import sys
 import transformers
 
 from hf_vanilla.cli import HelpFormatter
-from hf_vanilla.trainer import TrainingStopped
-from hf_vanilla.training import train
-from hf_vanilla.training_args import TrainingError, load_training_config, training_argument_parser
+from hf_vanilla.training.settings import TrainingError, load_training_config, training_argument_parser
+from hf_vanilla.training.train import train
+from hf_vanilla.training.trainer import TrainingStopped
 
 
 def build_parser():

@@ -1,6 +1,6 @@
 """Train a language model of the target language for reranking (`--rerank-language-model` of translate.py,
 evaluate_bleu.py and select_checkpoint.py): a small GPT-2 over a translation model's vocabulary, on the target side
-of the dataset's training pairs, its validation perplexity after each epoch (`hf_vanilla.language_model`; not part
+of the dataset's training pairs, its validation perplexity after each epoch (`hf_vanilla.research.language_model`; not part
 of the paper's model).
 
     python scripts/train_language_model.py --tokenizer outputs/multi30k-best-de-en/checkpoint_average \\
@@ -14,7 +14,7 @@ from transformers import AutoTokenizer
 
 from hf_vanilla.cli import ArgumentParser, add_language_arguments, positive_int
 from hf_vanilla.data import load_translation_split
-from hf_vanilla.language_model import RECORD_FILE, train_language_model
+from hf_vanilla.research.language_model import RECORD_FILE, train_language_model
 
 
 def main() -> None:

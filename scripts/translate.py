@@ -20,7 +20,7 @@ from hf_vanilla.cli import (
     add_reranking_arguments,
     decoding_kwargs,
 )
-from hf_vanilla.reranking import load_reranking_models, reranking_weights, translate_reranked
+from hf_vanilla.research.reranking import load_reranking_models, reranking_weights, translate_reranked
 from hf_vanilla.translation import (
     load_ensemble,
     load_model_and_tokenizer,

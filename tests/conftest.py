@@ -14,10 +14,10 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from hf_vanilla import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from hf_vanilla.data import load_translation_split
-from hf_vanilla.language_model import train_language_model
+from hf_vanilla.research.language_model import train_language_model
 from hf_vanilla.tokenization import config_kwargs_from_tokenizer, save_tokenizer, train_tokenizer
-from hf_vanilla.training import train
-from hf_vanilla.training_args import load_training_config
+from hf_vanilla.training.settings import load_training_config
+from hf_vanilla.training.train import train
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = REPO / "scripts"

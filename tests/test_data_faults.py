@@ -18,8 +18,8 @@ from transformers import AutoTokenizer
 from hf_vanilla import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from hf_vanilla.data import load_translation_split
 from hf_vanilla.tokenization import config_kwargs_from_tokenizer, save_tokenizer, train_tokenizer
-from hf_vanilla.training import train
-from hf_vanilla.training_args import TrainingError
+from hf_vanilla.training.settings import TrainingError
+from hf_vanilla.training.train import train
 from hf_vanilla.translation import load_model_and_tokenizer
 
 

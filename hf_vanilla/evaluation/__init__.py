@@ -1,0 +1,1 @@
+"""Evaluation: sacreBLEU scores of a model on a dataset split, and checkpoint selection on validation."""

@@ -1,0 +1,822 @@
+"""The Transformer of "Attention Is All You Need" (Vaswani et al., 2017), section by section.
+
+Imports only torch, transformers (with huggingface_hub, its own dependency) and the config, so a saved model
+directory can carry this file and load with `trust_remote_code=True`. Shapes: B batch, S source length, T target
+length, D d_model, H heads, K head size.
+"""
+
+import functools
+import inspect
+import math
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from huggingface_hub import ModelCard
+from torch import nn
+from transformers import initialization as init
+from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
+from transformers.dynamic_module_utils import get_cached_module_file, get_relative_import_files
+from transformers.generation import GenerationConfig, GenerationMixin
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import (
+    AttentionMaskInterface,
+    create_bidirectional_mask,
+    create_causal_mask,
+    sdpa_mask,
+)
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import (
+    BaseModelOutput,
+    BaseModelOutputWithPastAndCrossAttentions,
+    Seq2SeqLMOutput,
+    Seq2SeqModelOutput,
+)
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, AttentionInterface, PreTrainedModel
+from transformers.processing_utils import Unpack
+from transformers.utils import (
+    HF_MODULES_CACHE,
+    TransformersKwargs,
+    cached_file,
+    can_return_tuple,
+    is_torchdynamo_compiling,
+    logging,
+)
+from transformers.utils.deprecation import deprecate_kwarg
+from transformers.utils.output_capturing import OutputRecorder, capture_outputs
+
+from .configuration_vanilla import VanillaTransformerConfig
+
+logger = logging.get_logger(__name__)
+CARD_FILE = "README.md"
+OUTPUT_LIMITS = ("max_length", "max_new_tokens")  # generate's two ways to bound a translation
+
+# transformers 5.24 renamed the key/value cache that `generate` hands to forward, and the masks and outputs take,
+# from `past_key_values` to `cache`. The model works with the name of the installed version.
+CACHE_NAME = "cache" if "cache" in inspect.signature(create_causal_mask).parameters else "past_key_values"
+
+
+def takes_cache_by_either_name(forward: Callable) -> Callable:
+    """A forward that takes `cache`, also under the older name `past_key_values`.
+
+    Where `cache` is transformers' name, the older one warns as transformers' own models do (until 5.40); where
+    `past_key_values` still is (before 5.24), it is what `generate` passes, so it is taken silently.
+    """
+    if CACHE_NAME == "cache":
+        return deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")(forward)
+
+    @functools.wraps(forward)
+    def forward_taking_past_key_values(*args, past_key_values: Cache | None = None, **kwargs):
+        if past_key_values is not None:
+            kwargs["cache"] = past_key_values
+        return forward(*args, **kwargs)
+
+    return forward_taking_past_key_values
+
+
+def scaled_dot_product_attention(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float,
+    dropout: float = 0.0,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """3.2.1 softmax(QK^T / sqrt(d_k)) V: q (B,H,T,K), k/v (B,H,S,K), additive mask -> (B,T,H,K), (B,H,T,S)."""
+    scores = torch.matmul(query, key.transpose(2, 3)) * scaling
+    if attention_mask is not None:
+        scores = scores + attention_mask
+    weights = F.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+    weights = F.dropout(weights, p=dropout, training=module.training)
+    return torch.matmul(weights, value).transpose(1, 2).contiguous(), weights
+
+
+def sdpa_by_matmuls(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float,
+    dropout: float = 0.0,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The "sdpa" attention, same masks (boolean, or none with `module.is_causal`), by 3.2.1's matmuls: out, weights."""
+    query_length, key_length = query.shape[2], key.shape[2]
+    if attention_mask is None and module.is_causal and query_length > 1:
+        attention_mask = torch.ones(query_length, key_length, dtype=torch.bool, device=query.device)
+        attention_mask = attention_mask.tril(key_length - query_length)
+    if attention_mask is not None and attention_mask.dtype == torch.bool:
+        additive = torch.zeros_like(attention_mask, dtype=query.dtype)
+        attention_mask = additive.masked_fill_(~attention_mask, torch.finfo(query.dtype).min)
+    return scaled_dot_product_attention(module, query, key, value, attention_mask, scaling, dropout)
+
+
+def matmuls_beat_fused_cpu_kernel(query: torch.Tensor, key: torch.Tensor) -> bool:
+    """Where torch's fused CPU attention kernel is slower than plain matmuls (torch 2.13, fwd+bwd or decoding).
+
+    bfloat16 up to 512 keys: 2-5x in training, 2-8x decoding a batch; float32 decoding steps of 16 or more
+    sequences: 1.1-1.4x. The fused kernel wins on long float32 sequences and single-sentence decoding.
+    """
+    if query.device.type != "cpu" or key.shape[2] > 512:
+        return False
+    return query.dtype != torch.float32 or (query.shape[2] == 1 and query.shape[0] >= 16)
+
+
+def sdpa_where_fastest(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """torch's SDPA, or sdpa_by_matmuls where matmuls_beat_fused_cpu_kernel says those are faster."""
+    attention = sdpa_by_matmuls if matmuls_beat_fused_cpu_kernel(query, key) else sdpa_attention_forward
+    return attention(module, query, key, value, attention_mask, **kwargs)
+
+
+# Two `attn_implementation` names next to transformers' own, both on "sdpa" masks. A model's default stays "sdpa",
+# torch's kernel, as for every model in transformers; hf_vanilla's training, evaluation and benchmark ask for
+# AUTO_ATTENTION by name.
+MATMUL_ATTENTION, AUTO_ATTENTION = "vanilla_sdpa_matmuls", "vanilla_sdpa_auto"
+for _name, _function in ((MATMUL_ATTENTION, sdpa_by_matmuls), (AUTO_ATTENTION, sdpa_where_fastest)):
+    AttentionInterface.register(_name, _function)
+    AttentionMaskInterface.register(_name, sdpa_mask)
+SDPA_MASKED = ("sdpa", MATMUL_ATTENTION, AUTO_ATTENTION)
+
+
+class MultiHeadAttention(nn.Module):
+    """3.2.2 MultiHead(Q, K, V) = Concat(head_1..head_h) W^O: (B,T,D) [, memory (B,S,D)] -> (B,T,D), weights."""
+
+    def __init__(
+        self, config: VanillaTransformerConfig, layer_idx: int, is_causal: bool, is_cross_attention: bool
+    ):
+        super().__init__()
+        self.config = config
+        self.layer_idx = layer_idx
+        self.is_causal = is_causal  # read by sdpa when masking_utils skips an all-visible mask
+        self.is_cross_attention = is_cross_attention
+        self.head_dim = config.head_dim
+        self.scaling = self.head_dim**-0.5
+        self.dropout = config.attention_dropout
+        d_model = config.d_model
+        # The paper's projections W^Q, W^K, W^V, W^O have no bias. Fused into one matmul where inputs coincide.
+        if is_cross_attention:
+            self.q_proj = nn.Linear(d_model, d_model, bias=False)
+            self.kv_proj = nn.Linear(d_model, 2 * d_model, bias=False)
+        else:
+            self.qkv_proj = nn.Linear(d_model, 3 * d_model, bias=False)
+        self.out_proj = nn.Linear(d_model, d_model, bias=False)
+
+    def _split_heads(self, states: torch.Tensor, parts: int) -> tuple[torch.Tensor, ...]:
+        """(B, L, parts*D) -> `parts` tensors of (B, H, L, K)."""
+        batch, length, _ = states.shape
+        return states.view(batch, length, parts, -1, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        key_value_states: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        cache: EncoderDecoderCache | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if self.is_cross_attention:
+            (query,) = self._split_heads(self.q_proj(hidden_states), 1)
+            if cache is not None and cache.is_updated.get(self.layer_idx):
+                # The encoder output does not change while decoding: its keys and values are computed once.
+                layer = cache.cross_attention_cache.layers[self.layer_idx]
+                key, value = layer.keys, layer.values
+            else:
+                key, value = self._split_heads(self.kv_proj(key_value_states), 2)
+                if cache is not None:
+                    key, value = cache.cross_attention_cache.update(key, value, self.layer_idx)
+                    cache.is_updated[self.layer_idx] = True
+        else:
+            query, key, value = self._split_heads(self.qkv_proj(hidden_states), 3)
+            if cache is not None:
+                key, value = cache.self_attention_cache.update(key, value, self.layer_idx)
+
+        implementation = self.config._attn_implementation
+        attention: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
+            implementation, scaled_dot_product_attention
+        )
+        if implementation in SDPA_MASKED and kwargs.get("output_attentions", self.config.output_attentions):
+            attention = sdpa_by_matmuls  # the one "sdpa" path that returns the weights asked for
+        output, weights = attention(
+            self,
+            query,
+            key,
+            value,
+            attention_mask,
+            dropout=self.dropout if self.training else 0.0,
+            scaling=self.scaling,
+            **kwargs,
+        )
+        output = output.reshape(*hidden_states.shape[:-1], -1)
+        return self.out_proj(output), weights
+
+
+class PositionwiseFeedForward(nn.Module):
+    """3.3 FFN(x) = max(0, x W_1 + b_1) W_2 + b_2: (B, L, D) -> (B, L, D)."""
+
+    def __init__(self, config: VanillaTransformerConfig):
+        super().__init__()
+        self.fc1 = nn.Linear(config.d_model, config.d_ff)
+        self.fc2 = nn.Linear(config.d_ff, config.d_model)
+        self.activation_dropout = config.activation_dropout
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        hidden_states = F.relu(self.fc1(hidden_states))
+        hidden_states = F.dropout(hidden_states, p=self.activation_dropout, training=self.training)
+        return self.fc2(hidden_states)
+
+
+class ResidualConnection(nn.Module):
+    """3.1 + 5.4 LayerNorm(x + Dropout(Sublayer(x))), or x + Dropout(Sublayer(LayerNorm(x))) with pre_layernorm."""
+
+    def __init__(self, config: VanillaTransformerConfig):
+        super().__init__()
+        self.layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.dropout = config.dropout
+        self.pre_layernorm = config.pre_layernorm
+
+    def forward(
+        self, hidden_states: torch.Tensor, sublayer: Callable[[torch.Tensor], torch.Tensor]
+    ) -> torch.Tensor:
+        if self.pre_layernorm:
+            return hidden_states + F.dropout(
+                sublayer(self.layer_norm(hidden_states)), self.dropout, self.training
+            )
+        return self.layer_norm(
+            hidden_states + F.dropout(sublayer(hidden_states), self.dropout, self.training)
+        )
+
+
+def sinusoidal_positions(num_positions: int, d_model: int) -> torch.Tensor:
+    """3.5 PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(...): (num_positions, D)."""
+    position = torch.arange(num_positions, dtype=torch.float32).unsqueeze(1)
+    inverse_frequency = torch.exp(
+        torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model)
+    )
+    table = torch.zeros(num_positions, d_model)
+    table[:, 0::2] = torch.sin(position * inverse_frequency)
+    table[:, 1::2] = torch.cos(position * inverse_frequency)
+    return table
+
+
+class SinusoidalPositionalEncoding(nn.Module):
+    """3.5 Fixed (not learned, not saved) encodings for positions offset..offset+L-1: -> (L, D)."""
+
+    def __init__(self, config: VanillaTransformerConfig):
+        super().__init__()
+        self.register_buffer(
+            "table", sinusoidal_positions(config.max_position_embeddings, config.d_model), persistent=False
+        )
+
+    def forward(self, length: int, offset: int | torch.Tensor = 0) -> torch.Tensor:
+        # Indexed, not sliced: a static cache gives its length as a tensor, which must not become a Python int.
+        return self.table[torch.arange(length, device=self.table.device) + offset]
+
+
+class EncoderLayer(GradientCheckpointingLayer):
+    """3.1 Encoder layer: self-attention then feed-forward, each in a residual connection: (B,S,D) -> (B,S,D)."""
+
+    def __init__(self, config: VanillaTransformerConfig, layer_idx: int):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(config, layer_idx, is_causal=False, is_cross_attention=False)
+        self.self_attn_residual = ResidualConnection(config)
+        self.feed_forward = PositionwiseFeedForward(config)
+        self.feed_forward_residual = ResidualConnection(config)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> torch.Tensor:
+        hidden_states = self.self_attn_residual(
+            hidden_states, lambda x: self.self_attn(x, attention_mask=attention_mask, **kwargs)[0]
+        )
+        return self.feed_forward_residual(hidden_states, self.feed_forward)
+
+
+class DecoderLayer(GradientCheckpointingLayer):
+    """3.1 Decoder layer: masked self-attention, attention over the encoder output, feed-forward: (B,T,D) -> (B,T,D)."""
+
+    def __init__(self, config: VanillaTransformerConfig, layer_idx: int):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(config, layer_idx, is_causal=True, is_cross_attention=False)
+        self.self_attn_residual = ResidualConnection(config)
+        self.encoder_attn = MultiHeadAttention(config, layer_idx, is_causal=False, is_cross_attention=True)
+        self.encoder_attn_residual = ResidualConnection(config)
+        self.feed_forward = PositionwiseFeedForward(config)
+        self.feed_forward_residual = ResidualConnection(config)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        encoder_hidden_states: torch.Tensor,
+        encoder_attention_mask: torch.Tensor | None = None,
+        cache: EncoderDecoderCache | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> torch.Tensor:
+        hidden_states = self.self_attn_residual(
+            hidden_states, lambda x: self.self_attn(x, attention_mask=attention_mask, cache=cache, **kwargs)[0]
+        )
+        hidden_states = self.encoder_attn_residual(
+            hidden_states,
+            lambda x: self.encoder_attn(
+                x,
+                key_value_states=encoder_hidden_states,
+                attention_mask=encoder_attention_mask,
+                cache=cache,
+                **kwargs,
+            )[0],
+        )
+        return self.feed_forward_residual(hidden_states, self.feed_forward)
+
+
+def pipeline_code_files(config: VanillaTransformerConfig, model_code: Path) -> list[Path]:
+    """The files of the pipelines `config.custom_pipelines` names, with the files they import relatively.
+
+    Found beside `model_code` where the model runs from this package; else (a model loaded with
+    trust_remote_code, whose code transformers copied without the pipeline's) in the checkpoint it was loaded
+    from, fetched as transformers fetches remote code.
+    """
+    files = []
+    for entry in config.carried_pipelines.values():
+        module_file = f"{entry['impl'].rpartition('.')[0]}.py"
+        pipeline_code = model_code.with_name(module_file)
+        if not pipeline_code.is_file():
+            try:
+                pipeline_code = Path(HF_MODULES_CACHE) / get_cached_module_file(config.name_or_path, module_file)
+            except (OSError, ValueError) as err:
+                logger.warning(
+                    "the config names the pipeline %s, but its code was not found beside the model's or in %r "
+                    "(%s): the saved directory will not run it",
+                    entry["impl"],
+                    config.name_or_path,
+                    err,
+                )
+                continue
+        files += [pipeline_code, *map(Path, get_relative_import_files(pipeline_code))]
+    return files
+
+
+def checkpoint_card(config: VanillaTransformerConfig) -> Path | None:
+    """The model card (README.md) of the checkpoint the model was loaded from, a directory or a Hub repo; None if
+    it has none or the model was not loaded from one."""
+    if not config.name_or_path:
+        return None
+    card = cached_file(
+        config.name_or_path,
+        CARD_FILE,
+        _raise_exceptions_for_missing_entries=False,
+        _raise_exceptions_for_connection_errors=False,
+    )
+    return Path(card) if card else None
+
+
+class VanillaTransformerPreTrainedModel(PreTrainedModel):
+    config: VanillaTransformerConfig
+    config_class = VanillaTransformerConfig
+    base_model_prefix = "model"
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["EncoderLayer", "DecoderLayer"]
+    _supports_sdpa = True
+    _supports_flash_attn = True
+    _supports_flex_attn = True
+    _can_compile_fullgraph = True
+
+    @torch.no_grad()
+    def _init_weights(self, module: nn.Module):
+        """Xavier/Glorot uniform for every weight matrix and the shared embedding, as the reference code does."""
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            init.xavier_uniform_(module.weight)
+            if getattr(module, "bias", None) is not None:
+                init.zeros_(module.bias)
+        elif isinstance(module, nn.LayerNorm):
+            init.ones_(module.weight)
+            init.zeros_(module.bias)
+        elif isinstance(module, SinusoidalPositionalEncoding):
+            init.copy_(module.table, sinusoidal_positions(*module.table.shape))
+
+    def save_pretrained(self, save_directory: str | os.PathLike, *args, is_main_process: bool = True, **kwargs):
+        """transformers' save, plus the pipeline code the config names and the model card of the checkpoint the model
+        was loaded from, so that every directory transformers writes (save_pretrained, Trainer checkpoints,
+        push_to_hub) runs `pipeline(task, model=directory, trust_remote_code=True)` and keeps the card's metadata.
+
+        transformers copies only the model's and config's code; `Pipeline.save_pretrained` copies a pipeline's.
+        A card `save_directory` already has is kept.
+        """
+        super().save_pretrained(save_directory, *args, is_main_process=is_main_process, **kwargs)
+        if not is_main_process:
+            return
+        for code_file in pipeline_code_files(self.config, Path(inspect.getfile(type(self)))):
+            shutil.copyfile(code_file, Path(save_directory) / code_file.name)
+        card = checkpoint_card(self.config)
+        if card is not None and not (Path(save_directory) / CARD_FILE).exists():
+            shutil.copyfile(card, Path(save_directory) / CARD_FILE)
+
+    def _upload_modified_files(self, working_dir: str | os.PathLike, *args, **kwargs):
+        """`push_to_hub` writes the Hub's card, or a stub one, over ours just before it uploads: put back the
+        checkpoint's card (languages, license, task, dataset, scores), with the tags transformers added."""
+        card_file = checkpoint_card(self.config)
+        if card_file is not None:
+            card = ModelCard.load(card_file)
+            pushed = Path(working_dir) / CARD_FILE
+            added_tags = ModelCard.load(pushed).data.tags if pushed.exists() else None
+            card.data.tags = list(dict.fromkeys([*(card.data.tags or []), *(added_tags or [])])) or None
+            card.save(pushed)
+        return super()._upload_modified_files(working_dir, *args, **kwargs)
+
+    def set_dropout(self, dropout: float, attention_dropout: float, activation_dropout: float) -> None:
+        """5.4 Change the dropout probabilities of the built modules for a while (late dropout switches them mid-run).
+
+        The config keeps the model's own values, so a checkpoint saved meanwhile loads with those.
+        """
+        for module in self.modules():
+            if isinstance(module, (ResidualConnection, TokenEmbedding)):
+                module.dropout = dropout
+            elif isinstance(module, MultiHeadAttention):
+                module.dropout = attention_dropout
+            elif isinstance(module, PositionwiseFeedForward):
+                module.activation_dropout = activation_dropout
+
+
+class TokenEmbedding(nn.Module):
+    """3.4 Embedding * sqrt(d_model) plus 3.5 positional encoding, then dropout: ids (B,L) or embeddings (B,L,D) -> (B,L,D)."""
+
+    def __init__(self, config: VanillaTransformerConfig):
+        super().__init__()
+        self.config = config
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
+        self.embed_scale = math.sqrt(config.d_model)
+        self.embed_positions = SinusoidalPositionalEncoding(config)
+        self.dropout = config.dropout
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None,
+        inputs_embeds: torch.Tensor | None = None,
+        offset: int | torch.Tensor = 0,
+    ) -> torch.Tensor:
+        """`inputs_embeds` replace the lookup `embed_tokens(input_ids)` (scaled and positioned all the same)."""
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("pass exactly one of input_ids and inputs_embeds")
+        if not is_torchdynamo_compiling() and isinstance(offset, int):  # a static cache's offset is a tensor
+            self._check_inputs(input_ids, inputs_embeds, offset)
+        if inputs_embeds is None:
+            inputs_embeds = self.embed_tokens(input_ids)
+        embeddings = inputs_embeds * self.embed_scale + self.embed_positions(inputs_embeds.shape[1], offset)
+        return F.dropout(embeddings, p=self.dropout, training=self.training)
+
+    def _check_inputs(self, input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None, offset: int):
+        """Name the problem here rather than fail with an index error deep inside torch.
+
+        Ids are checked on the first call (offset 0) only: a decoding step's ids come from the model itself, and
+        their min/max would cost a device synchronisation every step. Nor in training on an accelerator, for the
+        same reason every update: the training script checks its tokenizer against the model once, before.
+        """
+        checked = input_ids is not None and (input_ids.device.type == "cpu" or not self.training)
+        if offset == 0 and checked and input_ids.numel():
+            if input_ids.min() < 0 or input_ids.max() >= self.config.vocab_size:
+                raise ValueError(
+                    f"token ids must be in [0, vocab_size={self.config.vocab_size}), got ids from "
+                    f"{input_ids.min().item()} to {input_ids.max().item()}: does the tokenizer match the model?"
+                )
+        length = offset + (input_ids if inputs_embeds is None else inputs_embeds).shape[1]
+        if length > self.config.max_position_embeddings:
+            raise ValueError(
+                f"sequence of {length} tokens is longer than max_position_embeddings="
+                f"{self.config.max_position_embeddings}; truncate the input or raise max_position_embeddings"
+            )
+
+
+class LayerStack(VanillaTransformerPreTrainedModel):
+    """3.1 A stack of N identical layers over token embeddings (a final LayerNorm only with pre_layernorm)."""
+
+    def __init__(self, config: VanillaTransformerConfig, layer_class: type[nn.Module], num_layers: int):
+        super().__init__(config)
+        self.embeddings = TokenEmbedding(config)
+        self.layers = nn.ModuleList([layer_class(config, i) for i in range(num_layers)])
+        self.final_layer_norm = (
+            nn.LayerNorm(config.d_model, config.layer_norm_eps) if config.pre_layernorm else None
+        )
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.embeddings.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding):
+        self.embeddings.embed_tokens = value
+
+
+class VanillaTransformerEncoder(LayerStack):
+    """3.1 Encoder: embeddings then N encoder layers: ids (B,S) -> (B,S,D)."""
+
+    _can_record_outputs = {"hidden_states": EncoderLayer, "attentions": MultiHeadAttention}
+
+    def __init__(self, config: VanillaTransformerConfig):
+        super().__init__(config, EncoderLayer, config.encoder_layers)
+
+    @capture_outputs
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> BaseModelOutput:
+        hidden_states = self.embeddings(input_ids, inputs_embeds)
+        attention_mask = create_bidirectional_mask(
+            config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask
+        )
+        for layer in self.layers:
+            hidden_states = layer(hidden_states, attention_mask, **kwargs)
+        if self.final_layer_norm is not None:
+            hidden_states = self.final_layer_norm(hidden_states)
+        return BaseModelOutput(last_hidden_state=hidden_states)
+
+
+class VanillaTransformerDecoder(LayerStack):
+    """3.1 Decoder: embeddings then N decoder layers over the encoder output: ids (B,T), (B,S,D) -> (B,T,D)."""
+
+    _can_record_outputs = {
+        "hidden_states": DecoderLayer,
+        "attentions": OutputRecorder(MultiHeadAttention, index=1, layer_name="self_attn"),
+        "cross_attentions": OutputRecorder(MultiHeadAttention, index=1, layer_name="encoder_attn"),
+    }
+
+    def __init__(self, config: VanillaTransformerConfig):
+        super().__init__(config, DecoderLayer, config.decoder_layers)
+
+    @capture_outputs
+    @takes_cache_by_either_name
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        encoder_hidden_states: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
+        cache: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> BaseModelOutputWithPastAndCrossAttentions:
+        use_cache = self.config.use_cache if use_cache is None else use_cache
+        if use_cache and cache is None:
+            cache = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
+        elif cache is not None and not isinstance(cache, EncoderDecoderCache):
+            # A plain cache holds the self-attention keys and values; cross-attention ones are computed anew.
+            cache = EncoderDecoderCache(cache, DynamicCache(config=self.config))
+        past_length = cache.get_seq_length() if cache is not None else 0
+        hidden_states = self.embeddings(input_ids, inputs_embeds, offset=past_length)
+        self_attention_cache = cache.self_attention_cache if cache is not None else None
+        causal_mask = create_causal_mask(
+            config=self.config,
+            inputs_embeds=hidden_states,
+            attention_mask=attention_mask,
+            **{CACHE_NAME: self_attention_cache},
+        )
+        encoder_attention_mask = create_bidirectional_mask(
+            config=self.config,
+            inputs_embeds=hidden_states,
+            attention_mask=encoder_attention_mask,
+            encoder_hidden_states=encoder_hidden_states,
+        )
+        for layer in self.layers:
+            hidden_states = layer(
+                hidden_states,
+                causal_mask,
+                encoder_hidden_states,
+                encoder_attention_mask=encoder_attention_mask,
+                cache=cache,
+                **kwargs,
+            )
+        if self.final_layer_norm is not None:
+            hidden_states = self.final_layer_norm(hidden_states)
+        return BaseModelOutputWithPastAndCrossAttentions(last_hidden_state=hidden_states, **{CACHE_NAME: cache})
+
+
+class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
+    """3 The encoder-decoder with one token embedding shared by both stacks: -> decoder states (B,T,D)."""
+
+    _tied_weights_keys = {
+        "encoder.embeddings.embed_tokens.weight": "shared.weight",
+        "decoder.embeddings.embed_tokens.weight": "shared.weight",
+    }
+
+    def __init__(self, config: VanillaTransformerConfig):
+        super().__init__(config)
+        self.shared = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
+        self.encoder = VanillaTransformerEncoder(config)
+        self.decoder = VanillaTransformerDecoder(config)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.shared
+
+    def set_input_embeddings(self, value: nn.Embedding):
+        self.shared = value
+        self.encoder.set_input_embeddings(value)
+        self.decoder.set_input_embeddings(value)
+
+    def get_expanded_tied_weights_keys(self, all_submodels: bool = False) -> dict:
+        """3.4 Both stacks read `shared`, whatever tie_word_embeddings (which unties the output projection only)."""
+        if all_submodels:
+            return super().get_expanded_tied_weights_keys(all_submodels=True)
+        return dict(self._tied_weights_keys)
+
+    @can_return_tuple
+    @takes_cache_by_either_name
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs: BaseModelOutput | tuple | None = None,
+        cache: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> Seq2SeqModelOutput:
+        r"""
+        inputs_embeds, decoder_inputs_embeds (`torch.Tensor` of shape `(batch_size, length, d_model)`): in place of
+            `input_ids` / `decoder_input_ids`, what `get_input_embeddings()` gives for them (the model scales them
+            by sqrt(d_model) and adds positions, as it does for ids).
+        """
+        if encoder_outputs is None:
+            if input_ids is None and inputs_embeds is None:
+                raise ValueError("pass input_ids (the source tokens), inputs_embeds or encoder_outputs")
+            encoder_outputs = self.encoder(
+                input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, **kwargs
+            )
+        elif not isinstance(encoder_outputs, BaseModelOutput):
+            encoder_outputs = BaseModelOutput(*encoder_outputs)
+        if decoder_input_ids is None and decoder_inputs_embeds is None:
+            raise ValueError("pass decoder_input_ids or labels (decoder inputs are labels shifted right)")
+        decoder_outputs = self.decoder(
+            input_ids=decoder_input_ids,
+            encoder_hidden_states=encoder_outputs.last_hidden_state,
+            attention_mask=decoder_attention_mask,
+            encoder_attention_mask=attention_mask,
+            cache=cache,
+            inputs_embeds=decoder_inputs_embeds,
+            use_cache=use_cache,
+            **kwargs,
+        )
+        return Seq2SeqModelOutput(
+            last_hidden_state=decoder_outputs.last_hidden_state,
+            decoder_hidden_states=decoder_outputs.hidden_states,
+            decoder_attentions=decoder_outputs.attentions,
+            cross_attentions=decoder_outputs.cross_attentions,
+            encoder_last_hidden_state=encoder_outputs.last_hidden_state,
+            encoder_hidden_states=encoder_outputs.hidden_states,
+            encoder_attentions=encoder_outputs.attentions,
+            **{CACHE_NAME: getattr(decoder_outputs, CACHE_NAME)},
+        )
+
+
+def label_smoothed_cross_entropy(
+    logits: torch.Tensor, labels: torch.Tensor, smoothing: float, divisor: int | torch.Tensor
+) -> torch.Tensor:
+    """5.4 label-smoothed (0: plain) cross-entropy of logits (N, V), labels (N,), -100 ignored: summed, / divisor.
+
+    F.cross_entropy runs over the row blocks of `loss_block_rows`.
+    """
+    rows = loss_block_rows(logits)
+    total = sum(
+        F.cross_entropy(block.float(), target, ignore_index=-100, label_smoothing=smoothing, reduction="sum")
+        for block, target in zip(logits.split(rows), labels.split(rows), strict=True)
+    )
+    return total / divisor
+
+
+def loss_block_rows(logits: torch.Tensor) -> int:
+    """How many rows of logits (N, V) a loss over the vocabulary takes at once.
+
+    On CPU, float32 blocks of 1 MiB, whose log-probabilities and gradients stay in cache: 1.5-3x faster than one
+    call over 4k x 8k logits, for the same per-token values and gradients. Elsewhere, or compiled (inductor fuses
+    it all), every row at once.
+    """
+    if logits.device.type == "cpu" and not is_torchdynamo_compiling():
+        return max(1, (1 << 18) // logits.shape[-1])
+    return logits.shape[0]
+
+
+def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
+    """Teacher forcing: decoder input t is label t-1, starting from decoder_start; -100 becomes pad: (B,T)."""
+    decoder_input_ids = labels.new_full(labels.shape, decoder_start_token_id)
+    decoder_input_ids[:, 1:] = labels[:, :-1]
+    return decoder_input_ids.masked_fill_(decoder_input_ids == -100, pad_token_id)
+
+
+class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedModel, GenerationMixin):
+    """3.4 The model plus the pre-softmax projection, the shared embedding matrix unless untied: -> logits (B,T,V)."""
+
+    _tied_weights_keys = {"lm_head.weight": "model.shared.weight"}
+    accepts_loss_kwargs = True
+
+    def __init__(self, config: VanillaTransformerConfig):
+        super().__init__(config)
+        self.model = VanillaTransformerModel(config)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.post_init()
+
+    @can_return_tuple
+    @takes_cache_by_either_name
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs: BaseModelOutput | tuple | None = None,
+        cache: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        num_items_in_batch: int | torch.Tensor | None = None,
+        logits_to_keep: int | torch.Tensor = 0,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> Seq2SeqLMOutput:
+        r"""
+        inputs_embeds, decoder_inputs_embeds (`torch.Tensor` of shape `(batch_size, length, d_model)`): see
+            `VanillaTransformerModel.forward`.
+        labels (`torch.LongTensor` of shape `(batch_size, target_length)`): target ids, -100 where ignored. When
+            given, decoder inputs default to the labels shifted right and the loss is cross-entropy averaged over
+            the labelled tokens, or summed and divided by `num_items_in_batch`. The paper's label smoothing
+            (section 5.4) is a training setting: `hf_vanilla.training.train` applies it to the logits.
+        logits_to_keep (`int` or `torch.Tensor`): project only the last `logits_to_keep` positions (0: all), or
+            these target positions, to the vocabulary; `generate` asks for the last one.
+        """
+        if labels is not None:
+            use_cache = False
+            if decoder_input_ids is None and decoder_inputs_embeds is None:
+                decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
+        outputs = self.model(
+            input_ids,
+            attention_mask=attention_mask,
+            decoder_input_ids=decoder_input_ids,
+            decoder_attention_mask=decoder_attention_mask,
+            encoder_outputs=encoder_outputs,
+            cache=cache,
+            inputs_embeds=inputs_embeds,
+            decoder_inputs_embeds=decoder_inputs_embeds,
+            use_cache=use_cache,
+            **kwargs,
+        )
+        kept = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep
+        logits = self.lm_head(outputs.last_hidden_state[:, kept])
+        loss = None
+        if labels is not None:
+            loss = label_smoothed_cross_entropy(
+                logits.flatten(0, 1),
+                labels.flatten(),
+                0.0,
+                (labels != -100).sum() if num_items_in_batch is None else num_items_in_batch,
+            )
+        return Seq2SeqLMOutput(
+            loss=loss,
+            logits=logits,
+            decoder_hidden_states=outputs.decoder_hidden_states,
+            decoder_attentions=outputs.decoder_attentions,
+            cross_attentions=outputs.cross_attentions,
+            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
+            encoder_hidden_states=outputs.encoder_hidden_states,
+            encoder_attentions=outputs.encoder_attentions,
+            **{CACHE_NAME: getattr(outputs, CACHE_NAME)},
+        )
+
+    def generate(self, *args, generation_config: GenerationConfig | None = None, **kwargs):
+        """transformers' `generate`; asked for no output limit anywhere, it runs to the decoder's positions rather
+        than to transformers' default of 20 new tokens, which would cut most translations. (A limit saved in the
+        generation config instead would make generate warn at every call that sets max_new_tokens.)"""
+        settings = generation_config if generation_config is not None else self.generation_config
+        if all(kwargs.get(name) is None and getattr(settings, name, None) is None for name in OUTPUT_LIMITS):
+            kwargs["max_length"] = self.config.max_position_embeddings
+        return super().generate(*args, generation_config=generation_config, **kwargs)
+
+    def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
+        if self.config.pad_token_id is None:
+            raise ValueError("config.pad_token_id is None: decoder inputs made from labels need a padding id")
+        return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
+
+
+__all__ = [
+    "VanillaTransformerForConditionalGeneration",
+    "VanillaTransformerModel",
+    "VanillaTransformerPreTrainedModel",
+]

@@ -1,0 +1,164 @@
+"""Time to quality: the minutes of training a run needed to reach a BLEU score, e.g. what a peer reached.
+
+Every numbered checkpoint a run saved is decoded on a split with the paper's settings (beam 4, length penalty 0.6,
+source length + 50) and scored with sacreBLEU. Its minutes are the run's wall clock when it saved that checkpoint
+(periodic validation included), read from the run's log. A peer model (any saved seq2seq model, e.g. the
+MarianMTModel that transformers' Seq2SeqTrainer trained in the same time on the same machine), decoded and scored
+the same way, gives the score to reach.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from hf_vanilla.evaluation.scoring import load_evaluation_pairs, score_model
+from hf_vanilla.files import atomic_file, write_text_atomic
+from hf_vanilla.model.decoding import DEFAULT_MAX_TOKENS, PAPER_GENERATION_KWARGS
+from hf_vanilla.precision import cpu_description
+from hf_vanilla.training.run_directory import LOG_FILE, checkpoint_step, numbered_checkpoints
+
+from .plotting import read_training_log
+
+REPORT_FILE, PLOT_FILE = "time_to_quality.json", "time_to_quality.png"
+
+
+def checkpoint_minutes(run_dir: str | os.PathLike) -> dict[str, tuple[int, float]]:
+    """checkpoint_<step> name -> (step, minutes of the run's clock when it was saved), for every numbered one.
+
+    The log's last record of an update (its validation, written just before the save) holds the clock.
+    """
+    run_dir = Path(run_dir)
+    log = run_dir / LOG_FILE
+    if not log.is_file():
+        raise FileNotFoundError(f"{run_dir} has no {LOG_FILE}: is it a training run directory?")
+    training, validation = read_training_log(log)
+    seconds: dict[int, float] = {}
+    for record in training + validation:
+        seconds[record["step"]] = max(seconds.get(record["step"], 0.0), record["elapsed_seconds"])
+    minutes = {}
+    for checkpoint in numbered_checkpoints(run_dir):
+        step = checkpoint_step(checkpoint)
+        if step not in seconds:
+            raise ValueError(
+                f"{log} has no record of update {step}, so {checkpoint.name}'s time is unknown "
+                "(train with validation to log every save)"
+            )
+        minutes[checkpoint.name] = (step, seconds[step] / 60)
+    if not minutes:
+        raise ValueError(f"{run_dir} holds no numbered checkpoints (checkpoint_<update>)")
+    return minutes
+
+
+def minutes_to_reach(points: Sequence[dict[str, Any]], bleu: float) -> dict[str, Any] | None:
+    """The earliest checkpoint scoring at least `bleu` (cased), or None if none does."""
+    return next(
+        (point for point in sorted(points, key=lambda p: p["minutes"]) if point["bleu"] >= bleu), None
+    )
+
+
+def time_to_quality(
+    run_dir: str | os.PathLike,
+    dataset: str,
+    source_lang: str,
+    target_lang: str,
+    output_dir: str | os.PathLike | None = None,
+    peer: str | os.PathLike | None = None,
+    target_bleu: float | None = None,
+    split: str = "validation",
+    config_name: str | None = None,
+    max_sentences: int | None = None,
+    device: str | None = None,
+    dtype: str = "float32",
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    **generate_kwargs,
+) -> dict[str, Any]:
+    """Score every numbered checkpoint of `run_dir` on `split`, and the minutes to reach the target.
+
+    The target is `target_bleu`, or the cased BLEU of `peer` (a saved model) decoded the same way. Decoding
+    defaults to the paper's (`generate_kwargs` override). Writes time_to_quality.json and .png into
+    `output_dir` (default: the run directory) and returns the report.
+    """
+    if peer is not None and target_bleu is not None:
+        raise ValueError("give a peer model or a target BLEU, not both")
+    decoding = {**PAPER_GENERATION_KWARGS, **generate_kwargs}
+    if decoding["num_beams"] == 1:
+        decoding.pop("length_penalty", None)
+    minutes = checkpoint_minutes(run_dir)
+    pairs = load_evaluation_pairs(dataset, source_lang, target_lang, split, config_name, max_sentences)
+    scoring = dict(
+        pairs=pairs,
+        target_lang=target_lang,
+        device=device,
+        dtype=dtype,
+        max_tokens=max_tokens,
+        settings=[decoding],
+    )
+    target = None
+    if peer is not None:
+        (peer_row,) = score_model(peer, **scoring)
+        target = {"bleu": peer_row["bleu"], "source": f"peer {peer}", "peer": peer_row}
+    elif target_bleu is not None:
+        target = {"bleu": target_bleu, "source": "given"}
+    points = []
+    for name, (step, minute) in tqdm(minutes.items(), unit="checkpoint", desc="Checkpoints"):
+        (row,) = score_model(Path(run_dir) / name, **scoring)
+        points.append({"checkpoint": name, "step": step, "minutes": minute, **row})
+    report = {
+        "run": str(run_dir),
+        "dataset": dataset,
+        "split": split,
+        "sentences": len(pairs),
+        "direction": f"{source_lang}-{target_lang}",
+        "decoding": decoding,
+        "dtype": dtype,
+        "cpu": cpu_description(),
+        "checkpoints": points,
+        "target": target,
+        "reached": None if target is None else minutes_to_reach(points, target["bleu"]),
+    }
+    output_dir = Path(output_dir or run_dir)
+    write_text_atomic(output_dir / REPORT_FILE, json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+    plot_time_to_quality(report, output_dir / PLOT_FILE)
+    return report
+
+
+def plot_time_to_quality(report: dict[str, Any], output_path: str | os.PathLike) -> Path:
+    """A PNG of cased BLEU against minutes of training, the target as a horizontal line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    points = report["checkpoints"]
+    figure, axes = plt.subplots(figsize=(7, 4))
+    axes.plot(
+        [p["minutes"] for p in points], [p["bleu"] for p in points], "o-", label=Path(report["run"]).name
+    )
+    target, reached = report["target"], report["reached"]
+    if target is not None:
+        axes.axhline(
+            target["bleu"], color="tab:red", linestyle="--", label=f"{target['source']}: {target['bleu']:.2f}"
+        )
+    if reached is not None:
+        axes.axvline(
+            reached["minutes"],
+            color="tab:gray",
+            linestyle=":",
+            label=f"reached at {reached['minutes']:.1f} min",
+        )
+    axes.set_xlabel("minutes of training (wall clock, validation included)")
+    axes.set_ylabel(f"{report['split']} BLEU (sacreBLEU, cased)")
+    axes.set_title(f"Time to quality, {report['direction']}")
+    axes.grid(alpha=0.3)
+    axes.legend(loc="lower right")
+    figure.tight_layout()
+    with atomic_file(output_path) as staging:
+        figure.savefig(staging, dpi=100)
+    plt.close(figure)
+    return Path(output_path)

@@ -1,0 +1,278 @@
+"""`TrainingConfig`: every setting of a training run, with its help text, read from YAML and command-line flags.
+
+Defaults are the paper's recipe (section 5) for the base model on the public Multi30k (`bentrevett/multi30k`);
+configs/*.yaml set the rest. Flags are built by transformers' `HfArgumentParser` from the fields below, so each
+has its help line and both spellings (`--source-lang` and `--source_lang`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+from transformers import HfArgumentParser
+
+from hf_vanilla.precision import MIXED_PRECISION_DTYPES
+
+PUBLIC_MULTI30K = "bentrevett/multi30k"
+
+
+class TrainingError(Exception):
+    """A known problem with the inputs or the run, told in one line (scripts print it without a traceback)."""
+
+
+def setting(default, help: str):
+    """A dataclass field whose help text `HfArgumentParser` shows for its flag."""
+    if isinstance(default, dict):
+        return field(default_factory=lambda: dict(default), metadata={"help": help})
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass
+class TrainingConfig:
+    """Everything a run needs. Defaults are the paper's recipe (section 5) for the base model."""
+
+    # Data
+    dataset: str = setting(PUBLIC_MULTI30K, "Hub dataset name or local path (datasets.load_dataset)")
+    dataset_config: str | None = setting(None, "Hub dataset config, e.g. de-en for wmt14")
+    source_lang: str = setting("de", "source language code (a column or translation key of the dataset)")
+    target_lang: str = setting("en", "target language code")
+    train_split: str = setting("train", "split to train on")
+    validation_split: str | None = setting("validation", "split to validate on at each save; null: none")
+    clean_max_words: int = setting(
+        80, "drop training and validation pairs with a side longer than this many words (Moses)"
+    )
+    clean_max_length_ratio: float = setting(
+        9.0, "drop training and validation pairs whose word counts differ more than this"
+    )
+    right_to_left: bool = setting(
+        False,
+        "train on every split with the target's words reversed, so the model writes its translations last word "
+        "first (its saved config says so: translations come back in reading order): a right-to-left model, for "
+        "reranking a left-to-right one's n-best lists (--rerank-right-to-left; not in the paper)",
+    )
+    preprocessing_workers: int | None = setting(None, "processes for cleaning and tokenizing (datasets.map)")
+    # Tokenizer and model
+    tokenizer: str = setting(
+        "", "tokenizer directory; a joint BPE is trained on the training split if missing"
+    )
+    tokenizer_vocab_size: int = setting(8000, "vocabulary size of a newly trained joint BPE")
+    init_from: str | None = setting(
+        None, "start from these saved weights and their tokenizer (directory or Hub id): fine-tuning"
+    )
+    model_preset: str = setting("base", "model shape: tiny, small, base or big (VanillaTransformerConfig)")
+    model_overrides: dict = setting({}, "model config fields over the preset, e.g. {d_model: 192}")
+    dropout: float = setting(0.1, "residual and embedding dropout (section 5.4)")
+    attention_dropout: float = setting(0.0, "dropout on attention weights (not in the paper)")
+    activation_dropout: float = setting(0.0, "dropout after the feed-forward ReLU (not in the paper)")
+    early_dropout_updates: int = setting(
+        0,
+        "late dropout (Liu et al., 2023): the first N updates use early_dropout and no attention or "
+        "activation dropout; 0: the configured dropout from the first update, as in the paper",
+    )
+    early_dropout: float = setting(0.1, "dropout of the first early_dropout_updates updates")
+    label_smoothing: float = setting(0.1, "label smoothing of the training loss (section 5.4)")
+    rdrop_alpha: float = setting(
+        0.0,
+        "R-Drop (Liang et al., 2021; not in the paper): each batch runs twice with its own dropout and the loss "
+        "adds alpha/4 x the two predictions' symmetric KL divergence per target token (the weight of fairseq's "
+        "--rdrop-alpha; the logged training loss includes it); twice the compute an update; 0: off",
+    )
+    # Batches
+    max_tokens: int = setting(4096, "padded tokens a side per batch and process (section 5.1)")
+    tokens_per_update: int | None = setting(None, "accumulate batches to about this many tokens per update")
+    # Optimizer and schedule (section 5.3)
+    adam_beta1: float = setting(0.9, "Adam beta1")
+    adam_beta2: float = setting(0.98, "Adam beta2")
+    adam_eps: float = setting(1e-9, "Adam epsilon")
+    weight_decay: float = setting(0.0, "Adam weight decay")
+    warmup: int = setting(4000, "warm-up updates of the inverse-sqrt schedule")
+    lr_scale: float = setting(
+        1.0, "factor on the paper's learning rate (the Annotated Transformer's `factor`)"
+    )
+    lr: float | None = setting(None, "peak learning rate replacing the paper's (fairseq inverse_sqrt)")
+    lr_cooldown: float = setting(
+        0.0, "over this last share of the budget the learning rate falls linearly to 0 (Hagele et al., 2024)"
+    )
+    clip_grad_norm: float | None = setting(None, "clip the gradient norm to this; null: no clipping")
+    # Stopping: whichever comes first
+    max_steps: int | None = setting(None, "stop after this many updates")
+    max_epochs: int | None = setting(None, "stop after this many epochs")
+    max_minutes: float | None = setting(None, "stop after this much wall clock (resumes add up), then save")
+    patience: int | None = setting(
+        None,
+        "stop once the validation loss has not improved for N validations in a row (fairseq's --patience); "
+        "null: never",
+    )
+    mixed_precision: str = setting(
+        "auto",
+        "auto (bf16 where the GPU or CPU runs it natively, fp16 on a GPU without bf16, else fp32), "
+        "no, bf16 or fp16",
+    )
+    shape_buckets: str = setting(
+        "auto",
+        "auto (on a GPU, off on a CPU), yes or no: batches of a few fixed shapes (length buckets, fixed rows), "
+        "which a GPU runs at its pace; the CPU keeps batches padded to their longest example",
+    )
+    compile: str = setting(
+        "auto",
+        "auto (off: slower on a CPU; on a GPU 1.4x faster an update after ~100 s of compiling), yes or no: "
+        "the update's forward and loss through torch.compile, one graph for every batch shape",
+    )
+    seed: int = setting(1, "seed of the weights, batches and dropout")
+    # Output
+    output_dir: str = setting("", "run directory: checkpoints, logs, the saved config")
+    save_interval_updates: int | None = setting(None, "save and validate every N updates")
+    save_interval_minutes: float | None = setting(None, "save and validate every N minutes")
+    keep_checkpoints: int | None = setting(None, "numbered checkpoints kept; null keeps all")
+    average_last: int | None = setting(
+        None, "at the end, average the last N numbered checkpoints (section 6.1)"
+    )
+    validation_max_sentences: int | None = setting(None, "validate on the first N sentences only")
+    validation_bleu: bool = setting(
+        True, "greedy sacreBLEU at each save; the best checkpoint is chosen by it"
+    )
+    log_interval: int = setting(100, "updates between training log records")
+    tensorboard: bool = setting(True, "also log to TensorBoard (needs the tensorboard package)")
+    # Decoding defaults written to each checkpoint's generation_config.json (section 6.1)
+    num_beams: int = setting(4, "beam size saved as the checkpoint's decoding default")
+    length_penalty: float = setting(0.6, "length penalty saved as the checkpoint's decoding default")
+
+    def check(self) -> None:
+        """Raise TrainingError naming the first key whose value cannot work."""
+        required = ("dataset", "output_dir") if self.init_from else ("dataset", "tokenizer", "output_dir")
+        for name in required:
+            if not getattr(self, name):
+                raise TrainingError(f"{name} is required")
+        if self.source_lang == self.target_lang:
+            raise TrainingError(f"source_lang and target_lang are both {self.source_lang!r}")
+        if self.max_steps is None and self.max_epochs is None and self.max_minutes is None:
+            raise TrainingError("set at least one of max_steps, max_epochs, max_minutes")
+        precisions = ("auto", *MIXED_PRECISION_DTYPES)
+        if self.mixed_precision not in precisions:
+            raise TrainingError(
+                f"mixed_precision must be one of {', '.join(precisions)}, got {self.mixed_precision!r}"
+            )
+        for name in ("shape_buckets", "compile"):
+            if getattr(self, name) not in ("auto", "yes", "no"):
+                raise TrainingError(f"{name} must be auto, yes or no, got {getattr(self, name)!r}")
+        for name in ("max_tokens", "warmup", "log_interval", "tokenizer_vocab_size", "num_beams"):
+            if getattr(self, name) <= 0:
+                raise TrainingError(f"{name} must be positive, got {getattr(self, name)}")
+        for name in (
+            "tokens_per_update",
+            "max_steps",
+            "max_epochs",
+            "max_minutes",
+            "patience",
+            "lr",
+            "clip_grad_norm",
+            "save_interval_updates",
+            "save_interval_minutes",
+            "keep_checkpoints",
+            "average_last",
+            "validation_max_sentences",
+        ):
+            if getattr(self, name) is not None and getattr(self, name) <= 0:
+                raise TrainingError(f"{name} must be positive or null, got {getattr(self, name)}")
+        if self.early_dropout_updates < 0:
+            raise TrainingError(f"early_dropout_updates must be 0 or more, got {self.early_dropout_updates}")
+        if not 0 <= self.early_dropout < 1:  # the model config checks the other dropout values
+            raise TrainingError(f"early_dropout must be in [0, 1), got {self.early_dropout}")
+        if self.rdrop_alpha < 0:
+            raise TrainingError(f"rdrop_alpha must be 0 (off) or more, got {self.rdrop_alpha}")
+        if not 0 <= self.lr_cooldown <= 1:
+            raise TrainingError(
+                f"lr_cooldown must be a share of the budget in [0, 1], got {self.lr_cooldown}"
+            )
+        if self.patience is not None and self.validation_split is None:
+            raise TrainingError("patience counts validations: set validation_split")
+        if self.patience is not None and self.save_interval_updates is None and self.save_interval_minutes is None:
+            raise TrainingError(
+                "patience counts validations, which come at the saves: set save_interval_updates or "
+                "save_interval_minutes"
+            )
+        if self.patience is not None and self.average_last and self.average_last > self.patience + 1:
+            raise TrainingError(
+                f"average_last ({self.average_last}) can exceed the checkpoints of a run that patience stops "
+                f"(at least patience + 1 = {self.patience + 1}): lower average_last or raise patience"
+            )
+        if self.keep_checkpoints and self.average_last and self.keep_checkpoints < self.average_last:
+            raise TrainingError(
+                f"keep_checkpoints ({self.keep_checkpoints}) must be at least average_last ({self.average_last})"
+            )
+
+
+def load_training_config(path: str | os.PathLike | None = None, **overrides) -> TrainingConfig:
+    """A TrainingConfig from a YAML file (if given) with `overrides` on top; values are coerced to the field types.
+
+    Raises TrainingError for a missing file, an unknown key or a value of the wrong type.
+    """
+    values = {}
+    if path is not None:
+        try:
+            values = yaml.safe_load(Path(path).read_text()) or {}
+        except OSError as err:
+            raise TrainingError(f"cannot read config file {path}: {err.strerror}") from err
+        if not isinstance(values, dict):
+            raise TrainingError(f"config file {path} must hold a mapping of keys to values")
+    values.update(overrides)
+    types_of = typing.get_type_hints(TrainingConfig)
+    unknown = sorted(set(values) - set(types_of))
+    if unknown:
+        raise TrainingError(f"unknown config keys {unknown}; known keys: {sorted(types_of)}")
+    return TrainingConfig(**{name: _coerce(name, value, types_of[name]) for name, value in values.items()})
+
+
+def _coerce(name: str, value, annotation):
+    """`value` as the field type: YAML 1.1 reads 1e-9 as a string, CLI flags arrive as strings."""
+    allowed = typing.get_args(annotation) if isinstance(annotation, types.UnionType) else (annotation,)
+    if value is None:
+        if type(None) in allowed:
+            return None
+        raise TrainingError(f"{name} cannot be null")
+    kind = next(kind for kind in allowed if kind is not type(None))
+    try:
+        if kind is bool:
+            if isinstance(value, str) and value.lower() in ("true", "false"):
+                return value.lower() == "true"
+            if not isinstance(value, bool):
+                raise ValueError
+            return value
+        if kind is dict:
+            value = yaml.safe_load(value) if isinstance(value, str) else value
+            if not isinstance(value, dict):
+                raise ValueError
+            return value
+        if kind is int and isinstance(value, float) and not value.is_integer():
+            raise ValueError
+        return kind(value)
+    except (TypeError, ValueError):
+        raise TrainingError(f"{name} must be {kind.__name__}, got {value!r}") from None
+
+
+def training_argument_parser(**parser_kwargs) -> HfArgumentParser:
+    """Flags for every TrainingConfig field (help from the field, `--a-b` and `--a_b`) that override a YAML file.
+
+    A flag left out is absent from the parsed namespace (not set to the field's default), so that the YAML
+    file's value stands; values other than strings are read as YAML ("null", "1e-3", "{d_model: 128}").
+    """
+    parser = HfArgumentParser(TrainingConfig, **parser_kwargs)
+    types_of = typing.get_type_hints(TrainingConfig)
+    for action in parser._actions:
+        if action.dest not in types_of:
+            continue
+        action.default = argparse.SUPPRESS
+        if types_of[action.dest] is not bool:
+            action.type = str if types_of[action.dest] is str else yaml.safe_load
+            action.metavar = action.dest.upper()
+        if isinstance(action, argparse._StoreFalseAction):
+            action.help = f"turn off: {action.help}"
+        else:
+            action.help += f" (default: {getattr(TrainingConfig(), action.dest)!r})"
+    return parser

@@ -1,0 +1,553 @@
+"""Training with the paper's recipe (section 5) through accelerate: CPU, one GPU, several GPUs or nodes.
+
+Section 5.1 token batches, 5.3 Adam(0.9, 0.98, 1e-9) with lrate = d_model^-0.5 * min(step^-0.5,
+step * warmup^-1.5), 5.4 dropout and label smoothing. Every value is a `TrainingConfig` field, which a
+YAML file (configs/*.yaml) and command-line flags (scripts/train.py) set.
+
+How one update is made: the global batch is `num_processes * accumulation_steps` token batches of at
+most `max_tokens` padded tokens a side. Each micro-batch's summed loss is divided by the number of target
+tokens of the whole global batch (counted across processes before the update), so the gradient is that
+of the mean loss per target token however the batch is split between processes and accumulation steps.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import pickle
+import time
+from itertools import chain
+from pathlib import Path
+
+import torch
+import yaml
+from accelerate import Accelerator, DataLoaderConfiguration, PartialState
+from accelerate.logging import get_logger
+from accelerate.utils import (
+    RNG_STATE_NAME,
+    broadcast_object_list,
+    is_tensorboard_available,
+    parse_flag_from_env,
+    set_seed,
+)
+from accelerate.utils.other import load as load_tensors
+from torch.utils.data import DataLoader
+from transformers import GenerationConfig, PreTrainedTokenizerBase
+
+from hf_vanilla.data import (
+    ShapeBucketCollator,
+    UpdateBatchSampler,
+    clean_translation_pairs,
+    example_lengths,
+    load_translation_split,
+    make_collator,
+    reverse_target_words,
+    tokenize_pairs,
+)
+from hf_vanilla.files import write_text_atomic
+from hf_vanilla.model.configuration_vanilla import SIZE_FIELDS, VanillaTransformerConfig
+from hf_vanilla.model.modeling_vanilla import AUTO_ATTENTION, VanillaTransformerForConditionalGeneration
+from hf_vanilla.precision import resolve_precision
+from hf_vanilla.tokenization import (
+    check_tokenizer_matches_model,
+    config_kwargs_from_tokenizer,
+    save_tokenizer,
+    train_tokenizer,
+)
+from hf_vanilla.translation import TOKENIZER_FILE, load_tokenizer
+
+from .run_directory import (
+    AVERAGE,
+    CONFIG_FILE,
+    LAST,
+    LOG_FILE,
+    TRAINING_STATE,
+    RunDirectoryInUse,
+    acquire_lock,
+    average_run_checkpoints,
+    read_progress,
+    recover_interrupted_save,
+    remove_run,
+    remove_stale_staging,
+    run_traces,
+    truncate_log,
+)
+from .schedule import LearningRateSchedule, make_lr_scheduler, peak_learning_rate
+from .settings import TrainingConfig, TrainingError
+from .trainer import Trainer, TrainingProgress, ValidationSet, training_loss_function
+
+logger = get_logger(__name__)  # logs on the main process only
+
+# A checkpoint only resumes into a model whose weights have the same shapes.
+SHAPE_FIELDS = (*SIZE_FIELDS, "pre_layernorm")
+
+
+def train(config: TrainingConfig, resume: bool = False, overwrite_output_dir: bool = False) -> Path:
+    """Train, saving checkpoints into `config.output_dir`; return that directory.
+
+    The directory holds one run: a plain run stops if it finds any trace of another, `resume` continues it,
+    `overwrite_output_dir` replaces it; while training, a lock keeps other runs out. Raises TrainingError for
+    known problems (missing dataset or language, tokenizer/model mismatch, unwritable output, a NaN loss);
+    nothing half-written is left.
+    """
+    config.check()
+    if resume and overwrite_output_dir:
+        raise TrainingError("pass --resume or --overwrite-output-dir, not both")
+    run_started = time.monotonic()
+    output_dir = Path(config.output_dir)
+    accelerator = _make_accelerator(config, output_dir)
+    set_seed(config.seed)
+    with accelerator.main_process_first():
+        tokenizer = load_or_train_tokenizer(config)
+        model_config = _model_config(config, tokenizer)
+        inputs = _load_data(config, tokenizer, model_config.max_position_embeddings)
+    with _run_lock(output_dir, accelerator):
+        return _train(
+            config, accelerator, tokenizer, model_config, inputs, resume, overwrite_output_dir, run_started
+        )
+
+
+def _train(
+    config,
+    accelerator,
+    tokenizer,
+    model_config,
+    inputs,
+    resume: bool,
+    overwrite_output_dir: bool,
+    run_started,
+) -> Path:
+    """`train` from its inputs on, with the run directory locked."""
+    output_dir = Path(config.output_dir)
+    train_data, validation = inputs
+    sampler = _update_sampler(config, train_data, accelerator)
+    planned_updates = _planned_updates(config, sampler)
+    _check_enough_saves_to_average(config, planned_updates)
+    _prepare_output_dir(
+        config, output_dir, resume, overwrite_output_dir, model_config, tokenizer, accelerator
+    )
+
+    model = _initial_model(config, model_config)
+    model.generation_config = generation_config(config, model_config)
+    optimizer = _adam(config, model, fused=accelerator.device.type == "cuda")
+    schedule = LearningRateSchedule(config.warmup, config.lr_cooldown, planned_updates)
+    scheduler = make_lr_scheduler(optimizer, schedule)
+    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+    progress = _start_or_resume(config, accelerator, output_dir, resume)
+    # Not prepared by accelerate: the sampler already shards, and batches are moved to the device by the loop.
+    # Its own generator: drawing its base seed from the global one would shift dropout after a resume.
+    loader = DataLoader(
+        train_data,
+        batch_sampler=sampler,
+        collate_fn=_collator(tokenizer, accelerator.unwrap_model(model), sampler),
+        generator=torch.Generator(),
+        pin_memory=accelerator.device.type == "cuda",  # the loop's copies to the GPU then need not wait
+    )
+    logger.info(
+        "%d parameters; %d updates an epoch of %d batches x %d processes x %d accumulation steps, <= %d tokens each",
+        sum(parameter.numel() for parameter in model.parameters()),
+        sampler.updates_per_epoch,
+        accelerator.gradient_accumulation_steps * accelerator.num_processes,
+        accelerator.num_processes,
+        accelerator.gradient_accumulation_steps,
+        config.max_tokens,
+    )
+    loss_function, how = training_loss_function(config.compile, config.rdrop_alpha)
+    logger.info("Training step (compile=%s on %s): %s", config.compile, accelerator.device.type, how)
+    Trainer(
+        config,
+        accelerator,
+        model,
+        optimizer,
+        scheduler,
+        schedule,
+        tokenizer,
+        validation,
+        progress,
+        run_started,
+        loss_function,
+    ).run(loader, sampler)
+    if accelerator.is_main_process and config.average_last:
+        checkpoints = average_run_checkpoints(output_dir, config.average_last, config)
+        logger.info("Averaged %s into %s", ", ".join(path.name for path in checkpoints), output_dir / AVERAGE)
+    accelerator.wait_for_everyone()
+    accelerator.end_training()
+    logger.info("Checkpoints in %s", output_dir)
+    return output_dir
+
+
+@contextlib.contextmanager
+def _run_lock(output_dir: Path, accelerator: Accelerator):
+    """The run directory's lock, taken by the main process for the whole run; every process stops if it is held."""
+    lock, refusal = None, None
+    if accelerator.is_main_process:
+        try:
+            lock = acquire_lock(output_dir)
+        except RunDirectoryInUse as err:
+            refusal = str(err)
+        except OSError as err:
+            refusal = f"output_dir {output_dir} is not writable: {err.strerror or err}"
+    refusal = broadcast_object_list([refusal])[0]
+    if refusal:
+        raise TrainingError(refusal)
+    try:
+        yield
+    finally:
+        if lock is not None:
+            lock.unlink(missing_ok=True)
+
+
+def _make_accelerator(config: TrainingConfig, output_dir: Path) -> Accelerator:
+    """accelerate's Accelerator in the precision chosen for the device, with the run's accumulation steps."""
+    # The device accelerate will train on (ACCELERATE_USE_CPU, as Accelerator reads it, keeps a GPU machine on CPU).
+    device_type = PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU")).device.type
+    precision = resolve_precision(config.mixed_precision, device_type)
+    tensorboard = config.tensorboard and is_tensorboard_available()
+    if config.tensorboard and not tensorboard:
+        logger.warning(
+            "TensorBoard logging is off: the tensorboard package is not installed (pip install tensorboard); "
+            "the log is in %s",
+            output_dir / LOG_FILE,
+        )
+    accelerator = Accelerator(
+        mixed_precision=precision.mixed_precision,
+        # Our batches are already global per update: one scheduler step per optimizer step, not one per process.
+        dataloader_config=DataLoaderConfiguration(split_batches=True),
+        log_with="tensorboard" if tensorboard else None,
+        project_dir=str(output_dir),
+    )
+    logger.info(
+        "Precision %s on %s: %s; %s",
+        precision.dtype_name,
+        accelerator.device,
+        precision.reason,
+        _distributed_setup(accelerator),
+    )
+    accelerator.gradient_accumulation_steps = max(
+        1, round((config.tokens_per_update or 0) / (config.max_tokens * accelerator.num_processes))
+    )
+    return accelerator
+
+
+def _distributed_setup(accelerator: Accelerator) -> str:
+    """accelerate's distributed type, processes and mixed precision, with the FSDP or DeepSpeed settings when on."""
+    setup = (
+        f"accelerate {accelerator.distributed_type.value}, {accelerator.num_processes} process(es), "
+        f"mixed precision {accelerator.mixed_precision}"
+    )
+    if (fsdp := getattr(accelerator.state, "fsdp_plugin", None)) is not None:
+        sharding = fsdp.sharding_strategy if fsdp.fsdp_version == 1 else f"reshard {fsdp.reshard_after_forward}"
+        setup += f", FSDP{fsdp.fsdp_version} ({sharding}, CPU offload {fsdp.cpu_offload}, {fsdp.state_dict_type})"
+    if (deepspeed := accelerator.state.deepspeed_plugin) is not None:
+        setup += (
+            f", DeepSpeed ZeRO-{deepspeed.zero_stage} (offload optimizer {deepspeed.offload_optimizer_device}, "
+            f"parameters {deepspeed.offload_param_device})"
+        )
+    return setup
+
+
+def _adam(config: TrainingConfig, model: torch.nn.Module, fused: bool) -> torch.optim.Adam:
+    """Adam(0.9, 0.98, 1e-9) at the schedule's peak learning rate (section 5.3), which the scheduler scales.
+
+    `fused` (on a GPU): one kernel for every parameter's step, which keeps its step count on the device; the CPU
+    keeps the plain foreach Adam, whose arithmetic the CPU runs and tests were made with."""
+    return torch.optim.Adam(
+        model.parameters(),
+        lr=peak_learning_rate(model.config.d_model, config.warmup, config.lr_scale, config.lr),
+        betas=(config.adam_beta1, config.adam_beta2),
+        eps=config.adam_eps,
+        weight_decay=config.weight_decay,
+        fused=fused,
+    )
+
+
+def _update_sampler(config: TrainingConfig, train_data, accelerator: Accelerator) -> UpdateBatchSampler:
+    shape_buckets = config.shape_buckets == "yes" or (
+        config.shape_buckets == "auto" and accelerator.device.type != "cpu"
+    )
+    try:
+        sampler = UpdateBatchSampler(
+            example_lengths(train_data),
+            config.max_tokens,
+            accelerator.gradient_accumulation_steps,
+            accelerator.num_processes,
+            accelerator.process_index,
+            config.seed,
+            shape_buckets=shape_buckets,
+        )
+    except ValueError as err:
+        raise TrainingError(str(err)) from err
+    if sampler.shape_buckets:
+        shapes = sampler.samplers[0].shapes
+        logger.info(
+            "Shape buckets (shape_buckets=%s on %s): %d batch shapes (rows x tokens) %s",
+            config.shape_buckets,
+            accelerator.device.type,
+            len(shapes),
+            ", ".join(f"{rows}x{length}" for rows, length in shapes),
+        )
+    return sampler
+
+
+def _collator(tokenizer, model, sampler: UpdateBatchSampler):
+    """Pads each batch to its longest example, or to its bucket's fixed shape when batches come in buckets."""
+    collator = make_collator(tokenizer, model)
+    return ShapeBucketCollator(collator, sampler.samplers[0]) if sampler.shape_buckets else collator
+
+
+def _planned_updates(config: TrainingConfig, sampler: UpdateBatchSampler) -> int | None:
+    """The updates the run will make, when a step or epoch budget says (the smaller when both do)."""
+    budgets = [config.max_steps, config.max_epochs and config.max_epochs * sampler.updates_per_epoch]
+    return min((budget for budget in budgets if budget), default=None)
+
+
+def _check_enough_saves_to_average(config: TrainingConfig, planned_updates: int | None) -> None:
+    """Refuse, before the first update, a run that will save fewer numbered checkpoints than `average_last`.
+
+    Without a save interval in minutes the saves are known: one every `save_interval_updates` and one at the end,
+    at most ceil(updates / interval) (fewer when `max_minutes` stops the run early, which only the end can tell).
+    """
+    if not config.average_last or planned_updates is None or config.save_interval_minutes is not None:
+        return
+    interval = config.save_interval_updates or planned_updates
+    saves = -(-planned_updates // interval)
+    if saves < config.average_last:
+        raise TrainingError(
+            f"average_last {config.average_last} needs as many numbered checkpoints, but {planned_updates} updates "
+            f"with a save every {interval} make {saves}; lower average_last or save_interval_updates"
+        )
+
+
+def _start_or_resume(config: TrainingConfig, accelerator: Accelerator, output_dir: Path, resume: bool):
+    """The run's progress, restored with the whole training state from checkpoint_last when resuming."""
+    progress = TrainingProgress()
+    if resume:
+        state_dir = output_dir / LAST / TRAINING_STATE
+        try:
+            progress.load_state_dict(read_progress(state_dir))
+            # accelerate loads with torch.load(weights_only=True), which refuses pickled code, but skips random
+            # states it cannot load without a word: load them first, so that a bad file stops the resume.
+            load_tensors(state_dir / f"{RNG_STATE_NAME}_{accelerator.process_index}.pkl")
+            accelerator.load_state(str(state_dir))
+        except (ValueError, OSError, RuntimeError, pickle.UnpicklingError) as err:
+            raise TrainingError(f"cannot resume from {state_dir}: {str(err).splitlines()[0]}") from err
+        logger.info("Resumed %s at update %d", output_dir, progress.step)
+    else:
+        # Dropout draws differ between processes; the initial weights do not.
+        set_seed(config.seed, device_specific=True)
+    if accelerator.is_main_process:
+        try:
+            truncate_log(output_dir, progress.step)
+        except ValueError as err:
+            raise TrainingError(str(err)) from err
+    if accelerator.log_with:
+        accelerator.init_trackers("tensorboard")
+    return progress
+
+
+# Inputs
+
+
+def load_or_train_tokenizer(config: TrainingConfig) -> PreTrainedTokenizerBase:
+    """The tokenizer of `init_from`, else the one at `tokenizer`, trained on the training split if missing."""
+    if config.init_from:
+        try:
+            tokenizer = load_tokenizer(config.init_from)
+        except (OSError, ValueError) as err:
+            raise TrainingError(f"init_from {config.init_from!r}: no saved model there ({err})") from err
+        if config.tokenizer and Path(config.tokenizer).exists():
+            if _load_tokenizer(config.tokenizer).get_vocab() != tokenizer.get_vocab():
+                raise TrainingError(
+                    f"tokenizer {config.tokenizer} is not the vocabulary of init_from {config.init_from}: "
+                    "leave tokenizer out (the checkpoint's own is used) or start from a matching checkpoint"
+                )
+        return tokenizer
+    path = Path(config.tokenizer)
+    if not path.exists():
+        logger.info(
+            "No tokenizer at %s: training one of %d tokens on %s",
+            path,
+            config.tokenizer_vocab_size,
+            config.train_split,
+        )
+        pairs = _load_split(config, config.train_split)
+        tokenizer = train_tokenizer(
+            chain(pairs["source"], pairs["target"]), vocab_size=config.tokenizer_vocab_size
+        )
+        save_tokenizer(tokenizer, path)
+    return _load_tokenizer(path)
+
+
+def _load_tokenizer(path) -> PreTrainedTokenizerBase:
+    try:
+        return load_tokenizer(path, needed_files=(TOKENIZER_FILE, "tokenizer_config.json"))
+    except (OSError, ValueError) as err:
+        raise TrainingError(f"tokenizer {path} cannot be loaded: {err}") from err
+
+
+def _load_split(config: TrainingConfig, split: str):
+    try:
+        return load_translation_split(
+            config.dataset, config.source_lang, config.target_lang, split, config.dataset_config
+        )
+    except (FileNotFoundError, ValueError) as err:
+        raise TrainingError(str(err)) from err
+
+
+def _cleaned_split(config: TrainingConfig, split: str, max_sentences: int | None = None):
+    """The first `max_sentences` pairs of `split` (all without it), cleaned: the same rule for every split a run
+    reads, so that validation, like training, never takes a pair of thousands of words cut to the model's length."""
+    pairs = _load_split(config, split)
+    if max_sentences:
+        pairs = pairs.select(range(min(max_sentences, len(pairs))))
+    pairs, _ = clean_translation_pairs(
+        pairs,
+        max_words=config.clean_max_words,
+        max_length_ratio=config.clean_max_length_ratio,
+        num_proc=config.preprocessing_workers,
+        name=f"{split} pairs",
+    )
+    if len(pairs) == 0:
+        raise TrainingError(f"no {split} pairs left in {config.dataset} after cleaning")
+    return pairs
+
+
+def _in_training_order(config: TrainingConfig, pairs):
+    """`pairs` as the model learns them: a right-to-left run's targets with their words reversed."""
+    if config.right_to_left:
+        return reverse_target_words(pairs, num_proc=config.preprocessing_workers)
+    return pairs
+
+
+def _load_data(config: TrainingConfig, tokenizer: PreTrainedTokenizerBase, max_length: int):
+    """The cleaned training split and validation slice, tokenized and cut to `max_length`. A right-to-left run
+    learns and is validated on reversed target words, and scores BLEU in reading order, in which its model's
+    translations come back (`config.right_to_left`)."""
+    train_data = tokenize_pairs(
+        _in_training_order(config, _cleaned_split(config, config.train_split)),
+        tokenizer,
+        max_length=max_length,
+        num_proc=config.preprocessing_workers,
+    )
+    if config.validation_split is None:
+        return train_data, None
+    pairs = _cleaned_split(config, config.validation_split, config.validation_max_sentences)
+    tokenized = tokenize_pairs(_in_training_order(config, pairs), tokenizer, max_length=max_length)
+    return train_data, ValidationSet(
+        tokenized, example_lengths(tokenized), list(pairs["source"]), list(pairs["target"])
+    )
+
+
+def _model_config(config: TrainingConfig, tokenizer: PreTrainedTokenizerBase) -> VanillaTransformerConfig:
+    known = {field.name for field in dataclasses.fields(VanillaTransformerConfig)}
+    unknown = sorted(set(config.model_overrides) - known)
+    if unknown:
+        raise TrainingError(f"unknown model_overrides keys {unknown}; model config fields: {sorted(known)}")
+    fields = {
+        **config_kwargs_from_tokenizer(tokenizer),
+        "dropout": config.dropout,
+        "attention_dropout": config.attention_dropout,
+        "activation_dropout": config.activation_dropout,
+        "right_to_left": config.right_to_left,
+        **config.model_overrides,
+    }
+    try:
+        model_config = VanillaTransformerConfig.from_preset(config.model_preset, **fields)
+        check_tokenizer_matches_model(tokenizer, model_config)
+    except (TypeError, ValueError) as err:
+        raise TrainingError(f"model: {err}") from err
+    return model_config
+
+
+def generation_config(config: TrainingConfig, model_config: VanillaTransformerConfig) -> GenerationConfig:
+    """The decoding defaults a checkpoint carries: beam size and length penalty (section 6.1), special tokens.
+
+    No output limit: the decoders stop each sentence at its source length + 50 (section 6.1), which one fixed
+    number here would override (and beside which generate would warn of a max_new_tokens set by the caller); a
+    plain `generate` runs to the decoder's positions (the model's `generate`). Checked now, so that a bad setting
+    fails before training, not at the first save.
+    """
+    generation = GenerationConfig(
+        num_beams=config.num_beams,
+        # Greedy search has no length penalty; generate refuses a config that sets one.
+        **({"length_penalty": config.length_penalty} if config.num_beams > 1 else {}),
+        **{
+            name: getattr(model_config, name)
+            for name in ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id")
+        },
+    )
+    try:
+        generation.validate(strict=True)
+    except ValueError as err:
+        raise TrainingError(f"generation settings: {err}") from err
+    return generation
+
+
+def _initial_model(config: TrainingConfig, model_config: VanillaTransformerConfig):
+    """A new model with `model_config`, or with the weights of `config.init_from` (fine-tuning)."""
+    if not config.init_from:
+        model = VanillaTransformerForConditionalGeneration(model_config)
+        model.set_attn_implementation(AUTO_ATTENTION)
+        return model
+    try:
+        saved = VanillaTransformerConfig.from_pretrained(config.init_from)
+    except OSError as err:
+        raise TrainingError(f"init_from {config.init_from!r}: no saved model there ({err})") from err
+    _check_same_shape(saved, model_config, f"init_from {config.init_from}")
+    model = VanillaTransformerForConditionalGeneration.from_pretrained(
+        config.init_from, config=model_config, attn_implementation=AUTO_ATTENTION
+    )
+    logger.info("Initialized the weights from %s", config.init_from)
+    return model
+
+
+def _check_same_shape(saved: VanillaTransformerConfig, configured: VanillaTransformerConfig, where) -> None:
+    """Raise TrainingError naming every size in which the saved model differs from the configured one."""
+    differing = [name for name in SHAPE_FIELDS if getattr(saved, name) != getattr(configured, name)]
+    if differing:
+        raise TrainingError(
+            f"{where} holds a model that differs in "
+            + ", ".join(
+                f"{name} ({getattr(saved, name)} saved, {getattr(configured, name)} configured)"
+                for name in differing
+            )
+        )
+
+
+def _prepare_output_dir(
+    config, output_dir: Path, resume: bool, overwrite: bool, model_config, tokenizer, accelerator
+) -> None:
+    """Check the output directory against `resume` / `overwrite` and make it; raise TrainingError when it cannot serve."""
+    last = output_dir / LAST
+    if resume:
+        if accelerator.is_main_process:
+            recover_interrupted_save(output_dir)
+        accelerator.wait_for_everyone()
+        if not (last / TRAINING_STATE).is_dir():
+            raise TrainingError(f"nothing to resume: {last / TRAINING_STATE} does not exist")
+        saved = VanillaTransformerConfig.from_pretrained(last)
+        try:
+            check_tokenizer_matches_model(tokenizer, saved)
+        except ValueError as err:
+            raise TrainingError(f"{last}: {err}") from err
+        _check_same_shape(saved, model_config, last)
+    else:
+        traces = run_traces(output_dir)
+        # Every process has looked before the main process writes: one that looked later would see this run.
+        accelerator.wait_for_everyone()
+        if traces and not overwrite:
+            raise TrainingError(
+                f"{output_dir} already holds a run ({', '.join(traces[:4])}); pass --resume to continue it or "
+                "--overwrite-output-dir to replace it"
+            )
+        if overwrite and accelerator.is_main_process:
+            remove_run(output_dir)
+    if accelerator.is_main_process:
+        try:
+            write_text_atomic(
+                output_dir / CONFIG_FILE, yaml.safe_dump(dataclasses.asdict(config), sort_keys=False)
+            )
+        except OSError as err:
+            raise TrainingError(f"output_dir {output_dir} is not writable: {err.strerror or err}") from err
+        remove_stale_staging(output_dir)
+    accelerator.wait_for_everyone()

@@ -1,0 +1,612 @@
+import importlib.util
+import json
+import shutil
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+import sacrebleu
+import torch
+from conftest import SCRIPTS
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+from hf_vanilla import scoring as scoring_module
+from hf_vanilla.data import load_translation_split
+from hf_vanilla.evaluation.scoring import (
+    evaluate_bleu,
+    evaluate_translation,
+    score_tokenized_lowercased,
+    score_translations,
+)
+from hf_vanilla.evaluation.selection import select_on_validation
+from hf_vanilla.tokenization import save_tokenizer
+from hf_vanilla.translation import (
+    load_model_and_tokenizer,
+    read_lines,
+    translate_sentences,
+    write_lines_atomic,
+)
+
+
+@pytest.fixture(scope="module")
+def tiny_model_and_tokenizer(tiny_model_dir):
+    return AutoModelForSeq2SeqLM.from_pretrained(tiny_model_dir), AutoTokenizer.from_pretrained(
+        tiny_model_dir
+    )
+
+
+class EchoModel:
+    """Stands in for a model: "translates" each sentence into itself and records the generate calls."""
+
+    def __init__(self):
+        self.config = SimpleNamespace(max_position_embeddings=1024)
+        self.device = torch.device("cpu")
+        self.training = True
+        self.calls = []
+
+    def eval(self):
+        self.training = False
+
+    def train(self, mode=True):
+        self.training = mode
+
+    def generate(self, input_ids, attention_mask, **kwargs):
+        self.calls.append(
+            {"batch_size": len(input_ids), "longest": int(attention_mask.sum(1).max()), **kwargs}
+        )
+        return input_ids
+
+
+SOURCES = [
+    "Ein Mann fährt Fahrrad.",
+    "",
+    "Zwei Hunde spielen im Schnee, während ein kleines Kind auf einer Bank sitzt und zuschaut.",
+    "Kinder.",
+    "   ",
+    "Eine Frau mit rotem Hut verkauft Blumen auf dem Markt.",
+]
+
+
+def test_translations_come_back_in_input_order_with_blank_lines_blank(tiny_model_and_tokenizer):
+    _, tokenizer = tiny_model_and_tokenizer
+    echo = EchoModel()
+    translations = translate_sentences(echo, tokenizer, SOURCES, max_tokens=40, show_progress=False)
+    assert translations == [source if source.strip() else "" for source in SOURCES]
+    assert sum(call["batch_size"] for call in echo.calls) == 4
+    assert len(echo.calls) > 1  # the token budget split the sentences into several batches
+    assert echo.training  # the caller's mode is restored
+
+
+def test_batches_are_length_sorted_within_the_token_budget_with_paper_output_length(tiny_model_and_tokenizer):
+    _, tokenizer = tiny_model_and_tokenizer
+    echo = EchoModel()
+    translate_sentences(echo, tokenizer, SOURCES, max_tokens=40, show_progress=False, num_beams=4)
+    longest = [call["longest"] for call in echo.calls]
+    assert longest == sorted(longest)
+    for call in echo.calls:
+        assert call["batch_size"] * call["longest"] <= 40 or call["batch_size"] == 1
+        assert call["max_new_tokens"] == call["longest"] + 50
+        assert call["num_beams"] == 4
+
+
+def test_explicit_max_new_tokens_wins(tiny_model_and_tokenizer):
+    _, tokenizer = tiny_model_and_tokenizer
+    echo = EchoModel()
+    translate_sentences(echo, tokenizer, SOURCES, show_progress=False, max_new_tokens=7)
+    assert {call["max_new_tokens"] for call in echo.calls} == {7}
+
+
+def test_an_explicit_output_limit_beyond_the_decoders_positions_is_refused_before_decoding(
+    tiny_model_and_tokenizer,
+):
+    _, tokenizer = tiny_model_and_tokenizer
+    echo = EchoModel()
+    room = echo.config.max_position_embeddings - 1
+    with pytest.raises(ValueError, match=f"max_new_tokens={room + 1} is more than .* at most {room}"):
+        translate_sentences(echo, tokenizer, SOURCES, show_progress=False, max_new_tokens=room + 1)
+    assert echo.calls == []
+    translate_sentences(echo, tokenizer, SOURCES, show_progress=False, max_new_tokens=room)
+    assert {call["max_new_tokens"] for call in echo.calls} == {room}
+
+
+@pytest.mark.parametrize("num_beams", [1, 3])
+def test_each_sentence_stops_at_its_own_source_length_plus_50_whatever_it_is_batched_with(
+    tiny_model_and_tokenizer, num_beams, monkeypatch
+):
+    model, tokenizer = tiny_model_and_tokenizer  # untrained: it runs to the limit
+    short, long = SOURCES[3], SOURCES[2]
+    generated_lengths = []
+    unrecorded_generate = model.generate
+
+    def recording_generate(**kwargs):
+        # Counted from the ids: an untrained model's random bytes need not encode back to as many tokens.
+        outputs = unrecorded_generate(**kwargs)
+        special = set(tokenizer.all_special_ids)  # start, end and the padding of rows that ended early
+        generated_lengths.extend(sum(token not in special for token in row) for row in outputs.tolist())
+        return outputs
+
+    monkeypatch.setattr(model, "generate", recording_generate)
+    batched = translate_sentences(model, tokenizer, [short, long], show_progress=False, num_beams=num_beams)
+    alone = [
+        translate_sentences(model, tokenizer, [source], show_progress=False, num_beams=num_beams)[0]
+        for source in (short, long)
+    ]
+    assert batched == alone
+    batched_lengths = generated_lengths[:2]
+    assert batched_lengths == generated_lengths[2:]
+    assert batched_lengths[0] < batched_lengths[1] <= len(tokenizer(long)["input_ids"]) + 50
+
+
+def test_real_model_batched_greedy_equals_one_by_one(tiny_model_and_tokenizer):
+    model, tokenizer = tiny_model_and_tokenizer
+    batched = translate_sentences(model, tokenizer, SOURCES, show_progress=False, max_new_tokens=12)
+    one_by_one = [
+        translate_sentences(model, tokenizer, [source], show_progress=False, max_new_tokens=12)[0]
+        for source in SOURCES
+    ]
+    assert batched == one_by_one
+    assert batched[1] == batched[4] == ""
+    assert all(batched[index] for index in (0, 2, 3, 5))
+
+
+HYPOTHESES = ["The dog bit the man.", "It wasn't surprising.", "The man had just bitten him."]
+REFERENCES = ["The dog bit the man.", "It was not unexpected.", "The man bit him first."]
+
+
+def test_scores_equal_sacrebleu_own():
+    scores = score_translations(HYPOTHESES, REFERENCES, ter=True)
+    assert scores["bleu"] == pytest.approx(sacrebleu.corpus_bleu(HYPOTHESES, [REFERENCES]).score)
+    assert scores["chrf"] == pytest.approx(sacrebleu.corpus_chrf(HYPOTHESES, [REFERENCES]).score)
+    assert scores["ter"] == pytest.approx(sacrebleu.corpus_ter(HYPOTHESES, [REFERENCES]).score)
+    assert 0 < scores["bleu"] < 100
+    assert scores["bleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:")
+    assert "case:mixed" in scores["chrf_signature"]
+
+
+def test_lowercase_ignores_case():
+    shouted = [hypothesis.upper() for hypothesis in REFERENCES]
+    assert score_translations(shouted, REFERENCES)["bleu"] < 10
+    lowercased = score_translations(shouted, REFERENCES, lowercase=True)
+    assert lowercased["bleu"] == pytest.approx(100.0)
+    assert "case:lc" in lowercased["bleu_signature"]
+    assert "ter" not in lowercased
+
+
+def test_tokenized_bleu_scores_lowercased_moses_tokens():
+    """The papers' tokenized BLEU: lowercase, Moses tokens (English clitics split, hyphens kept), then BLEU."""
+    hypotheses = ["A man's T-shirt, isn't it?", "Two dogs run."]
+    references = ["The man's T-shirt, isn't it?", "Two dogs are running."]
+    by_hand = (
+        ["a man 's t-shirt , isn 't it ?", "two dogs run ."],
+        ["the man 's t-shirt , isn 't it ?", "two dogs are running ."],
+    )
+    scores = score_tokenized_lowercased(hypotheses, references, "en")
+    assert scores["bleu"] == pytest.approx(
+        sacrebleu.corpus_bleu(by_hand[0], [by_hand[1]], tokenize="none").score
+    )
+    assert scores["bleu"] != pytest.approx(score_translations(hypotheses, references, lowercase=True)["bleu"])
+    assert "case:lc" in scores["bleu_signature"] and "tok:none" in scores["bleu_signature"]
+    assert "pretok:moses-sacremoses-" in scores["bleu_signature"]
+
+
+@pytest.mark.parametrize(
+    ("hypotheses", "references", "message"),
+    [(["a", "b"], ["a"], "2 hypotheses but 1 references"), ([], [], "no references")],
+)
+def test_scoring_rejects_bad_input(hypotheses, references, message):
+    with pytest.raises(ValueError, match=message):
+        score_translations(hypotheses, references)
+
+
+def test_evaluate_bleu_writes_hypotheses_and_report_with_paper_beam_search(
+    tiny_model_dir, corpus_path, tmp_path
+):
+    report = evaluate_bleu(
+        tiny_model_dir,
+        corpus_path,
+        "de",
+        "en",
+        tmp_path,
+        split="validation",
+        max_sentences=6,
+        show_progress=False,
+        max_new_tokens=6,
+    )
+    hypotheses = read_lines(tmp_path / "validation.de-en.hyp")
+    assert json.loads((tmp_path / "validation.de-en.json").read_text()) == report
+    pairs = load_translation_split(corpus_path, "de", "en", "validation").select(range(6))
+    model, tokenizer = load_model_and_tokenizer(tiny_model_dir)
+    assert hypotheses == translate_sentences(
+        model,
+        tokenizer,
+        pairs["source"],
+        show_progress=False,
+        num_beams=4,
+        length_penalty=0.6,
+        max_new_tokens=6,
+    )
+    assert report["generation"]["num_beams"] == 4 and report["generation"]["length_penalty"] == 0.6
+    assert report["cased"]["bleu"] == pytest.approx(
+        sacrebleu.corpus_bleu(hypotheses, [pairs["target"]]).score
+    )
+    assert "case:lc" in report["lowercased"]["bleu_signature"]
+    assert (report["model"], report["dataset"], report["split"], report["sentences"]) == (
+        str(tiny_model_dir),
+        corpus_path,
+        "validation",
+        6,
+    )
+    assert report["sentences_per_second"] > 0
+    assert sorted(path.name for path in tmp_path.iterdir()) == [
+        "validation.de-en.hyp",
+        "validation.de-en.json",
+    ]
+
+
+def test_blank_sources_become_blank_hypotheses_and_are_counted(tiny_model_and_tokenizer, caplog):
+    model, tokenizer = tiny_model_and_tokenizer
+    hypotheses, report = evaluate_translation(
+        model, tokenizer, ["Ein Hund.", " "], ["A dog.", "Nothing."], show_progress=False, max_new_tokens=3
+    )
+    assert hypotheses[1] == "" and report["blank_sources"] == 1
+    assert "1 of 2 source lines are blank" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("sources", "references", "message"),
+    [
+        (["Ein Hund.", "Zwei."], ["A dog.", None], "1 of 2 references are missing or blank .first at line 2"),
+        (["Ein Hund."], [""], "references are missing or blank"),
+        ([], [], "no sentences"),
+    ],
+)
+def test_evaluation_rejects_missing_references(tiny_model_and_tokenizer, sources, references, message):
+    model, tokenizer = tiny_model_and_tokenizer
+    with pytest.raises(ValueError, match=message):
+        evaluate_translation(model, tokenizer, sources, references, show_progress=False)
+
+
+def test_unknown_language_is_named(tiny_model_dir, corpus_path, tmp_path):
+    with pytest.raises(ValueError, match="Language 'xx' not in dataset"):
+        evaluate_bleu(tiny_model_dir, corpus_path, "de", "xx", tmp_path, show_progress=False)
+    assert not any(tmp_path.iterdir())
+
+
+def test_loading_rejects_a_tokenizer_that_does_not_match_the_model(tiny_model_dir, tmp_path):
+    model, tokenizer = (
+        AutoModelForSeq2SeqLM.from_pretrained(tiny_model_dir),
+        AutoTokenizer.from_pretrained(tiny_model_dir),
+    )
+    save_tokenizer(tokenizer, tmp_path)
+    model.config.eos_token_id = 3
+    model.save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="eos_token_id: tokenizer has 2, model config has 3"):
+        load_model_and_tokenizer(tmp_path)
+    with pytest.raises(FileNotFoundError, match="cannot load a model and tokenizer"):
+        load_model_and_tokenizer(tmp_path / "missing")
+    with pytest.raises(ValueError, match="unknown precision 'int8'"):
+        load_model_and_tokenizer(tiny_model_dir, dtype="int8")
+
+
+def test_bfloat16_model_translates_on_cpu(tiny_model_dir):
+    model, tokenizer = load_model_and_tokenizer(tiny_model_dir, device="cpu", dtype="bfloat16")
+    assert model.dtype == torch.bfloat16
+    assert translate_sentences(model, tokenizer, ["Ein Hund."], show_progress=False, max_new_tokens=3)[0]
+
+
+def test_lines_round_trip_through_files(tmp_path):
+    path = tmp_path / "input.txt"
+    path.write_bytes(b"Ein Hund.\r\n\n  \nZwei Katzen.\n")
+    assert read_lines(path) == ["Ein Hund.", "", "  ", "Zwei Katzen."]
+    path.write_bytes(b"no final line end")
+    assert read_lines(path) == ["no final line end"]
+    output = tmp_path / "out" / "translations.txt"
+    write_lines_atomic(output, ["old"])
+    write_lines_atomic(output, ["a", "", "b"])
+    assert output.read_text() == "a\n\nb\n"
+    assert [item.name for item in output.parent.iterdir()] == ["translations.txt"]  # no temporary file left
+    path.write_bytes(b"\xff\xfe broken")
+    with pytest.raises(ValueError, match="is not UTF-8 text"):
+        read_lines(path)
+
+
+@pytest.mark.parametrize("cache", ["dynamic", "static"])
+def test_translate_script_keeps_lines_in_order(tiny_model_dir, tiny_model_and_tokenizer, cache):
+    """With either cache (static: the one generate compiles on a GPU), the dynamic cache's translations."""
+    lines = ["Ein Hund rennt.", "", "Zwei Katzen schlafen auf dem Sofa.", "Kinder."]
+    completed = subprocess.run(
+        [sys.executable, str(SCRIPTS / "translate.py"), str(tiny_model_dir), "--num-beams", "2"]
+        + ["--max-new-tokens", "4", "--device", "cpu", "--quiet", "--cache-implementation", cache],
+        input="\n".join(lines) + "\n",
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    model, tokenizer = tiny_model_and_tokenizer
+    expected = translate_sentences(
+        model, tokenizer, lines, show_progress=False, num_beams=2, max_new_tokens=4
+    )
+    assert completed.stdout.split("\n") == [*expected, ""]
+    assert expected[1] == ""
+
+
+@pytest.fixture
+def run_dir(tiny_model_dir, tmp_path):
+    """A training run directory: best and average hold the tiny model, last holds other weights."""
+    run = tmp_path / "run"
+    for name in ("checkpoint_best", "checkpoint_last", "checkpoint_average"):
+        shutil.copytree(tiny_model_dir, run / name)
+    last = AutoModelForSeq2SeqLM.from_pretrained(run / "checkpoint_last")
+    with torch.no_grad():
+        last.lm_head.weight.mul_(2)
+    last.save_pretrained(run / "checkpoint_last")
+    return run
+
+
+def test_selection_takes_the_best_validation_setting_and_decodes_test_with_it_only(
+    run_dir, corpus_path, tmp_path, monkeypatch
+):
+    # An untrained model scores ~0 everywhere: give each (model, beams, penalty) a known validation BLEU.
+    # checkpoint_average holds the same weights as checkpoint_best: it is decoded once, as the best.
+    decoded = []
+
+    def scripted_evaluation(model, tokenizer, sources, references, **kwargs):
+        hypotheses, report = evaluate_translation(model, tokenizer, sources, references, **kwargs)
+        decoded.append(kwargs)
+        is_last = "checkpoint_last" in model.name_or_path
+        report["cased"]["bleu"] = 10 * is_last + kwargs["num_beams"] - kwargs.get("length_penalty", 0)
+        return hypotheses, report
+
+    # Validation decodes (scoring.score_model) and the test decode (scoring.evaluate_bleu) both go through it.
+    monkeypatch.setattr(scoring_module, "evaluate_translation", scripted_evaluation)
+    output_dir = tmp_path / "selection"
+    selection = select_on_validation(
+        [run_dir],
+        corpus_path,
+        "de",
+        "en",
+        output_dir,
+        num_beams=[1, 2],
+        length_penalties=[0.6, 1.0],
+        max_sentences=4,
+    )
+    settings = [
+        (row["model"], row["num_beams"], row.get("length_penalty")) for row in selection["validation"]
+    ]
+    assert settings == [
+        (str(run_dir / name), beams, penalty)
+        for name in ("checkpoint_best", "checkpoint_last")
+        for beams, penalty in ((1, None), (2, 0.6), (2, 1.0))
+    ]
+    assert (selection["chosen"]["model"], selection["chosen"]["num_beams"]) == (
+        str(run_dir / "checkpoint_last"),
+        2,
+    )
+    assert selection["chosen"]["length_penalty"] == 0.6
+    assert len(decoded) == 6 + 1  # six validation decodings, then test with the choice only
+    assert {"num_beams": 2, "length_penalty": 0.6}.items() <= decoded[-1].items()
+    test_report = json.loads((output_dir / "test.de-en.json").read_text())
+    assert (test_report["model"], test_report["sentences"]) == (str(run_dir / "checkpoint_last"), 4)
+    assert selection["reports"]["test"]["cased"] == test_report["cased"]
+    assert json.loads((output_dir / "selection.json").read_text()) == selection
+
+
+def test_selection_with_the_static_cache_scores_what_the_dynamic_cache_does(run_dir, corpus_path, tmp_path):
+    """`--cache-implementation static` (compiled decoding on a GPU) reaches every decoding, with the same scores."""
+    selections = {
+        cache: select_on_validation(
+            [run_dir],
+            corpus_path,
+            "de",
+            "en",
+            tmp_path / cache,
+            num_beams=[1, 2],
+            max_sentences=4,
+            **({"cache_implementation": "static"} if cache == "static" else {}),
+        )
+        for cache in ("dynamic", "static")
+    }
+    assert all(row["cache_implementation"] == "static" for row in selections["static"]["validation"])
+    scores = {
+        cache: [
+            (row["model"], row["num_beams"], row["bleu"], row["chrf"]) for row in selection["validation"]
+        ]
+        + [selection["reports"]["test"]["cased"]["bleu"]]
+        for cache, selection in selections.items()
+    }
+    assert scores["static"] == scores["dynamic"]
+    hypotheses = {cache: (tmp_path / cache / "test.de-en.hyp").read_text() for cache in selections}
+    assert hypotheses["static"] == hypotheses["dynamic"]
+
+
+def test_selection_reports_tokenized_bleu_of_the_test_hypotheses(tiny_model_dir, corpus_path, tmp_path):
+    selection = select_on_validation(
+        [tiny_model_dir],
+        corpus_path,
+        "de",
+        "en",
+        tmp_path,
+        num_beams=[1],
+        max_sentences=4,
+        tokenized_bleu=True,
+    )
+    hypotheses = read_lines(tmp_path / "test.de-en.hyp")
+    references = load_translation_split(corpus_path, "de", "en", "test")["target"][:4]
+    expected = score_tokenized_lowercased(hypotheses, references, "en")
+    assert json.loads((tmp_path / "test.de-en.json").read_text())["tokenized_lowercased"] == expected
+    assert selection["reports"]["test"]["tokenized_lowercased"] == expected
+    assert selection["chosen"]["bleu"] == selection["validation"][0]["bleu"]  # chosen on sacreBLEU alone
+
+
+def test_tokenized_bleu_without_sacremoses_is_refused_before_any_decoding(
+    tiny_model_dir, corpus_path, tmp_path, monkeypatch
+):
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *args: None if name == "sacremoses" else find_spec(name, *args),
+    )
+
+    def no_decoding(*args, **kwargs):
+        raise AssertionError("decoded before the missing tokenizer was named")
+
+    monkeypatch.setattr(scoring_module, "evaluate_translation", no_decoding)
+    with pytest.raises(ImportError, match=r"pip install 'hf_vanilla\[tokenized\]'"):
+        select_on_validation([tiny_model_dir], corpus_path, "de", "en", tmp_path / "out", tokenized_bleu=True)
+    with pytest.raises(ImportError, match="sacremoses"):
+        evaluate_bleu(tiny_model_dir, corpus_path, "de", "en", tmp_path / "out", tokenized_bleu=True)
+    assert not (tmp_path / "out").exists()
+
+
+def test_selection_names_a_directory_that_holds_no_model(tmp_path, corpus_path):
+    with pytest.raises(FileNotFoundError, match="neither a saved model directory nor a training run"):
+        select_on_validation([tmp_path], corpus_path, "de", "en", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_select_checkpoint_script_prints_the_validation_table(tiny_model_dir, corpus_path, tmp_path):
+    completed = subprocess.run(
+        [
+            sys.executable,
+            str(SCRIPTS / "select_checkpoint.py"),
+            str(tiny_model_dir),
+            "--dataset",
+            corpus_path,
+        ]
+        + ["--num-beams", "1", "2", "--max-sentences", "3", "--report-split", "--device", "cpu"]
+        + ["--output-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    table = completed.stdout.splitlines()
+    assert table[0].startswith("validation (3 sentences), nrefs:1|case:mixed")
+    assert len(table) == 2 + 2 and sum("<- chosen" in line for line in table) == 1
+    assert json.loads((tmp_path / "selection.json").read_text())["reports"] == {}
+
+
+def test_select_checkpoint_script_prints_tokenized_bleu_beside_sacrebleu(
+    tiny_model_dir, corpus_path, tmp_path
+):
+    completed = subprocess.run(
+        [sys.executable, str(SCRIPTS / "select_checkpoint.py"), str(tiny_model_dir), "--dataset", corpus_path]
+        + ["--num-beams", "1", "--max-sentences", "3", "--device", "cpu", "--tokenized-bleu"]
+        + ["--output-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    report = json.loads((tmp_path / "test.de-en.json").read_text())
+    assert completed.stdout.splitlines()[-1] == (
+        f"test: cased BLEU {report['cased']['bleu']:.2f}, lowercased {report['lowercased']['bleu']:.2f}, "
+        f"chrF {report['cased']['chrf']:.2f}; tokenized lowercased BLEU "
+        f"{report['tokenized_lowercased']['bleu']:.2f} (beside, not instead)"
+    )
+
+
+LONG_LINE = " ".join(["Hund"] * 2000)
+
+
+@pytest.fixture(scope="module")
+def short_model(tiny_model_and_tokenizer):
+    """The tiny model's shape with 24 positions, so that a line of a few dozen words is too long for it."""
+    model, tokenizer = tiny_model_and_tokenizer
+    config = model.config.__class__(**{**model.config.to_dict(), "max_position_embeddings": 24})
+    return type(model)(config).eval(), tokenizer
+
+
+def test_a_line_longer_than_the_model_is_cut_or_left_blank_and_named_once(short_model, caplog):
+    model, tokenizer = short_model
+    sources = ["Ein Hund rennt.", LONG_LINE, "", "Kinder.", LONG_LINE]
+    alone = translate_sentences(model, tokenizer, [sources[0], sources[3]], show_progress=False, num_beams=1)
+    with caplog.at_level("WARNING"):
+        cut = translate_sentences(model, tokenizer, sources, show_progress=False, num_beams=1)
+        skipped = translate_sentences(
+            model, tokenizer, sources, show_progress=False, num_beams=1, skip_long_lines=True
+        )
+    assert [cut[0], cut[3]] == [skipped[0], skipped[3]] == alone
+    assert cut[1] and cut[1] == cut[4]  # the first 24 tokens of the long line, translated
+    assert skipped[1] == skipped[2] == skipped[4] == ""
+    warnings = [record.getMessage() for record in caplog.records if "positions" in record.getMessage()]
+    assert warnings == [
+        "2 of 5 lines are longer than the model's 24 positions and were cut to their first 24 tokens: line 2, 5",
+        "2 of 5 lines are longer than the model's 24 positions and were left blank: line 2, 5",
+    ]
+
+
+def test_translate_script_writes_every_line_of_a_file_with_a_2000_word_line(tiny_model_dir, tmp_path):
+    source = tmp_path / "input.de"
+    source.write_text(f"Ein Hund rennt.\n{LONG_LINE}\nKinder.\n")
+    outputs = {}
+    for flags in ([], ["--skip_long_lines"]):
+        output = tmp_path / f"output{len(flags)}.en"
+        completed = subprocess.run(
+            [sys.executable, str(SCRIPTS / "translate.py"), str(tiny_model_dir), "--input", str(source)]
+            + ["--output", str(output), "--num-beams", "1", "--max-new-tokens", "3", "--quiet", *flags],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        assert "1 of 3 lines are longer than the model's 1024 positions" in completed.stderr
+        assert "line 2" in completed.stderr and "Traceback" not in completed.stderr
+        outputs[len(flags)] = output.read_text().split("\n")
+    assert len(outputs[0]) == 4 and all(outputs[0][:3])
+    assert outputs[1] == [outputs[0][0], "", outputs[0][2], ""]
+
+
+@pytest.mark.parametrize("script", ["translate.py", "evaluate_bleu.py"])
+@pytest.mark.parametrize("beams", ["0", "-2"])
+def test_scripts_reject_a_beam_size_below_one_in_one_line(script, beams, tiny_model_dir):
+    completed = subprocess.run(
+        [sys.executable, str(SCRIPTS / script), str(tiny_model_dir), "--num-beams", beams],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
+    assert completed.returncode == 2
+    assert completed.stderr.splitlines()[-1] == (
+        f"{script}: error: argument --num-beams/--num_beams: must be at least 1, got {beams}"
+    )
+    assert "Traceback" not in completed.stderr
+
+
+def test_a_truncated_weights_file_is_named_in_one_line(tiny_model_dir, tmp_path):
+    shutil.copytree(tiny_model_dir, tmp_path / "model")
+    weights = tmp_path / "model" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    with pytest.raises(ValueError, match=f"{weights} is truncated or corrupt .*re-save or re-download it"):
+        load_model_and_tokenizer(tmp_path / "model")
+    completed = subprocess.run(
+        [sys.executable, str(SCRIPTS / "translate.py"), str(tmp_path / "model"), "--quiet"],
+        input="Ein Hund.\n",
+        capture_output=True,
+        text=True,
+    )
+    assert completed.returncode == 1
+    assert completed.stderr.splitlines()[-1].startswith(f"error: {weights} is truncated or corrupt")
+    assert "Traceback" not in completed.stderr
+
+
+def with_another_vocabulary_of_the_same_size(model_dir, destination):
+    """A copy of `model_dir` whose tokenizer swaps the ids of two ordinary tokens: same size, same special ids."""
+    shutil.copytree(model_dir, destination)
+    path = destination / "tokenizer.json"
+    data = json.loads(path.read_text())
+    vocabulary = data["model"]["vocab"]
+    first, second = list(vocabulary)[500:502]
+    vocabulary[first], vocabulary[second] = vocabulary[second], vocabulary[first]
+    path.write_text(json.dumps(data, ensure_ascii=False))
+    return destination
+
+
+def test_loading_rejects_a_tokenizer_of_the_same_size_with_another_vocabulary(tiny_model_dir, tmp_path):
+    swapped = with_another_vocabulary_of_the_same_size(tiny_model_dir, tmp_path / "swapped")
+    assert len(AutoTokenizer.from_pretrained(swapped)) == len(AutoTokenizer.from_pretrained(tiny_model_dir))
+    with pytest.raises(ValueError, match="not the one the model was trained with"):
+        load_model_and_tokenizer(swapped)
+    model = AutoModelForSeq2SeqLM.from_pretrained(swapped)
+    model.config.tokenizer_fingerprint = None  # as a checkpoint saved before fingerprints: loads unchecked
+    model.save_pretrained(swapped)
+    assert load_model_and_tokenizer(swapped)[1]

@@ -1,0 +1,232 @@
+import json
+import subprocess
+import sys
+
+import pytest
+import sacrebleu
+from conftest import SCRIPTS, tiny_config
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+from hf_vanilla import distillation
+from hf_vanilla.data import load_translation_split
+from hf_vanilla.research.distillation import PROVENANCE_FILE, distill_dataset
+from hf_vanilla.training.train import train
+from hf_vanilla.translation import translate_sentences
+
+GREEDY = {"num_beams": 1, "max_new_tokens": 8}  # untrained teachers: short outputs keep the tests quick
+
+
+@pytest.fixture(scope="module")
+def teacher(tiny_model_dir):
+    return AutoModelForSeq2SeqLM.from_pretrained(tiny_model_dir), AutoTokenizer.from_pretrained(
+        tiny_model_dir
+    )
+
+
+@pytest.fixture(scope="module")
+def original(tiny_dataset):
+    return load_translation_split(tiny_dataset, "de", "en", "train").to_dict()
+
+
+@pytest.fixture(scope="module")
+def distilled(tiny_model_dir, tiny_dataset, tmp_path_factory):
+    output_dir = tmp_path_factory.mktemp("distilled") / "de-en"
+    provenance = distill_dataset(
+        tiny_dataset, "de", "en", output_dir, forward=[tiny_model_dir], show_progress=False, **GREEDY
+    )
+    return output_dir, provenance
+
+
+def translated(teacher, sentences):
+    return translate_sentences(*teacher, sentences, show_progress=False, **GREEDY)
+
+
+def test_forward_targets_are_the_teachers_translations_of_the_sources_in_order(teacher, original, distilled):
+    output_dir, provenance = distilled
+    written = load_translation_split(str(output_dir), "de", "en", "train").to_dict()
+    assert written["source"] == original["source"]
+    assert written["target"] == translated(teacher, original["source"])
+    assert written["target"] != original["target"]
+    assert provenance["rows"] == {"train": 400, "validation": 16}
+    assert json.loads((output_dir / PROVENANCE_FILE).read_text()) == provenance
+    assert provenance["generate_kwargs"] == GREEDY and provenance["teachers"][0]["side"] == "forward"
+
+
+def test_other_splits_are_copied_unchanged(tiny_dataset, distilled):
+    output_dir, _ = distilled
+    written = load_translation_split(str(output_dir), "de", "en", "validation")
+    assert written.to_dict() == load_translation_split(tiny_dataset, "de", "en", "validation").to_dict()
+
+
+def test_diversified_data_is_the_original_then_forward_then_backward_pairs(
+    teacher, original, tiny_model_dir, tiny_dataset, tmp_path
+):
+    provenance = distill_dataset(
+        tiny_dataset,
+        "de",
+        "en",
+        tmp_path / "diversified",
+        forward=[tiny_model_dir],
+        backward=[tiny_model_dir],
+        keep_original=True,
+        show_progress=False,
+        **GREEDY,
+    )
+    written = load_translation_split(str(tmp_path / "diversified"), "de", "en", "train").to_dict()
+    assert written["source"] == original["source"] * 2 + translated(teacher, original["target"])
+    assert (
+        written["target"] == original["target"] + translated(teacher, original["source"]) + original["target"]
+    )
+    assert provenance["rows"]["train"] == 1200
+    assert [teacher["side"] for teacher in provenance["teachers"]] == ["forward", "backward"]
+
+
+def test_a_student_trains_on_the_distilled_dataset(distilled, tokenizer_dir, tmp_path):
+    run = train(tiny_config(str(distilled[0]), tokenizer_dir, tmp_path / "student", max_steps=4))
+    assert (run / "checkpoint_4").is_dir() and (run / "checkpoint_last").is_dir()
+
+
+def test_a_directory_that_is_not_empty_is_refused_and_kept(tiny_model_dir, tiny_dataset, tmp_path):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "notes.txt").write_text("mine")
+    options = {"forward": [tiny_model_dir], "show_progress": False, **GREEDY}
+    with pytest.raises(FileExistsError, match="out exists and is not empty; pass --overwrite"):
+        distill_dataset(tiny_dataset, "de", "en", tmp_path / "out", **options)
+    assert [path.name for path in (tmp_path / "out").iterdir()] == ["notes.txt"]
+    distill_dataset(tiny_dataset, "de", "en", tmp_path / "out", overwrite=True, **options)
+    assert sorted(path.name for path in (tmp_path / "out").iterdir()) == [
+        PROVENANCE_FILE,
+        "train.jsonl",
+        "validation.jsonl",
+    ]
+
+
+def test_no_teacher_is_refused(tiny_dataset, tmp_path):
+    with pytest.raises(ValueError, match="no teacher: name at least one forward or backward model"):
+        distill_dataset(tiny_dataset, "de", "en", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_model_that_does_not_load_is_named_before_any_decoding(
+    tiny_model_dir, tiny_dataset, tmp_path, monkeypatch
+):
+    monkeypatch.setattr(distillation, "translate_sentences", lambda *args, **kwargs: pytest.fail("decoded"))
+    with pytest.raises(FileNotFoundError, match="cannot load model '.*no-such-model'"):
+        distill_dataset(
+            tiny_dataset,
+            "de",
+            "en",
+            tmp_path / "out",
+            forward=[tiny_model_dir],
+            backward=[tmp_path / "no-such-model"],
+        )
+    assert not (tmp_path / "out").exists()
+
+
+def test_each_models_bleu_against_the_training_references_is_recorded(original, distilled):
+    (forward,) = distilled[1]["teachers"]
+    assert forward["train_bleu"] == pytest.approx(
+        sacrebleu.corpus_bleu(
+            load_translation_split(str(distilled[0]), "de", "en", "train")["target"], [original["target"]]
+        ).score
+    )
+
+
+class CountingTranslations:
+    """translate_sentences, counting the sentences it decodes; raising once `fail_after` calls have run."""
+
+    def __init__(self, fail_after=None):
+        self.sentences, self.calls, self.fail_after = 0, 0, fail_after
+
+    def __call__(self, model, tokenizer, sentences, *args, **kwargs):
+        if self.calls == self.fail_after:
+            raise RuntimeError("out of memory")
+        self.calls += 1
+        self.sentences += len(sentences)
+        return translate_sentences(model, tokenizer, sentences, *args, **kwargs)
+
+
+def test_a_teacher_that_fails_leaves_no_directory_and_a_second_try_goes_on_where_it_stopped(
+    tiny_model_dir, tiny_dataset, tmp_path, monkeypatch
+):
+    options = {"forward": [tiny_model_dir], "chunk_size": 150, "show_progress": False, **GREEDY}
+    failing = CountingTranslations(fail_after=2)
+    monkeypatch.setattr(distillation, "translate_sentences", failing)
+    with pytest.raises(RuntimeError, match="out of memory"):
+        distill_dataset(tiny_dataset, "de", "en", tmp_path / "out", **options)
+    assert not (tmp_path / "out").exists() and failing.sentences == 300  # two of the three chunks saved
+
+    again = CountingTranslations()
+    monkeypatch.setattr(distillation, "translate_sentences", again)
+    distill_dataset(tiny_dataset, "de", "en", tmp_path / "out", **options)
+    assert again.sentences == 100  # only the last chunk decoded
+    assert [path.name for path in tmp_path.iterdir()] == ["out"]  # its own translations removed once written
+    distill_dataset(tiny_dataset, "de", "en", tmp_path / "whole", **options)  # no stop, nothing saved before
+    assert again.sentences == 100 + 400
+    read = load_translation_split(str(tmp_path / "out"), "de", "en", "train").to_dict()
+    assert read == load_translation_split(str(tmp_path / "whole"), "de", "en", "train").to_dict()
+
+
+def test_the_other_directions_diversification_reads_the_translations_it_shares(
+    tiny_model_dir, tiny_dataset, tmp_path, monkeypatch
+):
+    counting = CountingTranslations()
+    monkeypatch.setattr(distillation, "translate_sentences", counting)
+    shared = {"translations_dir": tmp_path / "translations", "show_progress": False, **GREEDY}
+    distill_dataset(tiny_dataset, "de", "en", tmp_path / "de-en", forward=[tiny_model_dir], **shared)
+    # en->de's backward model translates the German side, as de->en's forward model did: nothing to decode
+    distill_dataset(tiny_dataset, "en", "de", tmp_path / "en-de", backward=[tiny_model_dir], **shared)
+    assert counting.sentences == 400 and (tmp_path / "translations").is_dir()
+    de_en = load_translation_split(str(tmp_path / "de-en"), "de", "en", "train").to_dict()
+    en_de = load_translation_split(str(tmp_path / "en-de"), "en", "de", "train").to_dict()
+    assert en_de == {"source": de_en["target"], "target": de_en["source"]}
+    # other settings are other translations
+    distill_dataset(
+        tiny_dataset, "de", "en", tmp_path / "beam-2", forward=[tiny_model_dir], **shared | {"num_beams": 2}
+    )
+    assert counting.sentences == 800
+
+
+def test_a_damaged_saved_chunk_is_named(tiny_model_dir, tiny_dataset, tmp_path):
+    options = {"forward": [tiny_model_dir], "translations_dir": tmp_path / "saved", "show_progress": False}
+    distill_dataset(tiny_dataset, "de", "en", tmp_path / "out", **options, **GREEDY)
+    (chunk,) = (tmp_path / "saved").glob("*/chunk-00000.txt")
+    chunk.write_text("cut short\n")
+    with pytest.raises(ValueError, match=r"chunk-00000.txt holds 1 translations, not 400: remove it"):
+        distill_dataset(tiny_dataset, "de", "en", tmp_path / "again", **options, **GREEDY)
+    assert not (tmp_path / "again").exists()
+
+
+def run_distill_script(model_dir, dataset, output_dir, *options):
+    return subprocess.run(
+        [sys.executable, SCRIPTS / "distill.py", "--forward", model_dir, "--dataset", dataset]
+        + ["--output-dir", output_dir, "--device", "cpu", *options],
+        capture_output=True,
+        text=True,
+    )
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (["--source-lang", "fr"], "Language 'fr' not in dataset"),
+        (["--train-split", "training"], "Split 'training' not in dataset"),
+    ],
+)
+def test_script_names_bad_input_in_one_line_and_writes_nothing(
+    tiny_model_dir, tiny_dataset, tmp_path, options, message
+):
+    result = run_distill_script(tiny_model_dir, tiny_dataset, tmp_path / "out", *options)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1].startswith(f"error: {message}")
+    assert not (tmp_path / "out").exists()
+
+
+def test_script_writes_the_dataset_and_says_how_many_pairs(tiny_model_dir, tiny_dataset, tmp_path):
+    options = ["--backward", tiny_model_dir, "--num-beams", "1", "--max-new-tokens", "4", "--keep-original"]
+    options += ["--translations-dir", tmp_path / "saved"]
+    result = run_distill_script(tiny_model_dir, tiny_dataset, tmp_path / "out", *options)
+    assert result.returncode == 0, result.stderr
+    assert len(list((tmp_path / "saved").glob("*/chunk-00000.txt"))) == 2  # the sources, the targets
+    assert f"wrote {tmp_path / 'out'}: 1200 training pairs; forward {tiny_model_dir} (" in result.stdout
+    assert json.loads((tmp_path / "out" / PROVENANCE_FILE).read_text())["keep_original"] is True

@@ -1,0 +1,93 @@
+"""The target-language model that reranking weighs (hf_vanilla.research.language_model): trained with transformers' Trainer,
+saved whole or not at all, scoring each sentence by its per-token log-likelihood."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+from conftest import SCRIPTS, TINY_LANGUAGE_MODEL
+from transformers import AutoTokenizer
+
+from hf_vanilla.data import load_translation_split
+from hf_vanilla.research.language_model import (
+    RECORD_FILE,
+    load_language_models,
+    sentence_log_probs,
+    train_language_model,
+)
+
+
+def test_a_trained_language_model_is_saved_with_its_tokenizer_and_record(language_model_dir, tiny_model_dir):
+    record = json.loads((language_model_dir / RECORD_FILE).read_text())
+    assert record["epochs"] == 1 and record["updates"] > 0 and record["training_sentences"] > 0
+    assert record["shape"]["n_layer"] == 1 and record["machine"]["cpu_model"]
+    assert (language_model_dir / "model.safetensors").is_file()
+    ((model, tokenizer),) = load_language_models([language_model_dir], "cpu")
+    assert tokenizer.get_vocab() == AutoTokenizer.from_pretrained(tiny_model_dir).get_vocab()
+    assert model.config.vocab_size == len(tokenizer) and not model.training
+
+
+def test_training_lowers_the_validation_perplexity(corpus_path, tiny_model_dir, tmp_path):
+    pairs = load_translation_split(corpus_path, "de", "en", "train")
+    record = train_language_model(
+        pairs["target"],
+        AutoTokenizer.from_pretrained(tiny_model_dir),
+        tmp_path / "lm",
+        validation_texts=load_translation_split(corpus_path, "de", "en", "validation")["target"],
+        epochs=3,
+        batch_size=16,
+        lr=3e-3,
+        warmup=10,
+        precision="no",  # as conftest's language_model_dir, for the training tests after it
+        device="cpu",
+        show_progress=False,
+        **TINY_LANGUAGE_MODEL,
+    )
+    perplexities = [row["validation_perplexity"] for row in record["validation"]]
+    assert len(perplexities) == 3 and perplexities[-1] < perplexities[0] < len(
+        AutoTokenizer.from_pretrained(tiny_model_dir)
+    )
+
+
+def test_sentence_scores_are_the_models_per_token_log_likelihood_batched_or_not(language_model_dir):
+    ((model, tokenizer),) = load_language_models([language_model_dir], "cpu")
+    texts = ["A man rides a bike.", "Two dogs play in the snow with a red ball.", ""]
+    batched = sentence_log_probs(model, tokenizer, texts, max_tokens=4096)
+    one_by_one = [sentence_log_probs(model, tokenizer, [text], max_tokens=4096)[0] for text in texts]
+    assert batched == pytest.approx(one_by_one, abs=1e-5)
+    for text, score in zip(texts, batched, strict=True):  # GPT-2's own loss: the mean over tokens after <s>
+        ids = torch.tensor(
+            [
+                [
+                    tokenizer.bos_token_id,
+                    *tokenizer(text, add_special_tokens=False)["input_ids"],
+                    tokenizer.eos_token_id,
+                ]
+            ]
+        )
+        with torch.no_grad():
+            assert score == pytest.approx(-model(input_ids=ids, labels=ids).loss.item(), abs=1e-5)
+
+
+def test_nothing_is_written_without_training_sentences(tiny_model_dir, tmp_path):
+    with pytest.raises(ValueError, match="needs training sentences"):
+        train_language_model(
+            ["", "  "], AutoTokenizer.from_pretrained(tiny_model_dir), tmp_path / "lm", device="cpu"
+        )
+    assert not (tmp_path / "lm").exists()
+
+
+def test_the_script_trains_on_the_target_side_and_names_a_missing_tokenizer(
+    corpus_path, tiny_model_dir, tmp_path
+):
+    command = [sys.executable, str(SCRIPTS / "train_language_model.py"), "--dataset", corpus_path]
+    command += ["--source-lang", "en", "--target-lang", "de", "--epochs", "1", "--device", "cpu", "--quiet"]
+    missing = subprocess.run(
+        command + ["--tokenizer", str(tmp_path / "none"), "--output-dir", str(tmp_path / "lm")],
+        capture_output=True,
+        text=True,
+    )
+    assert missing.returncode == 1 and missing.stderr.splitlines()[-1].startswith("error: ")
+    assert "Traceback" not in missing.stderr and not (tmp_path / "lm").exists()

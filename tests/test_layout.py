@@ -1,0 +1,55 @@
+"""The layout keeps the architecture: the model a checkpoint carries imports nothing else of the package, and
+nothing outside research/ imports research."""
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "hf_vanilla"
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every module a file of the package imports."""
+    return imports_of(path.read_text(), path.relative_to(PACKAGE.parent).with_suffix("").parts[:-1])
+
+
+def imports_of(source: str, package: tuple[str, ...]) -> set[str]:
+    """Every module `source` imports, relative imports resolved against `package`."""
+    modules = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            modules.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else ()
+            modules.add(".".join((*base, node.module or "")).rstrip("."))
+    return modules
+
+
+def test_the_model_imports_only_its_libraries_and_itself():
+    for path in (PACKAGE / "model").glob("*.py"):
+        for module in imported_modules(path):
+            top = module.split(".")[0]
+            if top == "hf_vanilla":
+                assert module.startswith("hf_vanilla.model"), f"{path.name} imports {module}"
+            else:
+                # The standard library and the model's own libraries; nothing of the wider stack.
+                assert top not in {"datasets", "accelerate", "sacrebleu", "tokenizers", "yaml"}, (
+                    f"{path.name} imports {module}"
+                )
+
+
+def test_nothing_outside_research_imports_it():
+    for path in PACKAGE.rglob("*.py"):
+        if "research" in path.relative_to(PACKAGE).parts:
+            continue
+        offending = {m for m in imported_modules(path) if m.startswith("hf_vanilla.research")}
+        assert not offending, f"{path.relative_to(PACKAGE)} imports {sorted(offending)}"
+
+
+def test_the_boundary_check_resolves_relative_imports():
+    """The check itself can fail: relative and absolute imports of research are both seen from evaluation."""
+    source = "from ..research.reranking import x\nfrom .scoring import y\nimport hf_vanilla.research.ensemble\n"
+    assert imports_of(source, ("hf_vanilla", "evaluation")) == {
+        "hf_vanilla.research.reranking",
+        "hf_vanilla.evaluation.scoring",
+        "hf_vanilla.research.ensemble",
+    }

@@ -1,0 +1,275 @@
+"""The benchmark runs on a tiny model and reports what it promises; the model's speed paths change no result."""
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import REPO
+from torch.utils.flop_counter import FlopCounterMode
+
+from hf_vanilla import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration, modeling_vanilla
+from hf_vanilla.model.modeling_vanilla import AUTO_ATTENTION, label_smoothed_cross_entropy
+from hf_vanilla.tools.benchmark import (
+    PeakMemory,
+    benchmark_config,
+    format_table,
+    make_generation,
+    resolve_dtypes,
+    run_benchmark,
+    save_results,
+    training_batch,
+    training_flops,
+)
+
+# float32 and "auto": bf16 cases only where this CPU runs bf16 natively (elsewhere they would take minutes).
+DTYPES = ("float32", "auto")
+
+
+@pytest.fixture(scope="module")
+def results():
+    return run_benchmark(
+        "tiny",
+        target_tokens=64,
+        repeats=1,
+        new_tokens=2,
+        generation_batch_sizes=(2, 1),
+        dtypes=DTYPES,
+        generation_caches=("cached", "uncached", "static"),
+        ctranslate2_quantizations=("int8",),
+        peak_seconds=0.02,
+    )
+
+
+def test_results_have_every_case_with_rates_ratios_mfu_and_memory(results):
+    # No figure that depends on the machine's speed is asserted: MFU is whatever this CPU gives.
+    dtypes = resolve_dtypes(DTYPES, "cpu")
+    assert results["settings"]["dtypes"] == list(dtypes) and set(results["peak_flops"]) == set(dtypes)
+    assert results["parameters"]["marian"] > results["parameters"]["ours"]  # Marian adds zero biases
+    training = {(case["dtype"], case["attn_implementation"]) for case in results["training"]}
+    assert training == {(d, a) for d in dtypes for a in ("eager", "sdpa")}
+    flops = results["settings"]["training_flops"]
+    for case in results["training"]:
+        for name in ("ours", "marian"):
+            rates = case[name]
+            assert rates["per_second"] > 0 and rates["peak_memory_bytes"] is not None
+            peak = results["peak_flops"][case["dtype"]]
+            assert rates["mfu"] == pytest.approx(flops / statistics.median(rates["seconds"]) / peak)
+            assert len(rates["seconds"]) == 1 and rates["first_step_seconds"] > 0
+        assert case["ratio"] == pytest.approx(case["ours"]["per_second"] / case["marian"]["per_second"])
+    generation = {(c["dtype"], c["batch_size"], c["num_beams"], c["cache"]) for c in results["generation"]}
+    caches = ("cached", "uncached", "static")
+    assert generation == {(d, b, n, c) for d in dtypes for b in (2, 1) for n in (1, 4) for c in caches}
+    assert all(case["ours"]["per_second"] > 0 and case["ratio"] > 0 for case in results["generation"])
+
+
+def test_report_names_the_hardware_and_software(results):
+    environment = results["environment"]
+    assert environment["threads"] == torch.get_num_threads() and environment["device"] == "cpu"
+    assert environment["torch"] == torch.__version__ and isinstance(environment["native_bf16"], bool)
+    first_line = format_table(results).splitlines()[0]
+    assert environment["cpu_model"] in first_line and environment["cpu_capability"] in first_line
+
+
+def test_auto_is_float32_on_a_cpu_without_native_bf16():
+    """An AVX2-only CPU, emulated: bf16 matmuls there are ~40x slower than fp32, so auto must not pick bf16."""
+    code = (
+        "from hf_vanilla.tools.benchmark import environment, describe_environment, resolve_dtypes; "
+        "print(resolve_dtypes(('auto',), 'cpu'), resolve_dtypes(('float32', 'auto'), 'cpu')); "
+        "print(describe_environment(environment()))"
+    )
+    emulation = {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}
+    output = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, **emulation},
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.splitlines()
+    assert output[0] == "('float32',) ('float32',)"
+    assert "AVX2, no native bf16" in output[1]
+
+
+def test_ctranslate2_cases_when_installed(results):
+    pytest.importorskip("ctranslate2")
+    assert {(c["batch_size"], c["num_beams"]) for c in results["ctranslate2"]} == {
+        (2, 1),
+        (2, 4),
+        (1, 1),
+        (1, 4),
+    }
+    assert all(case["int8"]["per_second"] > 0 for case in results["ctranslate2"])
+
+
+def test_table_and_json(results, tmp_path):
+    table = format_table(results)
+    assert "float32 sdpa" in table and "float32 batch 1 beam 4 uncached" in table
+    path = save_results(results, tmp_path / "out" / "benchmark.json")
+    assert json.loads(path.read_text())["training"][0]["ours"]["mfu"] == results["training"][0]["ours"]["mfu"]
+    assert [p.name for p in path.parent.iterdir()] == ["benchmark.json"]
+
+
+def test_training_flops_equal_torchs_flop_counter_on_an_unpadded_batch():
+    config = benchmark_config("tiny", vocab_size=100)
+    model = VanillaTransformerForConditionalGeneration(config)
+    model.set_attn_implementation("eager")
+    batch = training_batch(config, 200)
+    batch["attention_mask"].fill_(1)
+    batch["labels"] = batch["labels"].masked_fill(batch["labels"] == -100, 5)
+    with FlopCounterMode(display=False) as counter:
+        model(**batch).loss.backward()
+    assert training_flops(config, batch) == counter.get_total_flops()
+
+
+def test_training_batch_holds_about_the_requested_target_tokens():
+    batch = training_batch(benchmark_config("tiny"), 4096)
+    assert 3900 < (batch["labels"] != -100).sum() < 4300
+    assert (batch["attention_mask"] == 0).any()  # padded like a real length-bucketed batch
+
+
+def test_peak_memory_sees_a_temporary_tensor():
+    with PeakMemory() as memory:
+        block = torch.ones(16 * 2**20)  # 64 MiB
+        time.sleep(0.05)
+        del block
+    assert 60 * 2**20 < memory.peak_bytes < 100 * 2**20
+
+
+def test_script_quick_mode_writes_json(tmp_path):
+    output = tmp_path / "bench.json"
+    command = [sys.executable, "scripts/benchmark.py", "--size", "tiny", "--quick", "--dtypes", "float32"]
+    command += ["--attn", "sdpa", "--generation-batch-sizes", "1", "--ctranslate2", "--output", str(output)]
+    command += ["--clock", "cpu", "--threads", "1"]
+    this_checkout = {**os.environ, "PYTHONPATH": str(REPO)}  # not an installed copy elsewhere
+    subprocess.run(command, check=True, capture_output=True, text=True, cwd=REPO, env=this_checkout)
+    results = json.loads(output.read_text())
+    assert (results["settings"]["clock"], results["settings"]["threads"]) == ("cpu", 1)
+    assert [case["dtype"] for case in results["training"]] == ["float32"]
+    assert results["ctranslate2"] == []
+
+
+# The speed paths of the model compute what the plain ones do.
+
+
+def padded_batch(batch_size: int, vocab: int = 40) -> dict[str, torch.Tensor]:
+    source, target = torch.randint(4, vocab, (batch_size, 9)), torch.randint(4, vocab, (batch_size, 7))
+    attention_mask = torch.ones_like(source)
+    attention_mask[::3, 5:] = 0
+    return {"input_ids": source, "attention_mask": attention_mask, "decoder_input_ids": target}
+
+
+@pytest.fixture
+def matmul_path_calls(monkeypatch) -> list:
+    calls = []
+    plain = modeling_vanilla.sdpa_by_matmuls
+    monkeypatch.setattr(
+        modeling_vanilla, "sdpa_by_matmuls", lambda *a, **k: calls.append(1) or plain(*a, **k)
+    )
+    return calls
+
+
+def test_sdpa_by_matmuls_in_bfloat16_training_matches_eager(matmul_path_calls):
+    model = VanillaTransformerForConditionalGeneration(
+        VanillaTransformerConfig.from_preset("tiny", vocab_size=40)
+    )
+    batch = padded_batch(6)
+    logits = {}
+    for implementation in ("eager", "sdpa", AUTO_ATTENTION):
+        model.set_attn_implementation(implementation)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            logits[implementation] = model.eval()(**batch).logits.float()
+    torch.testing.assert_close(logits[AUTO_ATTENTION], logits["eager"], atol=2e-2, rtol=0)
+    assert len(matmul_path_calls) == 6  # every attention of the 2 + 2 layers, and none of "sdpa"'s
+
+
+def test_sdpa_by_matmuls_when_decoding_a_batch_matches_eager(matmul_path_calls):
+    model = VanillaTransformerForConditionalGeneration(
+        VanillaTransformerConfig.from_preset("tiny", vocab_size=40)
+    )
+    batch = padded_batch(20)  # 20 sequences: float32 decoding steps take the matmul path
+    del batch["decoder_input_ids"]
+    runs = {}
+    for implementation in ("eager", AUTO_ATTENTION):
+        model.set_attn_implementation(implementation)
+        runs[implementation] = model.eval().generate(
+            **batch, max_new_tokens=6, do_sample=False, output_scores=True, return_dict_in_generate=True
+        )
+    assert torch.equal(runs[AUTO_ATTENTION].sequences, runs["eager"].sequences)
+    torch.testing.assert_close(torch.stack(runs[AUTO_ATTENTION].scores), torch.stack(runs["eager"].scores))
+    assert matmul_path_calls
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_blockwise_loss_equals_one_cross_entropy_call(smoothing):
+    logits = torch.randn(300, 5000, requires_grad=True)  # 6 row blocks on CPU
+    labels = torch.randint(0, 5000, (300,))
+    labels[::7] = -100
+    expected = F.cross_entropy(logits, labels, ignore_index=-100, label_smoothing=smoothing)
+    loss = label_smoothed_cross_entropy(logits, labels, smoothing, (labels != -100).sum())
+    torch.testing.assert_close(loss, expected)
+    torch.testing.assert_close(*(torch.autograd.grad(value, logits)[0] for value in (loss, expected)))
+
+
+def test_logits_to_keep_projects_only_the_last_positions():
+    model = VanillaTransformerForConditionalGeneration(
+        VanillaTransformerConfig.from_preset("tiny", vocab_size=40)
+    )
+    batch = padded_batch(3)
+    full = model.eval()(**batch).logits
+    torch.testing.assert_close(model(**batch, logits_to_keep=2).logits, full[:, -2:])
+
+
+@pytest.mark.parametrize("num_beams", [1, 4])
+def test_static_cache_generates_what_the_dynamic_cache_does(num_beams):
+    """The static cache (the one `generate` compiles on a GPU) gives positions as a tensor: same tokens, scores."""
+    model = VanillaTransformerForConditionalGeneration(
+        VanillaTransformerConfig.from_preset("tiny", vocab_size=40)
+    ).eval()
+    batch = padded_batch(5)
+    del batch["decoder_input_ids"]
+    runs = {}
+    for cache in ("dynamic", "static"):
+        runs[cache] = model.generate(
+            **batch,
+            num_beams=num_beams,
+            max_new_tokens=8,
+            do_sample=False,
+            output_scores=True,
+            return_dict_in_generate=True,
+            **({"cache_implementation": "static"} if cache == "static" else {}),
+        )
+    assert torch.equal(runs["static"].sequences, runs["dynamic"].sequences)
+    torch.testing.assert_close(torch.stack(runs["static"].scores), torch.stack(runs["dynamic"].scores))
+
+
+@pytest.mark.parametrize("num_beams", [1, 4])
+def test_cross_attention_keys_and_values_are_computed_once_per_generate(num_beams):
+    model = VanillaTransformerForConditionalGeneration(
+        VanillaTransformerConfig.from_preset("tiny", vocab_size=40)
+    ).eval()
+    calls = []
+    for layer in model.model.decoder.layers:
+        layer.encoder_attn.kv_proj.register_forward_hook(lambda *args: calls.append(1))
+    batch = padded_batch(3)
+    del batch["decoder_input_ids"]
+    model.generate(**batch, num_beams=num_beams, min_new_tokens=6, max_new_tokens=6, do_sample=False)
+    assert len(calls) == len(model.model.decoder.layers)
+
+
+def test_static_compiled_generation_asks_generate_to_compile_on_any_device():
+    class Recorder:
+        def generate(self, **kwargs):
+            self.kwargs = kwargs
+
+    model = Recorder()
+    make_generation(model, {}, num_beams=1, cache="static-compiled", new_tokens=2)()
+    assert model.kwargs["cache_implementation"] == "static" and model.kwargs["use_cache"]
+    compile_config = model.kwargs["compile_config"]
+    assert compile_config._compile_all_devices and compile_config.options == {"freezing": True}
+    make_generation(model, {}, num_beams=1, cache="static", new_tokens=2)()
+    assert "compile_config" not in model.kwargs
