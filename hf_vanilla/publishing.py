@@ -10,7 +10,9 @@ and wherever transformers saves the model again), and holds a README.md model ca
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import torch
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
@@ -78,13 +80,31 @@ def dataset_label(dataset: str) -> str:
     return f"a local copy of {dataset_name(dataset)}" if is_local_dataset(dataset) else dataset
 
 
-def _card_metadata(source_lang, target_lang, dataset, validation, validation_sentences) -> ModelCardData:
-    """The card's YAML block: languages, license, task, dataset (a Hub one), validation scores as model-index."""
-    public_dataset = not is_local_dataset(dataset)
-    results = [
+PAPER = "https://arxiv.org/abs/1706.03762"
+CITATION = r"""@inproceedings{vaswani2017attention,
+  title     = {Attention Is All You Need},
+  author    = {Vaswani, Ashish and Shazeer, Noam and Parmar, Niki and Uszkoreit, Jakob and Jones, Llion and
+               Gomez, Aidan N. and Kaiser, {\L}ukasz and Polosukhin, Illia},
+  booktitle = {Advances in Neural Information Processing Systems},
+  year      = {2017}
+}"""
+MULTI30K_CITATION = """@inproceedings{elliott2016multi30k,
+  title     = {Multi30K: Multilingual English-German Image Descriptions},
+  author    = {Elliott, Desmond and Frank, Stella and Sima'an, Khalil and Specia, Lucia},
+  booktitle = {Proceedings of the 5th Workshop on Vision and Language},
+  year      = {2016}
+}"""
+EVALUATION_HEADING = "## Evaluation"
+
+
+def _validation_results(dataset: str, validation, validation_sentences) -> list[EvalResult]:
+    """A checkpoint's validation scores during training (greedy decoding) as model-index rows."""
+    if not validation:
+        return []
+    return [
         EvalResult(
             task_type="translation",
-            dataset_type=dataset if public_dataset else "local",
+            dataset_type=dataset if not is_local_dataset(dataset) else "local",
             dataset_name=f"{dataset_name(dataset)} validation ({validation_sentences or 'all'} sentences)",
             dataset_split="validation",
             metric_type=metric,
@@ -95,18 +115,42 @@ def _card_metadata(source_lang, target_lang, dataset, validation, validation_sen
             ("val_bleu", "bleu", "sacreBLEU, greedy"),
             ("val_loss", "loss", "label-smoothed cross-entropy per target token"),
         )
-        if validation and key in validation
+        if key in validation
     ]
+
+
+def _card_metadata(source_lang, target_lang, dataset, results: list[EvalResult]) -> ModelCardData:
+    """The card's YAML block, as Hub model cards carry it: languages, license, task, dataset, model-index."""
     return ModelCardData(
         language=[source_lang, target_lang],
         license="apache-2.0",
         library_name="transformers",
         pipeline_tag="translation",
         tags=["translation", "hf_vanilla", "vanilla-transformer"],
-        datasets=[dataset] if public_dataset else None,
+        datasets=None if is_local_dataset(dataset) else [dataset],
+        metrics=["bleu", "chrf"],
         model_name=f"hf_vanilla-{source_lang}-{target_lang}",
         eval_results=results or None,
     )
+
+
+def evaluation_section(results: list[EvalResult] | None) -> str:
+    """The card's results table, one row a score, with sacreBLEU's signature where it has one."""
+    if not results:
+        return f"{EVALUATION_HEADING}\n\nNot evaluated yet: `scripts/select_checkpoint.py` records test scores here.\n"
+    rows = "\n".join(
+        f"| {result.dataset_name} | {result.metric_name} | {result.metric_value} | "
+        f"{(result.metric_config or '').replace('|', chr(92) + '|')} |"  # a signature's bars escaped for the table
+        for result in results
+    )
+    return f"{EVALUATION_HEADING}\n\n| data | metric | score | sacreBLEU signature |\n|---|---|---|---|\n{rows}\n"
+
+
+def _training_lines(training: Mapping[str, Any] | None) -> str:
+    """The training settings a card lists, one line each."""
+    if not training:
+        return ""
+    return "".join(f"- {name}: {value}\n" for name, value in training.items())
 
 
 def model_card(
@@ -117,42 +161,104 @@ def model_card(
     summary: str,
     validation: dict[str, float] | None = None,
     validation_sentences: int | None = None,
+    training: Mapping[str, Any] | None = None,
 ) -> ModelCard:
-    """A model card with the Hub's metadata (languages, license, dataset, task, validation scores) and usage."""
-    data = _card_metadata(source_lang, target_lang, dataset, validation, validation_sentences)
-    name = data.model_name
-    results = data.eval_results or []
-    scores = (
-        ", ".join(f"{result.metric_name} {result.metric_value}" for result in results)
-        if results
-        else "not validated"
+    """A checkpoint's model card, on the Hub's conventions: metadata with model-index, model details, intended use
+    and limitations, how to use, training data and procedure (`training`: setting name -> value), evaluation
+    (validation scores while training; test scores once `record_results` adds them), citation."""
+    data = _card_metadata(
+        source_lang, target_lang, dataset, _validation_results(dataset, validation, validation_sentences)
     )
+    multi30k = "multi30k" in dataset_name(dataset).lower()
     content = f"""---
 {data.to_yaml()}
 ---
 
-# {name}
+# {data.model_name}
 
-The Transformer of "Attention Is All You Need" (Vaswani et al., 2017), trained with
-hf_vanilla to translate {source_lang} -> {target_lang} on {dataset_label(dataset)}.
-{summary}
+The Transformer of ["Attention Is All You Need"]({PAPER}) (Vaswani et al., 2017), trained with hf_vanilla to
+translate {source_lang} -> {target_lang} on {dataset_label(dataset)}. {summary}
 
-- Shape: d_model {config.d_model}, d_ff {config.d_ff}, {config.num_attention_heads} heads, \
-{config.encoder_layers}+{config.decoder_layers} layers, a joint vocabulary of {config.vocab_size} tokens.
-- Validation: {scores}.
+## Model details
 
-## Use
+- Architecture: the paper's encoder-decoder (post-LayerNorm, sinusoidal positions, ReLU feed-forward, one
+  embedding matrix shared by encoder input, decoder input and output projection); d_model {config.d_model},
+  d_ff {config.d_ff}, {config.num_attention_heads} heads, {config.encoder_layers}+{config.decoder_layers} layers,
+  a joint BPE vocabulary of {config.vocab_size} tokens.
+- Decoding defaults (generation_config.json): beam 4, length penalty 0.6, at most source length + 50 tokens.
+- License: Apache-2.0.
 
-The directory carries its code: no package beyond transformers is needed.
+## Intended uses and limitations
+
+Translation of single sentences {source_lang} -> {target_lang} in the domain of its training data, and research on
+the paper's model. Trained on {"image descriptions (Multi30k): short, literal sentences; expect poor output on "
+"news, dialogue or long documents" if multi30k else "the data named above only"}. It inherits the data's biases
+and has no safety filtering; do not use its output unchecked where errors matter.
+
+## How to use
+
+The directory carries its code; transformers runs it with `trust_remote_code=True` (model and tokenizer).
 
 ```python
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
 
 translator = pipeline("{TASK}", model="PATH_OR_HUB_ID", trust_remote_code=True)
-translator(["..."])  # [{{"translation_text": "..."}}]; beam 4, length penalty 0.6, source length + 50
+translator(["..."])  # [{{"translation_text": "..."}}]
 
-tokenizer = AutoTokenizer.from_pretrained("PATH_OR_HUB_ID")
+tokenizer = AutoTokenizer.from_pretrained("PATH_OR_HUB_ID", trust_remote_code=True)
 model = AutoModelForSeq2SeqLM.from_pretrained("PATH_OR_HUB_ID", trust_remote_code=True)
 ```
-"""
+
+## Training data
+
+{dataset_label(dataset)}, {source_lang} -> {target_lang}, cleaned and tokenized with the checkpoint's joint BPE.
+
+## Training procedure
+
+The paper's recipe (section 5): Adam (0.9, 0.98, 1e-9) with warm-up and inverse square root decay, label
+smoothing 0.1, dropout on sublayer outputs and embeddings.
+{_training_lines(training)}
+{evaluation_section(data.eval_results)}
+## Citation
+
+```bibtex
+{CITATION}
+```
+{f"{chr(10)}```bibtex{chr(10)}{MULTI30K_CITATION}{chr(10)}```{chr(10)}" if multi30k else ""}"""
     return ModelCard(content)
+
+
+def record_results(directory: str | os.PathLike, dataset: str, split: str, report: Mapping[str, Any]) -> ModelCard:
+    """Write a split's scores (an evaluation report) into the card of the checkpoint in `directory`: model-index
+    rows and the Evaluation table, replacing that split's earlier rows, so a pushed model shows them."""
+    card_path = Path(directory) / CARD_FILE
+    card = ModelCard.load(card_path)
+    decoding = report.get("generation", {})
+    setting = ", ".join(f"{key} {value}" for key, value in decoding.items() if key in ("num_beams", "length_penalty"))
+    name = f"{dataset_name(dataset)} {split} ({report.get('sentences', 'all')} sentences; {setting or 'greedy'})"
+    scores = [
+        ("bleu", "sacreBLEU", report["cased"]["bleu"], report["cased"].get("bleu_signature")),
+        ("bleu", "sacreBLEU, lowercased", report["lowercased"]["bleu"], report["lowercased"].get("bleu_signature")),
+        ("chrf", "chrF", report["cased"]["chrf"], report["cased"].get("chrf_signature")),
+    ]
+    if "paper_bleu" in report:
+        scores.append(("bleu", "BLEU as the paper scored it (tokenized)", report["paper_bleu"]["bleu"], None))
+    kept = [result for result in card.data.eval_results or [] if result.dataset_split != split]
+    card.data.eval_results = kept + [
+        EvalResult(
+            task_type="translation",
+            dataset_type=dataset if not is_local_dataset(dataset) else "local",
+            dataset_name=name,
+            dataset_split=split,
+            metric_type=metric,
+            metric_name=metric_name,
+            metric_value=round(value, 2),
+            metric_config=signature,
+        )
+        for metric, metric_name, value, signature in scores
+    ]
+    head, _, rest = card.text.partition(EVALUATION_HEADING)
+    tail = rest[rest.find("\n## ") :] if "\n## " in rest else "\n"
+    card.text = head + evaluation_section(card.data.eval_results) + tail
+    card.save(card_path)
+    return card
