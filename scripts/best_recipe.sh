@@ -49,7 +49,8 @@ train_flags=${TRAIN_FLAGS:-}
 member_select=${MEMBER_SELECT:---num-beams 4 --length-penalty 1.0}
 # Beam 12 won over 8 in both directions; the weights: each direction's validation n-best list (beam 12), reranked
 # offline, chose reverse weights 0-1, right-to-left weights 0.2-2, language model weights 0.1-0.5 and word bonuses
-# 0-0.04 (docs/tries/cpu-2026-11-27-language-model/); 540 weightings, each a BLEU and chrF score of validation.
+# 0-0.04 (docs/research/tries/cpu-2026-11-27-language-model/); 540 weightings, each a BLEU and chrF score of
+# validation.
 grid="--num-beams 12 --length-penalty 1.0 --rerank-weight 0 0.1 0.2 0.3 0.5 1 --right-to-left-weight 0 0.2 0.5 1 2"
 grid+=" --language-model-weight 0 0.1 0.2 0.3 0.5 0.7 --word-bonus 0 0.02 0.04"
 final_select=${FINAL_SELECT:-$grid --tokenized-bleu}

@@ -220,7 +220,7 @@ def test_a_stopped_runner_stops_every_run_with_a_save_and_lists_it(tiny_config_f
 
 
 @pytest.mark.parametrize(
-    "tries_file", sorted((REPO / "docs" / "tries").glob("*.yaml")), ids=lambda path: path.name
+    "tries_file", sorted((REPO / "docs" / "research" / "tries").glob("*.yaml")), ids=lambda path: path.name
 )
 def test_the_shipped_tries_files_are_valid(tries_file, monkeypatch):
     """The tries files in docs/ (the next GPU session's among them) load, every try's config checked."""

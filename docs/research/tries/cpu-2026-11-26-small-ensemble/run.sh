@@ -3,11 +3,11 @@
 # (members: each run's checkpoint_average, fixed before decoding), its beam-8 n-best list reranked by the other
 # direction's pair, the reranking weight chosen on full validation, test2016 decoded once with the choice.
 set -euo pipefail
-cd "$(dirname "$0")/../../.."
+cd "$(dirname "$0")/../../../.."
 data=../shared/datasets/multi30k
 out=outputs/small-ensemble
 date
-python scripts/run_tries.py docs/tries/cpu-2026-11-26-small-ensemble/tries.yaml --dataset $data --output-dir $out
+python scripts/run_tries.py docs/research/tries/cpu-2026-11-26-small-ensemble/tries.yaml --dataset $data --output-dir $out
 date
 avg() { echo "$out/$1/checkpoint_average"; }
 python scripts/select_checkpoint.py "$(avg de-en-seed1)" --ensemble "$(avg de-en-seed2)" \

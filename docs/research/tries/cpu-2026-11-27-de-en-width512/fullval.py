@@ -2,7 +2,7 @@
 import sys
 from pathlib import Path
 import numpy as np
-sys.path.insert(0, "/work/main/docs/tries/cpu-2026-11-27-language-model")
+sys.path.insert(0, "/work/main/docs/research/tries/cpu-2026-11-27-language-model")
 from crossval import chosen_stats, held_out
 chosen, n = chosen_stats(sys.argv[1])
 everything = np.arange(n)

@@ -5,8 +5,8 @@
 # back no model). Four runs side by side on an H200 ran 25.3 updates/s each in that call (GPU 91-99% busy) and
 # 34.6-35.0 in the next session's (another H200, the same Intel Xeon host kind): all 14,000 updates in 6.7 minutes,
 # 446 s for the whole call. Two side by side ran ~38 each (GPU 71-79% busy): a run's pace is bound by its host
-# process more than by the GPU. Records of that session's calls: docs/tries/gpu-2026-11-27-students/.
-#   bash docs/tries/gpu-2026-11-27/run.sh en-de-seed2:en:de:2 en-de-seed3:en:de:3 de-en-seed4:de:en:4 de-en-seed5:de:en:5
+# process more than by the GPU. Records of that session's calls: docs/research/tries/gpu-2026-11-27-students/.
+#   bash docs/research/tries/gpu-2026-11-27/run.sh en-de-seed2:en:de:2 en-de-seed3:en:de:3 de-en-seed4:de:en:4 de-en-seed5:de:en:5
 # (NAME:SOURCE:TARGET:SEED, and :r2l for a right-to-left run), from the repository root on the device machine,
 # carrying the wheels of datasets 5.2.0, dill 0.4.1 and multiprocess 0.70.19 in .whl/, the tokenizer
 # outputs/multi30k-bpe5k and the diversified data outputs/multi30k-best-recipe/data (stage 2). What comes back,

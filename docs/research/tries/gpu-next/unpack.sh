@@ -1,5 +1,5 @@
 # Issue 25, after the GPU call of run.sh beside this file: here (the CPU machine), from the repository root,
-#   bash docs/tries/gpu-next/unpack.sh /work/.device/1 /work/.device/2 /work/.device/3
+#   bash docs/research/tries/gpu-next/unpack.sh /work/.device/1 /work/.device/2 /work/.device/3
 # (each call's files_at): every model-N.tar.part-* found there is unpacked into the repository, a run directory
 # it brings replacing the one here (a run trained on the CPU meanwhile is moved to
 # students-cpu/), and each brought model is saved again in float32. Then the script, given again, finds the

@@ -1,6 +1,6 @@
 # Issue 25, one GPU call: the de->en teacher for data diversification (multi30k-best, seed 4) beside three
 # en->de tries (transformer_tiny's recipe with a clip of 5 and with a 2e-3 peak; multi30k-best at d_model 512).
-# Run from the repository root on the device machine as `bash docs/tries/h200-2026-11-26/run.sh`, with Multi30k
+# Run from the repository root on the device machine as `bash docs/research/tries/h200-2026-11-26/run.sh`, with Multi30k
 # copied into .data/multi30k, the wheels of datasets 5.2.0, dill 0.4.1 and multiprocess 0.70.19 in .whl/, and
 # outputs/multi30k-bpe5k carried (each run loads that tokenizer). The next two calls on the same warm machine:
 #   python scripts/distill.py --backward outputs/gpu/de-en-seed4/checkpoint_average --keep-original \
