@@ -3,6 +3,8 @@
 Decodes as the paper does (section 6.1) unless told otherwise: beam 4, length penalty 0.6, at most
 the source length + 50 new tokens. Writes SPLIT.SRC-TGT.hyp (one translation a line, in
 dataset order) and SPLIT.SRC-TGT.json (scores with signatures, settings, speed) into --output-dir.
+For a German or English target (with sacremoses installed) it adds the paper's BLEU beside sacreBLEU:
+tensor2tensor's get_ende_bleu.sh, Moses-tokenized, compounds split, cased ("bleu_paper"; docs/wmt14.md).
 
     python scripts/evaluate_bleu.py outputs/multi30k-small/final --split test --source-lang de --target-lang en
 """
@@ -24,6 +26,7 @@ from hf_vanilla.cli import (
     reranking_kwargs,
     runtime_kwargs,
 )
+from hf_vanilla.evaluation.paper_bleu import PAPER_BLEU_KEY
 from hf_vanilla.evaluation.scoring import evaluate_bleu
 
 
@@ -63,6 +66,9 @@ def main() -> None:
     if "tokenized_lowercased" in report:
         tokenized = report["tokenized_lowercased"]
         print(f"tokenized lowercased BLEU {tokenized['bleu']:.2f}  ({tokenized['bleu_signature']})")
+    if PAPER_BLEU_KEY in report:
+        paper = report[PAPER_BLEU_KEY]
+        print(f"{paper['name']} {paper['bleu']:.2f}  ({paper['bleu_signature']})")
 
 
 if __name__ == "__main__":
