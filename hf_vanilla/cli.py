@@ -9,14 +9,6 @@ import argparse
 from typing import Any
 
 from hf_vanilla.model.decoding import DEFAULT_MAX_TOKENS, PAPER_EXTRA_OUTPUT_TOKENS, PAPER_GENERATION_KWARGS
-from hf_vanilla.research.reranking import (
-    DEFAULT_LANGUAGE_MODEL_WEIGHT,
-    DEFAULT_RERANK_WEIGHT,
-    DEFAULT_RIGHT_TO_LEFT_WEIGHT,
-    LANGUAGE_MODEL_WEIGHTS,
-    RERANK_WEIGHTS,
-    RIGHT_TO_LEFT_WEIGHTS,
-)
 from hf_vanilla.training.settings import PUBLIC_MULTI30K
 
 from .precision import DTYPE_NAMES
@@ -112,105 +104,13 @@ def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def runtime_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """`max_tokens`, `device` and `dtype` from the options of `add_runtime_arguments`."""
+    """`max_tokens`, `device` and `dtype` (evaluation's `Runtime`) from the options of `add_runtime_arguments`."""
     return {"max_tokens": args.max_tokens, "device": args.device, "dtype": args.dtype}
 
 
 def cache_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     """The `generate` kwarg of `--cache-implementation` (none for the dynamic cache, generate's default)."""
     return {"cache_implementation": "static"} if args.cache_implementation == "static" else {}
-
-
-def add_ensemble_argument(parser: argparse.ArgumentParser) -> None:
-    """`--ensemble`: more models that translate with the first as one; read it back with `ensemble_kwargs`."""
-    parser.add_argument(
-        "--ensemble",
-        nargs="+",
-        default=[],
-        metavar="MODEL",
-        help="saved models sharing the first model's tokenizer that translate with it as one, their next-token "
-        "probabilities averaged (a departure from the paper's single models; default: none)",
-    )
-
-
-def ensemble_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """The `ensemble` keyword of `evaluate_bleu` and `select_on_validation`; none without `--ensemble`."""
-    return {"ensemble": args.ensemble} if args.ensemble else {}
-
-
-# Each kind of reranking model: its models' option, its weight's option, the weights tried and the one used unless
-# told, what the models are and what of theirs the weight multiplies.
-RERANKING_ROLES = (
-    (
-        "rerank_with",
-        "rerank_weight",
-        RERANK_WEIGHTS,
-        DEFAULT_RERANK_WEIGHT,
-        "saved models of the reverse direction (target to source language) that rerank beam search's n-best list by "
-        "how well each translation explains the source, the channel model of noisy-channel reranking",
-        "the reverse models' log p(source | translation) per source token",
-    ),
-    (
-        "rerank_right_to_left",
-        "right_to_left_weight",
-        RIGHT_TO_LEFT_WEIGHTS,
-        DEFAULT_RIGHT_TO_LEFT_WEIGHT,
-        "saved right-to-left models of this direction (trained with right_to_left: true) that rerank beam search's "
-        "n-best list by how likely each translation is written last word first",
-        "the right-to-left models' log p(reversed translation | source) per token",
-    ),
-    (
-        "rerank_language_model",
-        "language_model_weight",
-        LANGUAGE_MODEL_WEIGHTS,
-        DEFAULT_LANGUAGE_MODEL_WEIGHT,
-        "saved language models of the target language (scripts/train_language_model.py) that rerank beam search's "
-        "n-best list by how likely each translation is as a sentence",
-        "the language models' log p(translation) per token",
-    ),
-)
-
-
-def add_reranking_arguments(parser: argparse.ArgumentParser, several_weights: bool = False) -> None:
-    """Each of RERANKING_ROLES' models and weight options (one weight each, or with `several_weights` lists to choose
-    from on validation) and `--word-bonus`; read them back with `reranking_kwargs`."""
-    tried = "; each is tried, 0 keeps beam search's choice" if several_weights else ""
-    for models, weight, weights, default, what, scored in RERANKING_ROLES:
-        parser.add_argument(
-            f"--{models.replace('_', '-')}",
-            nargs="+",
-            default=[],
-            metavar="MODEL",
-            help=f"{what} (a departure from the paper's beam search; default: none)",
-        )
-        parser.add_argument(
-            f"--{weight.replace('_', '-')}",
-            type=float,
-            nargs="+" if several_weights else None,
-            default=list(weights) if several_weights else default,
-            help=f"weight of {scored} beside beam search's score{tried}",
-        )
-    parser.add_argument(
-        "--word-bonus",
-        type=float,
-        nargs="+" if several_weights else None,
-        default=None,
-        help="added to a reranked translation's score for each of its words (a penalty where negative), beside the "
-        "reranking models' scores (default: none)" + ("; each is tried" if several_weights else ""),
-    )
-
-
-def reranking_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """The reranking keywords of `evaluate_bleu` (one weight each) or `select_on_validation` (lists of weights);
-    none for a kind of model not given, no word bonus unless one is given."""
-    several = isinstance(args.rerank_weight, list)
-    kwargs = {}
-    for models, weight, *_ in RERANKING_ROLES:
-        if getattr(args, models):
-            kwargs |= {models: getattr(args, models), f"{weight}s" if several else weight: getattr(args, weight)}
-    if args.word_bonus is not None:
-        kwargs["word_bonuses" if several else "word_bonus"] = args.word_bonus
-    return kwargs
 
 
 def add_dataset_arguments(parser: argparse.ArgumentParser) -> None:
@@ -240,7 +140,7 @@ def add_language_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def dataset_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """The dataset, direction and sentence-limit keywords of `evaluate_bleu` and `select_on_validation`."""
+    """The dataset, direction and sentence-limit keywords of evaluation's `TranslationData`."""
     return {
         "dataset": args.dataset,
         "source_lang": args.source_lang,

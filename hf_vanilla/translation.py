@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +16,7 @@ from transformers import (
     AutoConfig,
     AutoModelForSeq2SeqLM,
     AutoTokenizer,
+    LogitsProcessor,
     LogitsProcessorList,
     PreTrainedModel,
     PreTrainedTokenizerBase,
@@ -33,7 +34,6 @@ from hf_vanilla.model.decoding import (
     writes_right_to_left,
 )
 from hf_vanilla.model.modeling_vanilla import AUTO_ATTENTION
-from hf_vanilla.research.ensemble import EnsembleLogitsProcessor, check_ensemble
 
 from .data import TokenBatchSampler
 from .files import write_text_atomic
@@ -45,6 +45,9 @@ LINES_NAMED = 10  # a warning about long lines names this many of them
 TOKENIZER_FILE, WEIGHTS_FILE = "tokenizer.json", "model.safetensors"
 # What a saved model directory needs to load here: the model's config and weights, the tokenizer's files.
 MODEL_DIRECTORY_FILES = ("config.json", WEIGHTS_FILE, TOKENIZER_FILE, "tokenizer_config.json")
+# Logits processors made for each batch from its encoded sources (`input_ids`, `attention_mask`), for those that
+# need the sources: an ensemble's other members encode them (`hf_vanilla.research.ensemble`).
+BatchLogitsProcessors = Callable[[Mapping[str, torch.Tensor]], Sequence[LogitsProcessor]]
 
 
 def _encode_within_positions(
@@ -84,12 +87,11 @@ def _generate_in_batches(
     extra_output_tokens: int = PAPER_EXTRA_OUTPUT_TOKENS,
     show_progress: bool = True,
     skip_long_lines: bool = False,
-    ensemble: Sequence[PreTrainedModel] = (),
+    logits_processors: BatchLogitsProcessors | None = None,
     **generate_kwargs,
 ) -> Iterator[tuple[list[int], Any]]:
     """`generate`'s output for each batch of the nonblank `sources`, with the indices in `sources` of its
     sentences (`translate_sentences` says how sentences are batched, cut and limited)."""
-    check_ensemble(model, tokenizer, ensemble)
     if generate_kwargs.get("max_new_tokens", 0) > (room := max_new_tokens_room(model)):
         raise ValueError(
             f"max_new_tokens={generate_kwargs['max_new_tokens']} is more than the decoder has positions for: at "
@@ -102,8 +104,6 @@ def _generate_in_batches(
     sampler = TokenBatchSampler([len(ids) for ids in input_ids], max_tokens, shuffle=False)
     model_was_training = model.training
     model.eval()
-    for member in ensemble:
-        member.eval()
     try:
         with (
             torch.inference_mode(),
@@ -117,14 +117,14 @@ def _generate_in_batches(
                     if "max_new_tokens" in generate_kwargs
                     else paper_length_limit(model, encoded["attention_mask"], extra_output_tokens)
                 )
-                mixing = (
-                    {"logits_processor": LogitsProcessorList([EnsembleLogitsProcessor(ensemble, **encoded)])}
-                    if ensemble
+                processors = (
+                    {"logits_processor": LogitsProcessorList(logits_processors(encoded))}
+                    if logits_processors
                     else {}
                 )
                 yield (
                     [indices[position] for position in batch],
-                    model.generate(**encoded, **limit, **mixing, **generate_kwargs),
+                    model.generate(**encoded, **limit, **processors, **generate_kwargs),
                 )
                 progress.update(len(batch))
     finally:
@@ -139,7 +139,7 @@ def translate_sentences(
     extra_output_tokens: int = PAPER_EXTRA_OUTPUT_TOKENS,
     show_progress: bool = True,
     skip_long_lines: bool = False,
-    ensemble: Sequence[PreTrainedModel] = (),
+    logits_processors: BatchLogitsProcessors | None = None,
     **generate_kwargs,
 ) -> list[str]:
     """Translate `sources` and return the detokenized translations in the order of `sources`.
@@ -154,10 +154,9 @@ def translate_sentences(
     translation becomes a space, so one line in gives one line out. A source longer than the model's
     positions (`max_position_embeddings`) is cut to fit, or with `skip_long_lines` translates to "";
     a warning names those lines (1-based positions in `sources`). An explicit `max_new_tokens` beyond the
-    decoder's positions is a ValueError before anything is decoded. With `ensemble` (models sharing `model`'s
-    tokenizer), `model` and they translate as one, their next-token probabilities averaged
-    (`hf_vanilla.research.ensemble`); `generate`'s own logits processors (temperature, top-k...) act on `model`'s scores
-    before the averaging.
+    decoder's positions is a ValueError before anything is decoded. `logits_processors` gives each batch
+    logits processors made from its encoded sources (an ensemble's: `hf_vanilla.research.ensemble`); `generate`'s
+    own (temperature, top-k...) act on `model`'s scores before them.
     """
     translations = [""] * len(sources)
     batches = _generate_in_batches(
@@ -168,7 +167,7 @@ def translate_sentences(
         extra_output_tokens,
         show_progress,
         skip_long_lines,
-        ensemble,
+        logits_processors,
         **generate_kwargs,
     )
     for indices, outputs in batches:
@@ -290,14 +289,6 @@ def load_models(
             raise ValueError(f"{role} {path} {_WRONG_WORD_ORDER[right_to_left]}")
         loaded.append((model, tokenizer))
     return loaded
-
-
-def load_ensemble(
-    model_names_or_paths: Sequence[str | os.PathLike], device: str | None = None, dtype: str = "float32"
-) -> list[PreTrainedModel]:
-    """The models of an ensemble beside the first (`translate_sentences`' `ensemble`), loaded as the first is; a
-    member that does not load is a ValueError or FileNotFoundError that names it."""
-    return [model for model, _ in load_models(model_names_or_paths, device, dtype)]
 
 
 def load_tokenizer(

@@ -17,17 +17,14 @@ from hf_vanilla.cli import (
     ArgumentParser,
     add_dataset_arguments,
     add_decoding_arguments,
-    add_ensemble_argument,
-    add_reranking_arguments,
     add_tokenized_bleu_argument,
     dataset_kwargs,
     decoding_kwargs,
-    ensemble_kwargs,
-    reranking_kwargs,
     runtime_kwargs,
 )
 from hf_vanilla.evaluation.paper_bleu import PAPER_BLEU_KEY
-from hf_vanilla.evaluation.scoring import evaluate_bleu
+from hf_vanilla.evaluation.scoring import Runtime, ScoreOptions, TranslationData, evaluate_bleu
+from hf_vanilla.research.cli import add_research_arguments, research_decoder
 
 
 def main() -> None:
@@ -37,26 +34,25 @@ def main() -> None:
     parser.add_argument("--split", default="test", help="split to translate and score")
     parser.add_argument("--ter", action="store_true", help="also compute TER")
     add_tokenized_bleu_argument(parser)
-    add_ensemble_argument(parser)
-    add_reranking_arguments(parser)
+    add_research_arguments(parser)
     parser.add_argument("--seed", type=int, default=0, help="matters only when sampling")
-    parser.add_argument("--output-dir", default="outputs/evaluation", help="where the hypotheses and report go")
+    parser.add_argument(
+        "--output-dir", default="outputs/evaluation", help="where the hypotheses and report go"
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO)
 
     try:
         report = evaluate_bleu(
             args.model,
-            output_dir=args.output_dir,
-            split=args.split,
-            ter=args.ter,
-            tokenized_bleu=args.tokenized_bleu,
+            TranslationData(**dataset_kwargs(args)),
+            args.output_dir,
+            args.split,
+            Runtime(**runtime_kwargs(args)),
+            ScoreOptions(ter=args.ter, tokenized_bleu=args.tokenized_bleu),
+            research_decoder(args),
             seed=args.seed,
-            **dataset_kwargs(args),
-            **runtime_kwargs(args),
             **decoding_kwargs(args),
-            **ensemble_kwargs(args),
-            **reranking_kwargs(args),
         )
     except (ValueError, FileNotFoundError, ImportError) as err:
         sys.exit(f"error: {err}")

@@ -14,19 +14,17 @@ import sys
 from hf_vanilla.cli import (
     ArgumentParser,
     add_dataset_arguments,
-    add_ensemble_argument,
-    add_reranking_arguments,
     add_runtime_arguments,
     add_tokenized_bleu_argument,
     cache_kwargs,
     dataset_kwargs,
-    ensemble_kwargs,
     positive_int,
-    reranking_kwargs,
     runtime_kwargs,
 )
-from hf_vanilla.evaluation.selection import select_on_validation
+from hf_vanilla.evaluation.scoring import Runtime, ScoreOptions, TranslationData
+from hf_vanilla.evaluation.selection import SelectionGrid, select_on_validation
 from hf_vanilla.model.decoding import PAPER_GENERATION_KWARGS
+from hf_vanilla.research.cli import add_research_arguments, research_decoder
 from hf_vanilla.research.reranking import (
     LANGUAGE_MODEL_WEIGHT,
     REVERSE_WEIGHT,
@@ -68,26 +66,23 @@ def main() -> None:
     )
     add_runtime_arguments(parser)
     add_tokenized_bleu_argument(parser)
-    add_ensemble_argument(parser)
-    add_reranking_arguments(parser, several_weights=True)
-    parser.add_argument("--output-dir", default="outputs/selection", help="where selection.json and the reports go")
+    add_research_arguments(parser, several_weights=True)
+    parser.add_argument(
+        "--output-dir", default="outputs/selection", help="where selection.json and the reports go"
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
 
     try:
         selection = select_on_validation(
             args.models,
-            output_dir=args.output_dir,
-            num_beams=args.num_beams,
-            length_penalties=args.length_penalty,
-            validation_split=args.validation_split,
-            report_splits=args.report_split,
-            tokenized_bleu=args.tokenized_bleu,
-            **dataset_kwargs(args),
-            **runtime_kwargs(args),
+            TranslationData(**dataset_kwargs(args)),
+            args.output_dir,
+            SelectionGrid(args.num_beams, args.length_penalty, args.validation_split, args.report_split),
+            Runtime(**runtime_kwargs(args)),
+            ScoreOptions(tokenized_bleu=args.tokenized_bleu),
+            research_decoder(args),
             **cache_kwargs(args),
-            **ensemble_kwargs(args),
-            **reranking_kwargs(args),
         )
     except (ValueError, FileNotFoundError, ImportError) as err:
         sys.exit(f"error: {err}")

@@ -13,28 +13,16 @@ search's whole n-best list is reranked (README, "Reranking with the reverse dire
 import logging
 import sys
 
-from hf_vanilla.cli import (
-    ArgumentParser,
-    add_decoding_arguments,
-    add_ensemble_argument,
-    add_reranking_arguments,
-    decoding_kwargs,
-)
-from hf_vanilla.research.reranking import load_reranking_models, reranking_weights, translate_reranked
-from hf_vanilla.translation import (
-    load_ensemble,
-    load_model_and_tokenizer,
-    read_lines,
-    translate_sentences,
-    write_lines_atomic,
-)
+from hf_vanilla.cli import ArgumentParser, add_decoding_arguments, decoding_kwargs, runtime_kwargs
+from hf_vanilla.evaluation.scoring import Runtime
+from hf_vanilla.research.cli import add_research_arguments, research_decoder
+from hf_vanilla.translation import load_model_and_tokenizer, read_lines, write_lines_atomic
 
 
 def main() -> None:
     parser = ArgumentParser(description=__doc__)
     add_decoding_arguments(parser)
-    add_ensemble_argument(parser)
-    add_reranking_arguments(parser)
+    add_research_arguments(parser)
     parser.add_argument("--input", default="-", help="UTF-8 text file, one sentence a line (default: stdin)")
     parser.add_argument("--output", default="-", help="file to write (default: stdout)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -42,29 +30,12 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING)
 
     try:
-        named = reranking_weights(  # empty without reranking; a word bonus alone is refused
-            args.rerank_with,
-            args.rerank_weight,
-            args.rerank_right_to_left,
-            args.right_to_left_weight,
-            args.word_bonus,
-            args.rerank_language_model,
-            args.language_model_weight,
-        )
+        # Plain beam search without research options; a word bonus alone is refused before any model loads.
+        decoder = research_decoder(args)
         lines = read_lines(args.input)
         model, tokenizer = load_model_and_tokenizer(args.model, args.device, args.dtype)
-        members = load_ensemble(args.ensemble, args.device, args.dtype)
-        common = {"max_tokens": args.max_tokens, "show_progress": not args.quiet, "ensemble": members}
-        if named:
-            reranking = load_reranking_models(
-                args.rerank_with, args.rerank_right_to_left, args.device, args.dtype, args.rerank_language_model
-            )
-            decoding = decoding_kwargs(args)
-            (translations,) = translate_reranked(
-                model, tokenizer, lines, decoding.pop("num_beams"), [named], **reranking, **common, **decoding
-            )
-        else:
-            translations = translate_sentences(model, tokenizer, lines, **common, **decoding_kwargs(args))
+        runtime = Runtime(**runtime_kwargs(args), show_progress=not args.quiet)
+        ((_, translations),) = decoder(model, tokenizer, lines, decoding_kwargs(args), runtime)
     except (ValueError, FileNotFoundError) as err:
         sys.exit(f"error: {err}")
     if args.output == "-":

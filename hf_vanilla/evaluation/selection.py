@@ -6,31 +6,26 @@ import hashlib
 import json
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from tqdm.auto import tqdm
 
 from hf_vanilla.files import write_text_atomic
-from hf_vanilla.model.decoding import (
-    DEFAULT_MAX_TOKENS,
-    PAPER_GENERATION_KWARGS,
-)
-from hf_vanilla.research.reranking import (
-    LANGUAGE_MODEL_WEIGHT,
-    LANGUAGE_MODEL_WEIGHTS,
-    RERANK_WEIGHTS,
-    REVERSE_WEIGHT,
-    RIGHT_TO_LEFT_WEIGHT,
-    RIGHT_TO_LEFT_WEIGHTS,
-    WORD_BONUS,
-)
+from hf_vanilla.model.decoding import PAPER_GENERATION_KWARGS
 
+from .paper_bleu import require_moses_tokenizer
 from .scoring import (
+    BEAM_SEARCH,
+    DEFAULT_RUNTIME,
+    DEFAULT_SCORES,
+    ROW_SCORES,
+    Decoder,
+    Runtime,
+    ScoreOptions,
+    TranslationData,
     evaluate_bleu,
-    load_evaluation_pairs,
-    named_model_paths,
-    require_moses_tokenizer,
     score_model,
 )
 
@@ -81,15 +76,23 @@ def decoding_grid(num_beams: Sequence[int], length_penalties: Sequence[float]) -
     ]
 
 
-def _validation_rows(candidates, settings, pairs, target_lang, device, dtype, max_tokens, extra_models):
-    """Each candidate decoded with each setting on `pairs`: the score rows, and the BLEU signature.
-    `extra_models`: `score_model`'s ensemble and reranking keywords."""
+@dataclass(frozen=True)
+class SelectionGrid:
+    """What selection tries on `validation_split`: every beam size of `num_beams` with every length penalty
+    (`decoding_grid`); the winner alone is then decoded on each of `report_splits`."""
+
+    num_beams: Sequence[int] = (PAPER_GENERATION_KWARGS["num_beams"],)
+    length_penalties: Sequence[float] = (PAPER_GENERATION_KWARGS["length_penalty"],)
+    validation_split: str = "validation"
+    report_splits: Sequence[str] = ("test",)
+
+
+def _validation_rows(candidates, settings, pairs, target_lang, runtime, decoder):
+    """Each candidate decoded with each setting on `pairs`: the score rows, and the BLEU signature."""
     rows = []
     with tqdm(total=len(candidates) * len(settings), unit="decoding", desc="Validation") as progress:
         for candidate in candidates:
-            rows += score_model(
-                candidate, pairs, target_lang, device, dtype, max_tokens, settings, **extra_models
-            )
+            rows += score_model(candidate, pairs, settings, target_lang, runtime, decoder)
             progress.update(len(settings))
     signature = rows[-1]["signature"]
     return [{name: value for name, value in row.items() if name != "signature"} for row in rows], signature
@@ -97,113 +100,44 @@ def _validation_rows(candidates, settings, pairs, target_lang, device, dtype, ma
 
 def select_on_validation(
     models: Sequence[str | os.PathLike],
-    dataset: str,
-    source_lang: str,
-    target_lang: str,
+    data: TranslationData,
     output_dir: str | os.PathLike,
-    num_beams: Sequence[int] = (PAPER_GENERATION_KWARGS["num_beams"],),
-    length_penalties: Sequence[float] = (PAPER_GENERATION_KWARGS["length_penalty"],),
-    validation_split: str = "validation",
-    report_splits: Sequence[str] = ("test",),
-    config_name: str | None = None,
-    max_sentences: int | None = None,
-    device: str | None = None,
-    dtype: str = "float32",
-    max_tokens: int = DEFAULT_MAX_TOKENS,
-    tokenized_bleu: bool = False,
-    ensemble: Sequence[str | os.PathLike] = (),
-    rerank_with: Sequence[str | os.PathLike] = (),
-    rerank_weights: Sequence[float] = RERANK_WEIGHTS,
-    rerank_right_to_left: Sequence[str | os.PathLike] = (),
-    right_to_left_weights: Sequence[float] = RIGHT_TO_LEFT_WEIGHTS,
-    word_bonuses: Sequence[float] | None = None,
-    rerank_language_model: Sequence[str | os.PathLike] = (),
-    language_model_weights: Sequence[float] = LANGUAGE_MODEL_WEIGHTS,
+    grid: SelectionGrid = SelectionGrid(),
+    runtime: Runtime = DEFAULT_RUNTIME,
+    scoring: ScoreOptions = DEFAULT_SCORES,
+    decoder: Decoder = BEAM_SEARCH,
     **generate_kwargs,
 ) -> dict[str, Any]:
-    """Pick the model, beam size and length penalty with the best cased validation BLEU, then report other splits.
+    """Pick the model and decoding (beam size, length penalty, a decoder's own settings) with the best cased
+    validation BLEU, then report other splits.
 
-    Every model of `models` (run directories expand to their best, last and average checkpoints) is
-    decoded on `validation_split` with every beam size and length penalty (greedy search, beam 1,
-    once: it has no length penalty). The winner alone is then evaluated on each of `report_splits`
-    with `evaluate_bleu`, so a test set is reported, never tuned on. `max_sentences` limits every split;
-    `generate_kwargs` (`cache_implementation="static"`, say) go to every decoding; `tokenized_bleu` adds
-    the papers' tokenized, lowercased BLEU to the reports (validation is chosen on sacreBLEU alone).
-    With `ensemble` (saved models), every candidate decodes together with them as one (`hf_vanilla.research.ensemble`):
-    choose each member's checkpoint on its own first, then the ensemble's beam size and length penalty here.
-    With `rerank_with` (saved models of the reverse direction), `rerank_right_to_left` (saved right-to-left models
-    of this direction) or `rerank_language_model` (saved language models of the target language), each decoding's
-    n-best list is reranked with each combination of `rerank_weights`, `right_to_left_weights`,
-    `language_model_weights` and `word_bonuses` where given (`hf_vanilla.research.reranking`; 0 keeps beam search's choice),
-    and the weights are chosen too.
-    Writes `selection.json` (every validation score and the choice) and the reports into `output_dir`;
-    returns the same dictionary.
+    Every model of `models` (run directories expand to their best, last and average checkpoints) is decoded on
+    the grid's validation split with each of its settings, by `decoder` (each of its variants is a row: a
+    reranking decoder's weights are chosen too). The winner alone is then evaluated on each of the grid's report
+    splits with `evaluate_bleu`, so a test set is reported, never tuned on. `generate_kwargs`
+    (`cache_implementation="static"`, say) go to every decoding; `scoring` to the reports (validation is chosen
+    on sacreBLEU alone). Writes `selection.json` (every validation score and the choice) and the reports into
+    `output_dir`; returns the same dictionary.
     """
-    if tokenized_bleu:
+    if scoring.tokenized_bleu:
         require_moses_tokenizer()  # before the validation decodings, not after them
     candidates = expand_candidates(models)
-    settings = [{**setting, **generate_kwargs} for setting in decoding_grid(num_beams, length_penalties)]
-    pairs = load_evaluation_pairs(
-        dataset, source_lang, target_lang, validation_split, config_name, max_sentences
-    )
-    extra_models = {
-        "ensemble": ensemble,
-        "rerank_with": rerank_with,
-        "rerank_weights": rerank_weights,
-        "rerank_right_to_left": rerank_right_to_left,
-        "right_to_left_weights": right_to_left_weights,
-        "word_bonuses": word_bonuses,
-        "rerank_language_model": rerank_language_model,
-        "language_model_weights": language_model_weights,
-    }
-    rows, signature = _validation_rows(
-        candidates, settings, pairs, target_lang, device, dtype, max_tokens, extra_models
-    )
+    settings = [
+        {**setting, **generate_kwargs} for setting in decoding_grid(grid.num_beams, grid.length_penalties)
+    ]
+    pairs = data.pairs(grid.validation_split)
+    quiet = replace(runtime, show_progress=False)  # one bar counts the validation decodings
+    rows, signature = _validation_rows(candidates, settings, pairs, data.target_lang, quiet, decoder)
     chosen = max(rows, key=lambda row: row["bleu"])  # the first of equals: models and settings in given order
-    decoding = {
-        name: chosen[name]
-        for name in (
-            "num_beams",
-            "length_penalty",
-            REVERSE_WEIGHT,
-            RIGHT_TO_LEFT_WEIGHT,
-            LANGUAGE_MODEL_WEIGHT,
-            WORD_BONUS,
-        )
-        if name in chosen
-    }
+    decoding = {name: value for name, value in chosen.items() if name not in ("model", *ROW_SCORES)}
     reports = {
-        split: evaluate_bleu(
-            chosen["model"],
-            dataset,
-            source_lang,
-            target_lang,
-            output_dir,
-            split=split,
-            config_name=config_name,
-            max_sentences=max_sentences,
-            device=device,
-            dtype=dtype,
-            max_tokens=max_tokens,
-            tokenized_bleu=tokenized_bleu,
-            ensemble=ensemble,
-            rerank_with=rerank_with,
-            rerank_right_to_left=rerank_right_to_left,
-            rerank_language_model=rerank_language_model,
-            **decoding,
-            **generate_kwargs,
-        )
-        for split in report_splits
+        split: evaluate_bleu(chosen["model"], data, output_dir, split, runtime, scoring, decoder, **decoding)
+        for split in grid.report_splits
     }
     selection = {
-        "validation_split": validation_split,
+        "validation_split": grid.validation_split,
         "validation_sentences": len(pairs),
-        **named_model_paths(
-            ensemble=ensemble,
-            rerank_with=rerank_with,
-            rerank_right_to_left=rerank_right_to_left,
-            rerank_language_model=rerank_language_model,
-        ),
+        **decoder.extra_models,
         "signature": signature,
         "validation": rows,
         "chosen": chosen,

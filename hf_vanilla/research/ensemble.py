@@ -11,6 +11,7 @@ models: used only where asked for (`--ensemble`).
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 
 import torch
@@ -20,6 +21,26 @@ from transformers.modeling_outputs import BaseModelOutput
 from hf_vanilla.model.decoding import writes_right_to_left
 from hf_vanilla.model.modeling_vanilla import CACHE_NAME
 from hf_vanilla.tokenization import check_tokenizer_matches_model
+from hf_vanilla.translation import BatchLogitsProcessors, load_models
+
+
+def load_ensemble(
+    model_names_or_paths: Sequence[str | os.PathLike], device: str | None = None, dtype: str = "float32"
+) -> list[PreTrainedModel]:
+    """The models of an ensemble beside the first, loaded as the first is; a member that does not load is a
+    ValueError or FileNotFoundError that names it."""
+    return [model for model, _ in load_models(model_names_or_paths, device, dtype)]
+
+
+def ensemble_logits_processors(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, members: Sequence[PreTrainedModel]
+) -> BatchLogitsProcessors:
+    """`translate_sentences`' `logits_processors` that make `members` translate with `model` as one: checked
+    (`check_ensemble`) before anything is decoded."""
+    check_ensemble(model, tokenizer, members)
+    for member in members:
+        member.eval()
+    return lambda encoded: [EnsembleLogitsProcessor(members, **encoded)]
 
 
 def check_ensemble(

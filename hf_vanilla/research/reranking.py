@@ -28,6 +28,7 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TypeVar
 
 import torch
@@ -57,6 +58,17 @@ REVERSE_WEIGHT = "rerank_weight"
 RIGHT_TO_LEFT_WEIGHT = "right_to_left_weight"
 LANGUAGE_MODEL_WEIGHT = "language_model_weight"
 WORD_BONUS = "word_bonus"
+ModelAndTokenizer = tuple[PreTrainedModel, PreTrainedTokenizerBase]
+
+
+@dataclass(frozen=True)
+class RerankingModels:
+    """The models that rerank an n-best list, each with its tokenizer: of the reverse direction, right-to-left
+    models of this direction, language models of the target language."""
+
+    reverse: Sequence[ModelAndTokenizer] = ()
+    right_to_left: Sequence[ModelAndTokenizer] = ()
+    language: Sequence[ModelAndTokenizer] = ()
 
 
 def conditional_log_probs(
@@ -101,7 +113,7 @@ def conditional_log_probs(
 def _scored_nbest(
     nbest: Sequence[Sequence[tuple[str, float]]],
     sources: Sequence[str],
-    models: Sequence[tuple[PreTrainedModel, PreTrainedTokenizerBase]],
+    models: Sequence[ModelAndTokenizer],
     scored_text: Callable[[str, str], tuple[str, str]],
     description: str,
     max_tokens: int,
@@ -137,7 +149,7 @@ def _scored_nbest(
 def reverse_scores(
     nbest: Sequence[Sequence[tuple[str, float]]],
     sources: Sequence[str],
-    reverse_models: Sequence[tuple[PreTrainedModel, PreTrainedTokenizerBase]],
+    reverse_models: Sequence[ModelAndTokenizer],
     max_tokens: int = DEFAULT_MAX_TOKENS,
     show_progress: bool = True,
 ) -> list[list[float]]:
@@ -160,7 +172,7 @@ def reverse_scores(
 def right_to_left_scores(
     nbest: Sequence[Sequence[tuple[str, float]]],
     sources: Sequence[str],
-    right_to_left_models: Sequence[tuple[PreTrainedModel, PreTrainedTokenizerBase]],
+    right_to_left_models: Sequence[ModelAndTokenizer],
     max_tokens: int = DEFAULT_MAX_TOKENS,
     show_progress: bool = True,
 ) -> list[list[float]]:
@@ -183,7 +195,7 @@ def right_to_left_scores(
 def language_model_scores(
     nbest: Sequence[Sequence[tuple[str, float]]],
     sources: Sequence[str],
-    language_models: Sequence[tuple[PreTrainedModel, PreTrainedTokenizerBase]],
+    language_models: Sequence[ModelAndTokenizer],
     max_tokens: int = DEFAULT_MAX_TOKENS,
     show_progress: bool = True,
 ) -> list[list[float]]:
@@ -227,28 +239,23 @@ def rerank(
 def reranking_features(
     nbest: Sequence[Sequence[tuple[str, float]]],
     sources: Sequence[str],
-    reverse_models: Sequence[tuple[PreTrainedModel, PreTrainedTokenizerBase]] = (),
-    right_to_left_models: Sequence[tuple[PreTrainedModel, PreTrainedTokenizerBase]] = (),
+    models: RerankingModels,
     max_tokens: int = DEFAULT_MAX_TOKENS,
     show_progress: bool = True,
-    language_models: Sequence[tuple[PreTrainedModel, PreTrainedTokenizerBase]] = (),
 ) -> dict[str, list[list[float]]]:
-    """The scores `rerank` weighs, named by their weights: REVERSE_WEIGHT's `reverse_scores` with
-    `reverse_models`, RIGHT_TO_LEFT_WEIGHT's `right_to_left_scores` with `right_to_left_models`,
-    LANGUAGE_MODEL_WEIGHT's `language_model_scores` with `language_models`."""
-    if not reverse_models and not right_to_left_models and not language_models:
+    """The scores `rerank` weighs, named by their weights: REVERSE_WEIGHT's `reverse_scores` with the reverse
+    `models`, RIGHT_TO_LEFT_WEIGHT's `right_to_left_scores` with the right-to-left ones, LANGUAGE_MODEL_WEIGHT's
+    `language_model_scores` with the language models."""
+    scorers = (
+        (REVERSE_WEIGHT, reverse_scores, models.reverse),
+        (RIGHT_TO_LEFT_WEIGHT, right_to_left_scores, models.right_to_left),
+        (LANGUAGE_MODEL_WEIGHT, language_model_scores, models.language),
+    )
+    features = {
+        name: scores(nbest, sources, given, max_tokens, show_progress) for name, scores, given in scorers if given
+    }
+    if not features:
         raise ValueError("reranking needs models of the reverse direction, right-to-left models or language models")
-    features = {}
-    if reverse_models:
-        features[REVERSE_WEIGHT] = reverse_scores(nbest, sources, reverse_models, max_tokens, show_progress)
-    if right_to_left_models:
-        features[RIGHT_TO_LEFT_WEIGHT] = right_to_left_scores(
-            nbest, sources, right_to_left_models, max_tokens, show_progress
-        )
-    if language_models:
-        features[LANGUAGE_MODEL_WEIGHT] = language_model_scores(
-            nbest, sources, language_models, max_tokens, show_progress
-        )
     return features
 
 
@@ -294,26 +301,21 @@ def translate_reranked(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
     sources: Sequence[str],
-    num_beams: int,
     weightings: Sequence[Mapping[str, float]],
-    reverse_models: Sequence[tuple[PreTrainedModel, PreTrainedTokenizerBase]] = (),
-    right_to_left_models: Sequence[tuple[PreTrainedModel, PreTrainedTokenizerBase]] = (),
+    models: RerankingModels,
     max_tokens: int = DEFAULT_MAX_TOKENS,
     show_progress: bool = True,
-    language_models: Sequence[tuple[PreTrainedModel, PreTrainedTokenizerBase]] = (),
     **options,
 ) -> list[list[str]]:
-    """`translate_sentences` with beam search's `num_beams`-best list reranked by `reverse_models` and
-    `right_to_left_models` and `language_models` (and each translation's words, where `weightings` name a word
-    bonus), once for each of
-    `weightings` (`reranking_weights`' names, one weight each): one list of translations each, the n-best list and its scores computed once for all; `options` as `translate_nbest`
-    takes them."""
+    """`translate_sentences` with beam search's n-best list (`num_beams` of `options`, 1 if absent) reranked by
+    `models` (and each translation's words, where `weightings` name a word bonus), once for each of `weightings`
+    (`reranking_weights`' names, one weight each): one list of translations each, the n-best list and its scores
+    computed once for all; the other `options` as `translate_nbest` takes them."""
+    num_beams = options.pop("num_beams", 1)
     nbest = translate_nbest(
         model, tokenizer, sources, num_beams, max_tokens=max_tokens, show_progress=show_progress, **options
     )
-    features = reranking_features(
-        nbest, sources, reverse_models, right_to_left_models, max_tokens, show_progress, language_models
-    )
+    features = reranking_features(nbest, sources, models, max_tokens, show_progress)
     if any(WORD_BONUS in weights for weights in weightings):
         features[WORD_BONUS] = word_counts(nbest)
     return [rerank(nbest, features, weights) for weights in weightings]
@@ -325,17 +327,15 @@ def load_reranking_models(
     device: str | None,
     dtype: str,
     rerank_language_model: Sequence[str | os.PathLike] = (),
-) -> dict[str, list[tuple[PreTrainedModel, PreTrainedTokenizerBase]]]:
-    """The saved models of `rerank_with`, `rerank_right_to_left` and `rerank_language_model`, loaded with their
-    tokenizers, as the keywords `reverse_models`, `right_to_left_models` and `language_models` of
-    `translate_reranked` and `evaluate_reranked`; one that does not load, or whose word order
-    (`config.right_to_left`) is not its role's, is a ValueError or FileNotFoundError naming it."""
-    return {
-        "language_models": load_language_models(rerank_language_model, device, dtype),
-        "reverse_models": load_models(
-            rerank_with, device, dtype, role="reranking model", right_to_left=False
-        ),
-        "right_to_left_models": load_models(
+) -> RerankingModels:
+    """The saved models of `rerank_with` (reverse direction), `rerank_right_to_left` and `rerank_language_model`,
+    loaded with their tokenizers; one that does not load, or whose word order (`config.right_to_left`) is not its
+    role's, is a ValueError or FileNotFoundError naming it."""
+    language = load_language_models(rerank_language_model, device, dtype)
+    return RerankingModels(
+        reverse=load_models(rerank_with, device, dtype, role="reranking model", right_to_left=False),
+        right_to_left=load_models(
             rerank_right_to_left, device, dtype, role="right-to-left model", right_to_left=True
         ),
-    }
+        language=language,
+    )

@@ -17,7 +17,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from hf_vanilla.evaluation.scoring import load_evaluation_pairs, score_model
+from hf_vanilla.evaluation.scoring import Runtime, load_evaluation_pairs, score_model
 from hf_vanilla.files import atomic_file, write_text_atomic
 from hf_vanilla.model.decoding import DEFAULT_MAX_TOKENS, PAPER_GENERATION_KWARGS
 from hf_vanilla.precision import cpu_description
@@ -94,9 +94,7 @@ def time_to_quality(
     scoring = dict(
         pairs=pairs,
         target_lang=target_lang,
-        device=device,
-        dtype=dtype,
-        max_tokens=max_tokens,
+        runtime=Runtime(device, dtype, max_tokens, show_progress=False),
         settings=[decoding],
     )
     target = None

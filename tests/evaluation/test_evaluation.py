@@ -11,15 +11,18 @@ import torch
 from conftest import SCRIPTS
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-from hf_vanilla import scoring as scoring_module
 from hf_vanilla.data import load_translation_split
+from hf_vanilla.evaluation import scoring as scoring_module
 from hf_vanilla.evaluation.scoring import (
+    Runtime,
+    ScoreOptions,
+    TranslationData,
     evaluate_bleu,
     evaluate_translation,
     score_tokenized_lowercased,
     score_translations,
 )
-from hf_vanilla.evaluation.selection import select_on_validation
+from hf_vanilla.evaluation.selection import SelectionGrid, select_on_validation
 from hf_vanilla.tokenization import save_tokenizer
 from hf_vanilla.translation import (
     load_model_and_tokenizer,
@@ -27,6 +30,8 @@ from hf_vanilla.translation import (
     translate_sentences,
     write_lines_atomic,
 )
+
+QUIET = Runtime(show_progress=False)
 
 
 @pytest.fixture(scope="module")
@@ -204,13 +209,10 @@ def test_evaluate_bleu_writes_hypotheses_and_report_with_paper_beam_search(
 ):
     report = evaluate_bleu(
         tiny_model_dir,
-        corpus_path,
-        "de",
-        "en",
+        TranslationData(corpus_path, "de", "en", max_sentences=6),
         tmp_path,
         split="validation",
-        max_sentences=6,
-        show_progress=False,
+        runtime=QUIET,
         max_new_tokens=6,
     )
     hypotheses = read_lines(tmp_path / "validation.de-en.hyp")
@@ -246,8 +248,8 @@ def test_evaluate_bleu_writes_hypotheses_and_report_with_paper_beam_search(
 
 def test_blank_sources_become_blank_hypotheses_and_are_counted(tiny_model_and_tokenizer, caplog):
     model, tokenizer = tiny_model_and_tokenizer
-    hypotheses, report = evaluate_translation(
-        model, tokenizer, ["Ein Hund.", " "], ["A dog.", "Nothing."], show_progress=False, max_new_tokens=3
+    ((_, hypotheses, report),) = evaluate_translation(
+        model, tokenizer, ["Ein Hund.", " "], ["A dog.", "Nothing."], runtime=QUIET, max_new_tokens=3
     )
     assert hypotheses[1] == "" and report["blank_sources"] == 1
     assert "1 of 2 source lines are blank" in caplog.text
@@ -264,12 +266,12 @@ def test_blank_sources_become_blank_hypotheses_and_are_counted(tiny_model_and_to
 def test_evaluation_rejects_missing_references(tiny_model_and_tokenizer, sources, references, message):
     model, tokenizer = tiny_model_and_tokenizer
     with pytest.raises(ValueError, match=message):
-        evaluate_translation(model, tokenizer, sources, references, show_progress=False)
+        evaluate_translation(model, tokenizer, sources, references, runtime=QUIET)
 
 
 def test_unknown_language_is_named(tiny_model_dir, corpus_path, tmp_path):
     with pytest.raises(ValueError, match="Language 'xx' not in dataset"):
-        evaluate_bleu(tiny_model_dir, corpus_path, "de", "xx", tmp_path, show_progress=False)
+        evaluate_bleu(tiny_model_dir, TranslationData(corpus_path, "de", "xx"), tmp_path, runtime=QUIET)
     assert not any(tmp_path.iterdir())
 
 
@@ -351,25 +353,22 @@ def test_selection_takes_the_best_validation_setting_and_decodes_test_with_it_on
     # checkpoint_average holds the same weights as checkpoint_best: it is decoded once, as the best.
     decoded = []
 
-    def scripted_evaluation(model, tokenizer, sources, references, **kwargs):
-        hypotheses, report = evaluate_translation(model, tokenizer, sources, references, **kwargs)
-        decoded.append(kwargs)
+    def scripted_evaluation(model, tokenizer, sources, references, *args, **settings):
+        evaluated = evaluate_translation(model, tokenizer, sources, references, *args, **settings)
+        decoded.append(settings)
         is_last = "checkpoint_last" in model.name_or_path
-        report["cased"]["bleu"] = 10 * is_last + kwargs["num_beams"] - kwargs.get("length_penalty", 0)
-        return hypotheses, report
+        for _, _, report in evaluated:
+            report["cased"]["bleu"] = 10 * is_last + settings["num_beams"] - settings.get("length_penalty", 0)
+        return evaluated
 
     # Validation decodes (scoring.score_model) and the test decode (scoring.evaluate_bleu) both go through it.
     monkeypatch.setattr(scoring_module, "evaluate_translation", scripted_evaluation)
     output_dir = tmp_path / "selection"
     selection = select_on_validation(
         [run_dir],
-        corpus_path,
-        "de",
-        "en",
+        TranslationData(corpus_path, "de", "en", max_sentences=4),
         output_dir,
-        num_beams=[1, 2],
-        length_penalties=[0.6, 1.0],
-        max_sentences=4,
+        SelectionGrid(num_beams=[1, 2], length_penalties=[0.6, 1.0]),
     )
     settings = [
         (row["model"], row["num_beams"], row.get("length_penalty")) for row in selection["validation"]
@@ -397,12 +396,9 @@ def test_selection_with_the_static_cache_scores_what_the_dynamic_cache_does(run_
     selections = {
         cache: select_on_validation(
             [run_dir],
-            corpus_path,
-            "de",
-            "en",
+            TranslationData(corpus_path, "de", "en", max_sentences=4),
             tmp_path / cache,
-            num_beams=[1, 2],
-            max_sentences=4,
+            SelectionGrid(num_beams=[1, 2]),
             **({"cache_implementation": "static"} if cache == "static" else {}),
         )
         for cache in ("dynamic", "static")
@@ -423,13 +419,10 @@ def test_selection_with_the_static_cache_scores_what_the_dynamic_cache_does(run_
 def test_selection_reports_tokenized_bleu_of_the_test_hypotheses(tiny_model_dir, corpus_path, tmp_path):
     selection = select_on_validation(
         [tiny_model_dir],
-        corpus_path,
-        "de",
-        "en",
+        TranslationData(corpus_path, "de", "en", max_sentences=4),
         tmp_path,
-        num_beams=[1],
-        max_sentences=4,
-        tokenized_bleu=True,
+        SelectionGrid(num_beams=[1]),
+        scoring=ScoreOptions(tokenized_bleu=True),
     )
     hypotheses = read_lines(tmp_path / "test.de-en.hyp")
     references = load_translation_split(corpus_path, "de", "en", "test")["target"][:4]
@@ -453,16 +446,17 @@ def test_tokenized_bleu_without_sacremoses_is_refused_before_any_decoding(
         raise AssertionError("decoded before the missing tokenizer was named")
 
     monkeypatch.setattr(scoring_module, "evaluate_translation", no_decoding)
+    data, tokenized = TranslationData(corpus_path, "de", "en"), ScoreOptions(tokenized_bleu=True)
     with pytest.raises(ImportError, match=r"pip install 'hf_vanilla\[tokenized\]'"):
-        select_on_validation([tiny_model_dir], corpus_path, "de", "en", tmp_path / "out", tokenized_bleu=True)
+        select_on_validation([tiny_model_dir], data, tmp_path / "out", scoring=tokenized)
     with pytest.raises(ImportError, match="sacremoses"):
-        evaluate_bleu(tiny_model_dir, corpus_path, "de", "en", tmp_path / "out", tokenized_bleu=True)
+        evaluate_bleu(tiny_model_dir, data, tmp_path / "out", scoring=tokenized)
     assert not (tmp_path / "out").exists()
 
 
 def test_selection_names_a_directory_that_holds_no_model(tmp_path, corpus_path):
     with pytest.raises(FileNotFoundError, match="neither a saved model directory nor a training run"):
-        select_on_validation([tmp_path], corpus_path, "de", "en", tmp_path / "out")
+        select_on_validation([tmp_path], TranslationData(corpus_path, "de", "en"), tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
 

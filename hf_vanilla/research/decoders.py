@@ -1,0 +1,93 @@
+"""Evaluation's decoder (`hf_vanilla.evaluation.scoring.Decoder`) with the research extras: an ensemble's models
+translate as one (`hf_vanilla.research.ensemble`), and reranking models rerank beam search's n-best list
+(`hf_vanilla.research.reranking`). Passed into evaluation and selection; the core never imports it."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from hf_vanilla.evaluation.scoring import Runtime, Variant
+from hf_vanilla.translation import translate_sentences
+
+from .ensemble import ensemble_logits_processors, load_ensemble
+from .reranking import RerankingModels, load_reranking_models, translate_reranked, weight_grid
+
+
+@dataclass(frozen=True)
+class ResearchModels:
+    """The saved models the research options name beside the evaluated one: an ensemble's other members, models
+    of the reverse direction, right-to-left models and language models that rerank."""
+
+    ensemble: Sequence[str | os.PathLike] = ()
+    rerank_with: Sequence[str | os.PathLike] = ()
+    rerank_right_to_left: Sequence[str | os.PathLike] = ()
+    rerank_language_model: Sequence[str | os.PathLike] = ()
+
+    def by_role(self) -> dict[str, list[str]]:
+        """Each role's models as the paths a report records, by role; a role without models is left out."""
+        return {
+            role.name: [str(path) for path in getattr(self, role.name)]
+            for role in fields(self)
+            if getattr(self, role.name)
+        }
+
+
+@dataclass(frozen=True)
+class ResearchDecoder:
+    """Decodes with `members` (an ensemble's models beside the evaluated one) and, given `weights` (each reranking
+    weight's values to try, by name: `reranking_weights`), reranks beam search's n-best list with `rerankers` once
+    for every combination of weights: one variant each, its weights in its settings. A weight named in the
+    settings is taken as given, so a variant's settings decode that variant alone."""
+
+    members: Sequence[PreTrainedModel] = ()
+    rerankers: RerankingModels = RerankingModels()
+    weights: Mapping[str, Sequence[float]] = field(default_factory=dict)
+    extra_models: Mapping[str, Sequence[str]] = field(default_factory=dict)
+
+    def __call__(
+        self,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        sources: Sequence[str],
+        settings: Mapping[str, Any],
+        runtime: Runtime,
+    ) -> list[Variant]:
+        options: dict[str, Any] = {"max_tokens": runtime.max_tokens, "show_progress": runtime.show_progress}
+        if self.members:
+            options["logits_processors"] = ensemble_logits_processors(model, tokenizer, self.members)
+        if not self.weights:
+            return [(dict(settings), translate_sentences(model, tokenizer, sources, **options, **settings))]
+        beam_search = {name: value for name, value in settings.items() if name not in self.weights}
+        weightings = weight_grid(
+            {name: [settings[name]] if name in settings else tried for name, tried in self.weights.items()}
+        )
+        translations = translate_reranked(
+            model, tokenizer, sources, weightings, self.rerankers, **options, **beam_search
+        )
+        return [
+            ({**beam_search, **weights}, hypotheses)
+            for weights, hypotheses in zip(weightings, translations, strict=True)
+        ]
+
+
+def load_research_decoder(
+    models: ResearchModels,
+    weights: Mapping[str, Sequence[float]] | None = None,
+    device: str | None = None,
+    dtype: str = "float32",
+) -> ResearchDecoder:
+    """A `ResearchDecoder` with `models` loaded on `device` in `dtype` and the reranking `weights` to try; a model
+    that does not load, or does not fit its role, is a ValueError or FileNotFoundError naming it."""
+    return ResearchDecoder(
+        members=load_ensemble(models.ensemble, device, dtype),
+        rerankers=load_reranking_models(
+            models.rerank_with, models.rerank_right_to_left, device, dtype, models.rerank_language_model
+        ),
+        weights=dict(weights or {}),
+        extra_models=models.by_role(),
+    )
