@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import logging
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerFast
 
 from hf_vanilla.model.decoding import check_tokenizer_fingerprint, tokenizer_fingerprint
 
 from .files import atomic_directory
+
+logger = logging.getLogger(__name__)
 
 PAD_TOKEN, BOS_TOKEN, EOS_TOKEN, UNK_TOKEN = "<pad>", "<s>", "</s>", "<unk>"
 # Trainers give special tokens the first ids in this order: <pad>=0, <s>=1, </s>=2, <unk>=3.
@@ -26,8 +30,12 @@ def train_tokenizer(
     min_frequency: int = 2,
     model_max_length: int = DEFAULT_MODEL_MAX_LENGTH,
     show_progress: bool = True,
+    length: int | None = None,
 ) -> PreTrainedTokenizerFast:
     """Train one byte-level BPE on `texts` (both languages mixed) and wrap it as a transformers tokenizer.
+
+    `show_progress`: a bar of the texts read (of `length`, when given; tokenizers' own bars show only on a
+    terminal), then a line when the merges are being learned.
 
     Byte-level pre-tokenization without a prefix space makes `decode(encode(text)) == text` for any
     text: every byte has a token, so nothing becomes `<unk>` and no space is added or lost. Every
@@ -49,7 +57,9 @@ def train_tokenizer(
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=show_progress,
     )
-    bpe.train_from_iterator(texts, trainer=trainer)
+    if show_progress:
+        texts = _reported(texts, length)
+    bpe.train_from_iterator(texts, trainer=trainer, length=length)
     bpe.post_processor = processors.TemplateProcessing(
         single=f"$A {EOS_TOKEN}",
         pair=f"$A {EOS_TOKEN} $B {EOS_TOKEN}",
@@ -65,6 +75,12 @@ def train_tokenizer(
         # The default clean-up would glue " ." to "." and break the exact round trip.
         clean_up_tokenization_spaces=False,
     )
+
+
+def _reported(texts: Iterable[str], length: int | None) -> Iterator[str]:
+    """`texts` with a progress bar of those read, then a log line: the BPE counts words as it reads, then merges."""
+    yield from tqdm(texts, total=length, desc="BPE: counting words", unit=" texts", mininterval=10)
+    logger.info("BPE: words counted; learning the merges (no progress shown)")
 
 
 def save_tokenizer(tokenizer: PreTrainedTokenizerFast, output_dir: str | os.PathLike) -> Path:

@@ -1,17 +1,19 @@
-"""Train the joint source/target BPE tokenizer on a translation dataset and save it for AutoTokenizer."""
+"""Train the joint source/target BPE tokenizer on a translation dataset and save it for AutoTokenizer.
+
+Shows its progress; --max-sentences N learns from a random N pairs and says how long the whole corpus would take.
+
+    python scripts/train_tokenizer.py --dataset wmt/wmt14 --dataset-config de-en --source-lang en --target-lang de \
+        --vocab-size 37000 --max-sentences 1000000 --output-dir outputs/wmt14-en-de-bpe37k
+"""
 
 import logging
-from itertools import chain
 
-from hf_vanilla.cli import ArgumentParser, add_language_arguments
+from transformers import AutoTokenizer
+
+from hf_vanilla.cli import ArgumentParser, add_language_arguments, positive_int
 from hf_vanilla.data import load_translation_split
-from hf_vanilla.tokenization import (
-    DEFAULT_VOCAB_SIZE,
-    mean_tokens_per_sentence,
-    round_trip_rate,
-    save_tokenizer,
-    train_tokenizer,
-)
+from hf_vanilla.preparation import describe_tokenizer_training, train_tokenizer_on_pairs
+from hf_vanilla.tokenization import DEFAULT_VOCAB_SIZE, mean_tokens_per_sentence, round_trip_rate
 
 
 def main() -> None:
@@ -22,6 +24,9 @@ def main() -> None:
     parser.add_argument("--vocab-size", type=int, default=DEFAULT_VOCAB_SIZE, help="tokens in the vocabulary")
     parser.add_argument("--min-frequency", type=int, default=2, help="merges need pairs seen this often")
     parser.add_argument("--output-dir", default="outputs/tokenizer", help="directory AutoTokenizer will load")
+    parser.add_argument(
+        "--max-sentences", type=positive_int, help="learn from this many random pairs of the split (default: all)"
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO)
 
@@ -30,11 +35,11 @@ def main() -> None:
             args.dataset, args.source_lang, args.target_lang, split, args.dataset_config
         )
 
-    pairs = load(args.split)
-    tokenizer = train_tokenizer(
-        chain(pairs["source"], pairs["target"]), vocab_size=args.vocab_size, min_frequency=args.min_frequency
+    training = train_tokenizer_on_pairs(
+        load(args.split), args.output_dir, args.vocab_size, args.max_sentences, args.min_frequency
     )
-    print(f"saved {save_tokenizer(tokenizer, args.output_dir)}: vocabulary of {len(tokenizer)}")
+    print(f"saved {describe_tokenizer_training(training)}")
+    tokenizer = AutoTokenizer.from_pretrained(args.output_dir)
     report_pairs = load(args.report_split)
     for lang, column in ((args.source_lang, "source"), (args.target_lang, "target")):
         texts = list(report_pairs[column])

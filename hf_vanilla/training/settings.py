@@ -39,7 +39,7 @@ class TrainingConfig:
 
     # Data
     dataset: str = setting(PUBLIC_MULTI30K, "Hub dataset name or local path (datasets.load_dataset)")
-    dataset_config: str | None = setting(None, "Hub dataset config, e.g. de-en for wmt14")
+    dataset_config: str | None = setting(None, "Hub dataset config, e.g. de-en for wmt/wmt14")
     source_lang: str = setting("de", "source language code (a column or translation key of the dataset)")
     target_lang: str = setting("en", "target language code")
     train_split: str = setting("train", "split to train on")

@@ -97,10 +97,7 @@ def train(config: TrainingConfig, resume: bool = False, overwrite_output_dir: bo
     output_dir = Path(config.output_dir)
     accelerator = _make_accelerator(config, output_dir)
     set_seed(config.seed)
-    with accelerator.main_process_first():
-        tokenizer = load_or_train_tokenizer(config)
-        model_config = _model_config(config, tokenizer)
-        inputs = _load_data(config, tokenizer, model_config.max_position_embeddings)
+    tokenizer, model_config, inputs = load_inputs(config, accelerator)
     with _run_lock(output_dir, accelerator):
         return _train(
             config, accelerator, tokenizer, model_config, inputs, resume, overwrite_output_dir, run_started
@@ -348,6 +345,19 @@ def _start_or_resume(config: TrainingConfig, accelerator: Accelerator, output_di
 # Inputs
 
 
+def load_inputs(config: TrainingConfig, state: PartialState | Accelerator):
+    """(tokenizer, model config, (training data, validation set)) of a run, each process's `state` saying which
+    process does the work: the main process trains the tokenizer if it is missing (one vocabulary for all), and
+    each node's first process cleans and tokenizes into its datasets cache while the node's other processes wait,
+    then read that cache; nodes without a shared file system thus prepare at once, not one after another."""
+    with state.main_process_first():
+        tokenizer = load_or_train_tokenizer(config)
+    model_config = _model_config(config, tokenizer)
+    with state.local_main_process_first():
+        inputs = _load_data(config, tokenizer, model_config.max_position_embeddings)
+    return tokenizer, model_config, inputs
+
+
 def load_or_train_tokenizer(config: TrainingConfig) -> PreTrainedTokenizerBase:
     """The tokenizer of `init_from`, else the one at `tokenizer`, trained on the training split if missing."""
     if config.init_from:
@@ -372,7 +382,7 @@ def load_or_train_tokenizer(config: TrainingConfig) -> PreTrainedTokenizerBase:
         )
         pairs = _load_split(config, config.train_split)
         tokenizer = train_tokenizer(
-            chain(pairs["source"], pairs["target"]), vocab_size=config.tokenizer_vocab_size
+            chain(pairs["source"], pairs["target"]), vocab_size=config.tokenizer_vocab_size, length=2 * len(pairs)
         )
         save_tokenizer(tokenizer, path)
     return _load_tokenizer(path)
