@@ -7,8 +7,8 @@ import sacrebleu
 from conftest import SCRIPTS, tiny_config
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-from hf_vanilla import distillation
 from hf_vanilla.data import load_translation_split
+from hf_vanilla.research import distillation
 from hf_vanilla.research.distillation import PROVENANCE_FILE, distill_dataset
 from hf_vanilla.training.train import train
 from hf_vanilla.translation import translate_sentences

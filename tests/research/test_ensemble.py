@@ -10,13 +10,19 @@ import torch
 from conftest import SCRIPTS
 from transformers import AutoModelForSeq2SeqLM, LogitsProcessorList
 
-from hf_vanilla.evaluation.scoring import evaluate_bleu
-from hf_vanilla.evaluation.selection import select_on_validation
+from hf_vanilla.evaluation.scoring import Runtime, TranslationData, evaluate_bleu
+from hf_vanilla.evaluation.selection import SelectionGrid, select_on_validation
 from hf_vanilla.model.modeling_vanilla import VanillaTransformerForConditionalGeneration
-from hf_vanilla.research.ensemble import EnsembleLogitsProcessor
+from hf_vanilla.research.decoders import ResearchModels, load_research_decoder
+from hf_vanilla.research.ensemble import EnsembleLogitsProcessor, ensemble_logits_processors
 from hf_vanilla.translation import translate_sentences
 
 SOURCES = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee.", "", "Kinder."]
+
+
+def as_one(model, tokenizer, *members):
+    """`translate_sentences`' keyword that makes `members` translate with `model` as one."""
+    return {"logits_processors": ensemble_logits_processors(model, tokenizer, members)}
 
 
 def mixture_log_probs(models, encoded, decoder_ids):
@@ -30,15 +36,25 @@ def mixture_log_probs(models, encoded, decoder_ids):
 
 def test_a_model_in_ensemble_with_itself_translates_as_it_does_alone(first, tokenizer):
     for settings in ({"num_beams": 1}, {"num_beams": 3, "length_penalty": 1.0}):
-        alone = translate_sentences(first, tokenizer, SOURCES, show_progress=False, max_new_tokens=8, **settings)
+        alone = translate_sentences(
+            first, tokenizer, SOURCES, show_progress=False, max_new_tokens=8, **settings
+        )
         doubled = translate_sentences(
-            first, tokenizer, SOURCES, show_progress=False, max_new_tokens=8, ensemble=[first], **settings
+            first,
+            tokenizer,
+            SOURCES,
+            show_progress=False,
+            max_new_tokens=8,
+            **as_one(first, tokenizer, first),
+            **settings,
         )
         assert doubled == alone
 
 
 def test_two_models_translate_otherwise_than_either_alone(first, second, tokenizer):
-    both = translate_sentences(first, tokenizer, SOURCES, show_progress=False, max_new_tokens=8, ensemble=[second])
+    both = translate_sentences(
+        first, tokenizer, SOURCES, show_progress=False, max_new_tokens=8, **as_one(first, tokenizer, second)
+    )
     assert both != translate_sentences(first, tokenizer, SOURCES, show_progress=False, max_new_tokens=8)
     assert both != translate_sentences(second, tokenizer, SOURCES, show_progress=False, max_new_tokens=8)
 
@@ -79,7 +95,11 @@ def test_beam_scores_are_the_averaged_probabilities_of_the_hypotheses_found(firs
     assert rows == 8
     for row in range(rows):
         tokens = output.sequences[row, 1:].tolist()
-        length = tokens.index(first.config.eos_token_id) + 1 if first.config.eos_token_id in tokens else len(tokens)
+        length = (
+            tokens.index(first.config.eos_token_id) + 1
+            if first.config.eos_token_id in tokens
+            else len(tokens)
+        )
         score = sum(log_probs[row, position, tokens[position]].item() for position in range(length))
         assert output.sequences_scores[row].item() == pytest.approx(score, abs=1e-3)
 
@@ -88,21 +108,21 @@ def test_a_member_with_another_vocabulary_is_named(first, tokenizer):
     config = first.config.to_dict() | {"vocab_size": first.config.vocab_size + 8}
     stranger = VanillaTransformerForConditionalGeneration(type(first.config)(**config)).eval()
     with pytest.raises(ValueError, match="ensemble member 1 has a vocabulary of"):
-        translate_sentences(first, tokenizer, SOURCES, show_progress=False, ensemble=[stranger])
+        as_one(first, tokenizer, stranger)
 
 
 def test_evaluation_and_selection_record_the_ensemble(tiny_model_dir, second_dir, corpus_path, tmp_path):
-    common = {"dataset": corpus_path, "source_lang": "de", "target_lang": "en", "max_sentences": 3}
-    report = evaluate_bleu(
-        tiny_model_dir, output_dir=tmp_path, device="cpu", num_beams=2, ensemble=[second_dir], **common
-    )
+    data, runtime = TranslationData(corpus_path, "de", "en", max_sentences=3), Runtime(device="cpu")
+    ensemble = load_research_decoder(ResearchModels(ensemble=[second_dir]), device="cpu")
+    report = evaluate_bleu(tiny_model_dir, data, tmp_path, runtime=runtime, decoder=ensemble, num_beams=2)
     assert report["ensemble"] == [str(second_dir)]
+    grid = SelectionGrid(num_beams=[2])
     selection = select_on_validation(
-        [tiny_model_dir], output_dir=tmp_path / "selection", num_beams=[2], ensemble=[second_dir], **common
+        [tiny_model_dir], data, tmp_path / "selection", grid, runtime, decoder=ensemble
     )
     saved = json.loads((tmp_path / "selection" / "selection.json").read_text())
     assert saved["ensemble"] == [str(second_dir)] and selection["reports"]["test"]
-    alone = select_on_validation([tiny_model_dir], output_dir=tmp_path / "alone", num_beams=[2], **common)
+    alone = select_on_validation([tiny_model_dir], data, tmp_path / "alone", grid, runtime)
     assert "ensemble" not in alone
 
 
@@ -114,7 +134,13 @@ def test_translate_script_names_a_member_that_does_not_fit(tiny_model_dir, tmp_p
     for name in ("tokenizer.json", "tokenizer_config.json"):
         (other / name).write_bytes((tiny_model_dir / name).read_bytes())
     completed = subprocess.run(
-        [sys.executable, str(SCRIPTS / "translate.py"), str(tiny_model_dir), "--ensemble", str(tiny_model_dir)]
+        [
+            sys.executable,
+            str(SCRIPTS / "translate.py"),
+            str(tiny_model_dir),
+            "--ensemble",
+            str(tiny_model_dir),
+        ]
         + [str(other), "--device", "cpu", "--quiet"],
         input="Ein Hund rennt.\n",
         capture_output=True,
@@ -122,5 +148,7 @@ def test_translate_script_names_a_member_that_does_not_fit(tiny_model_dir, tmp_p
     )
     assert completed.returncode == 1 and completed.stdout == ""
     last_line = completed.stderr.splitlines()[-1]
-    assert last_line.startswith(f"error: ensemble member {other}: ") and "not the one the model was" in last_line
+    assert (
+        last_line.startswith(f"error: ensemble member {other}: ") and "not the one the model was" in last_line
+    )
     assert "Traceback" not in completed.stderr

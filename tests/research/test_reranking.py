@@ -11,15 +11,18 @@ from conftest import SCRIPTS
 from test_ensemble import SOURCES
 from transformers import pipeline
 
-from hf_vanilla.evaluation.scoring import evaluate_reranked, evaluate_translation
-from hf_vanilla.evaluation.selection import select_on_validation
+from hf_vanilla.evaluation.scoring import Runtime, TranslationData, evaluate_translation
+from hf_vanilla.evaluation.selection import SelectionGrid, select_on_validation
 from hf_vanilla.model.decoding import reverse_words
+from hf_vanilla.research.decoders import ResearchDecoder, ResearchModels, load_research_decoder
+from hf_vanilla.research.ensemble import ensemble_logits_processors
 from hf_vanilla.research.language_model import load_language_models, sentence_log_probs
 from hf_vanilla.research.reranking import (
     LANGUAGE_MODEL_WEIGHT,
     REVERSE_WEIGHT,
     RIGHT_TO_LEFT_WEIGHT,
     WORD_BONUS,
+    RerankingModels,
     conditional_log_probs,
     language_model_scores,
     load_reranking_models,
@@ -105,11 +108,13 @@ def test_right_to_left_scores_read_each_translations_words_reversed(first, secon
         )
         assert scores[index] == pytest.approx(expected, rel=FLOAT32_SUM, abs=1e-5)
     features = reranking_features(
-        nbest, SOURCES, right_to_left_models=[(second, tokenizer)], show_progress=False
+        nbest, SOURCES, RerankingModels(right_to_left=[(second, tokenizer)]), show_progress=False
     )
     assert list(features) == [RIGHT_TO_LEFT_WEIGHT] and features[RIGHT_TO_LEFT_WEIGHT] == scores
-    with pytest.raises(ValueError, match="models of the reverse direction, right-to-left models or language models"):
-        reranking_features(nbest, SOURCES)
+    with pytest.raises(
+        ValueError, match="models of the reverse direction, right-to-left models or language models"
+    ):
+        reranking_features(nbest, SOURCES, RerankingModels())
 
 
 def test_rerank_weighs_each_feature_against_beam_searchs_score():
@@ -138,7 +143,10 @@ def test_a_word_bonus_favours_longer_translations_and_a_penalty_shorter_ones():
     # per word 0.05: -0.1 + 0.1 against -0.3 + 0.2; per word 0.2: 0.3 against 0.5
     assert rerank(nbest, features, {REVERSE_WEIGHT: 0.0, WORD_BONUS: 0.05})[0] == "a dog"
     assert rerank(nbest, features, {REVERSE_WEIGHT: 0.0, WORD_BONUS: 0.2})[0] == "a dog runs fast"
-    assert rerank(nbest, features, {REVERSE_WEIGHT: 0.0, WORD_BONUS: -0.2}) == ["a dog", ""]  # a penalty is allowed
+    assert rerank(nbest, features, {REVERSE_WEIGHT: 0.0, WORD_BONUS: -0.2}) == [
+        "a dog",
+        "",
+    ]  # a penalty is allowed
 
 
 def test_a_language_model_reranks_by_how_likely_each_translation_reads(first, tokenizer, language_model_dir):
@@ -149,9 +157,18 @@ def test_a_language_model_reranks_by_how_likely_each_translation_reads(first, to
     assert scores[2] == [0.0]  # a blank source
     ((model, lm_tokenizer),) = language_models
     assert scores[0] == sentence_log_probs(model, lm_tokenizer, [text for text, _ in nbest[0]], 4096)
-    weightings = [{LANGUAGE_MODEL_WEIGHT: 0.0, WORD_BONUS: 0.0}, {LANGUAGE_MODEL_WEIGHT: 5.0, WORD_BONUS: 0.1}]
+    weightings = [
+        {LANGUAGE_MODEL_WEIGHT: 0.0, WORD_BONUS: 0.0},
+        {LANGUAGE_MODEL_WEIGHT: 5.0, WORD_BONUS: 0.1},
+    ]
     unchanged, reranked = translate_reranked(
-        first, tokenizer, SOURCES, 3, weightings, language_models=language_models, **settings
+        first,
+        tokenizer,
+        SOURCES,
+        weightings,
+        RerankingModels(language=language_models),
+        num_beams=3,
+        **settings,
     )
     assert unchanged == [hypotheses[0][0] for hypotheses in nbest]
     features = {LANGUAGE_MODEL_WEIGHT: scores, WORD_BONUS: word_counts(nbest)}
@@ -161,7 +178,10 @@ def test_a_language_model_reranks_by_how_likely_each_translation_reads(first, to
 def test_a_word_bonus_without_a_reranking_model_is_refused():
     assert reranking_weights(["reverse"], 0.3, [], 0.2, 0.1) == {REVERSE_WEIGHT: 0.3, WORD_BONUS: 0.1}
     assert reranking_weights([], 0.3, [], 0.2) == {}
-    assert reranking_weights([], 0.3, [], 0.2, 0.1, ["lm"], 0.5) == {LANGUAGE_MODEL_WEIGHT: 0.5, WORD_BONUS: 0.1}
+    assert reranking_weights([], 0.3, [], 0.2, 0.1, ["lm"], 0.5) == {
+        LANGUAGE_MODEL_WEIGHT: 0.5,
+        WORD_BONUS: 0.1,
+    }
     with pytest.raises(ValueError, match="--rerank-with.*--rerank-right-to-left.*--rerank-language-model"):
         reranking_weights([], 0.3, [], 0.2, 0.1)
 
@@ -177,41 +197,64 @@ def test_weight_grid_is_every_combination_the_last_name_fastest():
 
 
 def test_reranking_with_weight_zero_scores_as_beam_search(first, reverse, tokenizer):
-    settings = {"length_penalty": 1.0, "max_new_tokens": 8, "show_progress": False}
-    plain, plain_report = evaluate_translation(first, tokenizer, SOURCES, REFERENCES, num_beams=3, **settings)
-    weightings = [
-        {REVERSE_WEIGHT: 0.0, RIGHT_TO_LEFT_WEIGHT: 0.0, WORD_BONUS: 0.0},
-        {REVERSE_WEIGHT: 5.0, RIGHT_TO_LEFT_WEIGHT: 1.0, WORD_BONUS: 0.1},
-    ]
-    evaluated = evaluate_reranked(
-        first, tokenizer, SOURCES, REFERENCES, weightings, 3, [reverse], [reverse], **settings
+    settings = {"length_penalty": 1.0, "max_new_tokens": 8}
+    quiet = Runtime(show_progress=False)
+    ((_, plain, plain_report),) = evaluate_translation(
+        first, tokenizer, SOURCES, REFERENCES, runtime=quiet, num_beams=3, **settings
     )
-    (unchanged, report), (reranked, heavy_report) = evaluated
+    rerankers = RerankingModels(reverse=[reverse], right_to_left=[reverse])
+    weights = {REVERSE_WEIGHT: [0.0, 5.0], RIGHT_TO_LEFT_WEIGHT: [0.0, 1.0], WORD_BONUS: [0.0, 0.1]}
+    decoder = ResearchDecoder(rerankers=rerankers, weights=weights)
+    evaluated = evaluate_translation(
+        first, tokenizer, SOURCES, REFERENCES, runtime=quiet, decoder=decoder, num_beams=3, **settings
+    )
+    assert len(evaluated) == 8  # every combination of the weights, the last weight varying fastest
+    (unchanged_settings, unchanged, report), (heavy, reranked, heavy_report) = evaluated[0], evaluated[-1]
     assert unchanged == plain and report["cased"] == plain_report["cased"]
+    assert unchanged_settings == {
+        "num_beams": 3,
+        **settings,
+        REVERSE_WEIGHT: 0.0,
+        RIGHT_TO_LEFT_WEIGHT: 0.0,
+        WORD_BONUS: 0.0,
+    }
     assert report["generation"][REVERSE_WEIGHT] == 0.0 and heavy_report["generation"][REVERSE_WEIGHT] == 5.0
-    assert heavy_report["generation"][RIGHT_TO_LEFT_WEIGHT] == 1.0 and heavy_report["generation"][WORD_BONUS] == 0.1
-    nbest = translate_nbest(first, tokenizer, SOURCES, num_beams=3, **settings)
-    features = reranking_features(nbest, SOURCES, [reverse], [reverse], show_progress=False)
-    assert reranked == rerank(nbest, {**features, WORD_BONUS: word_counts(nbest)}, weightings[1])
+    assert (
+        heavy_report["generation"][RIGHT_TO_LEFT_WEIGHT] == 1.0
+        and heavy_report["generation"][WORD_BONUS] == 0.1
+    )
+    nbest = translate_nbest(first, tokenizer, SOURCES, num_beams=3, show_progress=False, **settings)
+    features = reranking_features(nbest, SOURCES, rerankers, show_progress=False)
+    weighting = {name: heavy[name] for name in weights}
+    assert reranked == rerank(nbest, {**features, WORD_BONUS: word_counts(nbest)}, weighting)
+    # A variant's settings, passed back in, decode that variant alone.
+    ((again, rerun, _),) = evaluate_translation(
+        first, tokenizer, SOURCES, REFERENCES, runtime=quiet, decoder=decoder, **heavy
+    )
+    assert (again, rerun) == (heavy, reranked)
 
 
 def test_selection_chooses_the_weights_and_the_test_decoding_uses_them(
     tiny_model_dir, second_dir, right_to_left_dir, language_model_dir, corpus_path, tmp_path
 ):
-    common = {"dataset": corpus_path, "source_lang": "de", "target_lang": "en", "max_sentences": 3}
+    models = ResearchModels(
+        rerank_with=[second_dir],
+        rerank_right_to_left=[right_to_left_dir],
+        rerank_language_model=[language_model_dir],
+    )
+    weights = {
+        REVERSE_WEIGHT: [0.0, 1.0],
+        RIGHT_TO_LEFT_WEIGHT: [0.0, 0.5],
+        LANGUAGE_MODEL_WEIGHT: [0.0, 2.0],
+        WORD_BONUS: [0.0, 0.2],
+    }
     selection = select_on_validation(
         [tiny_model_dir],
-        output_dir=tmp_path,
-        num_beams=[2],
-        rerank_with=[second_dir],
-        rerank_weights=[0.0, 1.0],
-        rerank_right_to_left=[right_to_left_dir],
-        right_to_left_weights=[0.0, 0.5],
-        word_bonuses=[0.0, 0.2],
-        rerank_language_model=[language_model_dir],
-        language_model_weights=[0.0, 2.0],
-        device="cpu",
-        **common,
+        TranslationData(corpus_path, "de", "en", max_sentences=3),
+        tmp_path,
+        SelectionGrid(num_beams=[2]),
+        Runtime(device="cpu"),
+        decoder=load_research_decoder(models, weights, device="cpu"),
     )
     names = (REVERSE_WEIGHT, RIGHT_TO_LEFT_WEIGHT, LANGUAGE_MODEL_WEIGHT, WORD_BONUS)
     grid = [tuple(row[name] for name in names) for row in selection["validation"]]
@@ -227,7 +270,11 @@ def test_selection_chooses_the_weights_and_the_test_decoding_uses_them(
     test_report = json.loads((tmp_path / "test.de-en.json").read_text())
     assert test_report["rerank_with"] == [str(second_dir)]
     assert test_report["rerank_right_to_left"] == [str(right_to_left_dir)]
-    assert selection["rerank_language_model"] == test_report["rerank_language_model"] == [str(language_model_dir)]
+    assert (
+        selection["rerank_language_model"]
+        == test_report["rerank_language_model"]
+        == [str(language_model_dir)]
+    )
     for name in names:
         assert test_report["generation"][name] == selection["chosen"][name]
     assert test_report["cased"]["bleu"] == selection["reports"]["test"]["cased"]["bleu"]
@@ -287,7 +334,9 @@ def test_select_script_prints_a_column_for_each_kind_of_reranking_weight(
     ]
 
 
-def test_translate_script_reranks_as_the_library_does(second_dir, tiny_model_dir, right_to_left_dir, tmp_path):
+def test_translate_script_reranks_as_the_library_does(
+    second_dir, tiny_model_dir, right_to_left_dir, tmp_path
+):
     source_file = tmp_path / "sources.de"
     source_file.write_text("".join(f"{line}\n" for line in SOURCES))
 
@@ -326,9 +375,9 @@ def test_translate_script_reranks_as_the_library_does(second_dir, tiny_model_dir
         model,
         tokenizer,
         SOURCES,
-        3,
         [weights],
-        **reranking,
+        reranking,
+        num_beams=3,
         max_new_tokens=8,
         length_penalty=0.6,
         show_progress=False,
@@ -359,8 +408,10 @@ def test_an_ensemble_and_the_reranking_roles_refuse_the_other_word_order(
     second, second_dir, right_to_left_dir, tokenizer
 ):
     right_to_left, _ = load_model_and_tokenizer(right_to_left_dir, "cpu")
-    with pytest.raises(ValueError, match="ensemble member 1 writes right to left, the first model left to right"):
-        translate_sentences(second, tokenizer, SOURCES, ensemble=[right_to_left], show_progress=False)
+    with pytest.raises(
+        ValueError, match="ensemble member 1 writes right to left, the first model left to right"
+    ):
+        ensemble_logits_processors(second, tokenizer, [right_to_left])
     with pytest.raises(ValueError, match=f"reranking model {right_to_left_dir} writes right to left"):
         load_reranking_models([right_to_left_dir], [], "cpu", "float32")
     with pytest.raises(ValueError, match=f"right-to-left model {second_dir} was not trained right to left"):
