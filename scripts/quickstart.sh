@@ -6,9 +6,9 @@
 # Trains configs/multi30k-RECIPE.yaml, chooses between the best, last and averaged checkpoints and the beam size /
 # length penalty on validation BLEU, then decodes test2016 once (sacreBLEU, with the papers' tokenized BLEU beside
 # it). An interrupted run continues where its last checkpoint left it when the same command is given again.
-# Data: the Hub's bentrevett/multi30k, or the local copy at ../shared/datasets/multi30k where that folder exists
-# (an offline workspace); MULTI30K=PATH names another local copy. Precision: chosen for the hardware (the log says
-# which and why).
+# Data: the Hub's bentrevett/multi30k; MULTI30K=PATH reads a local copy in the Hub translation layout instead
+# (offline machines). PyTorch: an installed one is kept; where none is, the CPU build is installed (TORCH_PIP
+# overrides what pip is asked for). Precision: chosen for the hardware (the log says which and why).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source_lang=${1:-de}
@@ -22,12 +22,18 @@ if [ ! -f "$config" ]; then
 fi
 run=outputs/multi30k-$recipe-$source_lang-$target_lang
 dataset=${MULTI30K:-bentrevett/multi30k}
-if [ -z "${MULTI30K:-}" ] && [ -d ../shared/datasets/multi30k ]; then
-    dataset=../shared/datasets/multi30k
+if [ -n "${MULTI30K:-}" ] && [ ! -d "$MULTI30K" ]; then
+    echo "quickstart: MULTI30K=$MULTI30K is not a directory; give a local copy of Multi30k in the Hub layout" >&2
+    exit 2
 fi
 echo "quickstart: $recipe recipe, $source_lang->$target_lang on $dataset, into $run"
 
-python3 -m pip install --quiet torch==2.13.0
+if ! python3 -c "import torch" 2>/dev/null; then
+    # A plain `pip install torch` pulls the CUDA build (gigabytes); for a GPU, install the torch for your CUDA first.
+    echo "quickstart: no PyTorch installed; installing the CPU build (${TORCH_PIP:-from the PyTorch CPU wheel index})"
+    # shellcheck disable=SC2086  # TORCH_PIP is a list of pip arguments
+    python3 -m pip install --quiet ${TORCH_PIP:-torch --index-url https://download.pytorch.org/whl/cpu}
+fi
 python3 -m pip install --quiet -e ".[tensorboard,tokenized]"
 # An existing run directory is continued; train.py decides what in it can resume (and says so when nothing can).
 resume=

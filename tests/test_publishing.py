@@ -1,5 +1,7 @@
 """A checkpoint's model card: Hub metadata and sections on one template, and the test scores selection records."""
 
+from pathlib import Path
+
 from huggingface_hub import ModelCard
 
 from hf_vanilla import VanillaTransformerConfig
@@ -69,3 +71,17 @@ def test_selection_writes_test_scores_into_the_card(tmp_path):
     card = ModelCard.load(tmp_path / CARD_FILE)
     assert [r.metric_value for r in card.data.eval_results if r.dataset_split == "test"] == [40.0, 41.0, 60.0]
     assert card.text.count("## Evaluation") == 1 and "38.46" not in card.text
+
+
+def test_the_repositorys_model_card_follows_the_same_template(tmp_path):
+    """model_card.md, the card of the quickstart's checkpoint, has the sections and metadata every card has."""
+    published = ModelCard.load(Path(__file__).resolve().parents[1] / "model_card.md")
+    generated = saved_card(tmp_path)
+    assert [line for line in published.text.splitlines() if line.startswith("## ")] == [
+        line for line in generated.text.splitlines() if line.startswith("## ")
+    ]
+    for field in ("language", "license", "library_name", "pipeline_tag", "tags", "metrics"):
+        assert getattr(published.data, field) == getattr(generated.data, field), field
+    test = [result for result in published.data.eval_results if result.dataset_split == "test"]
+    assert {result.metric_name for result in test} == {"sacreBLEU", "sacreBLEU, lowercased", "chrF"}
+    assert all(result.metric_config.startswith("nrefs:1|") for result in test)
