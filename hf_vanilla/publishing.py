@@ -19,8 +19,8 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from hf_vanilla.model.configuration_vanilla import VanillaTransformerConfig
+from hf_vanilla.model.hub import CARD_FILE
 from hf_vanilla.model.modeling_vanilla import (
-    CARD_FILE,
     VanillaTransformerForConditionalGeneration,
     VanillaTransformerModel,
 )

@@ -1,33 +1,24 @@
 """The Transformer of "Attention Is All You Need" (Vaswani et al., 2017), section by section.
 
-Imports only torch, transformers (with huggingface_hub, its own dependency) and the config, so a saved model
-directory can carry this file and load with `trust_remote_code=True`. Shapes: B batch, S source length, T target
-length, D d_model, H heads, K head size.
+Bottom-up in the paper's order: 3.2 attention, 3.3 feed-forward, 3.5 positional encoding, 3.4 embeddings, 3.1
+the residual connections, layers and stacks, 3 the encoder-decoder, 3.4 the pre-softmax projection with 5.4's
+loss. Imports only torch, transformers (with huggingface_hub, its own dependency) and the files beside it, so a
+saved model directory can carry them and load with `trust_remote_code=True`. Shapes: B batch, S source length,
+T target length, L either, D d_model, H heads, K head size, V vocabulary.
 """
 
 import functools
 import inspect
 import math
-import os
-import shutil
 from collections.abc import Callable
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from huggingface_hub import ModelCard
 from torch import nn
 from transformers import initialization as init
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
-from transformers.dynamic_module_utils import get_cached_module_file, get_relative_import_files
 from transformers.generation import GenerationConfig, GenerationMixin
-from transformers.integrations.sdpa_attention import sdpa_attention_forward
-from transformers.masking_utils import (
-    AttentionMaskInterface,
-    create_bidirectional_mask,
-    create_causal_mask,
-    sdpa_mask,
-)
+from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
     BaseModelOutput,
@@ -35,23 +26,17 @@ from transformers.modeling_outputs import (
     Seq2SeqLMOutput,
     Seq2SeqModelOutput,
 )
-from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, AttentionInterface, PreTrainedModel
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
 from transformers.processing_utils import Unpack
-from transformers.utils import (
-    HF_MODULES_CACHE,
-    TransformersKwargs,
-    cached_file,
-    can_return_tuple,
-    is_torchdynamo_compiling,
-    logging,
-)
+from transformers.utils import TransformersKwargs, can_return_tuple, is_torchdynamo_compiling
 from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
+from .attention_kernels import AUTO_ATTENTION as AUTO_ATTENTION  # the name callers ask the model for
+from .attention_kernels import SDPA_MASKED, scaled_dot_product_attention, sdpa_by_matmuls
 from .configuration_vanilla import VanillaTransformerConfig
+from .hub import PipelineCodeAndCardMixin
 
-logger = logging.get_logger(__name__)
-CARD_FILE = "README.md"
 OUTPUT_LIMITS = ("max_length", "max_new_tokens")  # generate's two ways to bound a translation
 
 # transformers 5.24 renamed the key/value cache that `generate` hands to forward, and the masks and outputs take,
@@ -75,80 +60,6 @@ def takes_cache_by_either_name(forward: Callable) -> Callable:
         return forward(*args, **kwargs)
 
     return forward_taking_past_key_values
-
-
-def scaled_dot_product_attention(
-    module: nn.Module,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    scaling: float,
-    dropout: float = 0.0,
-    **kwargs,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """3.2.1 softmax(QK^T / sqrt(d_k)) V: q (B,H,T,K), k/v (B,H,S,K), additive mask -> (B,T,H,K), (B,H,T,S)."""
-    scores = torch.matmul(query, key.transpose(2, 3)) * scaling
-    if attention_mask is not None:
-        scores = scores + attention_mask
-    weights = F.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
-    weights = F.dropout(weights, p=dropout, training=module.training)
-    return torch.matmul(weights, value).transpose(1, 2).contiguous(), weights
-
-
-def sdpa_by_matmuls(
-    module: nn.Module,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    scaling: float,
-    dropout: float = 0.0,
-    **kwargs,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The "sdpa" attention, same masks (boolean, or none with `module.is_causal`), by 3.2.1's matmuls: out, weights."""
-    query_length, key_length = query.shape[2], key.shape[2]
-    if attention_mask is None and module.is_causal and query_length > 1:
-        attention_mask = torch.ones(query_length, key_length, dtype=torch.bool, device=query.device)
-        attention_mask = attention_mask.tril(key_length - query_length)
-    if attention_mask is not None and attention_mask.dtype == torch.bool:
-        additive = torch.zeros_like(attention_mask, dtype=query.dtype)
-        attention_mask = additive.masked_fill_(~attention_mask, torch.finfo(query.dtype).min)
-    return scaled_dot_product_attention(module, query, key, value, attention_mask, scaling, dropout)
-
-
-def matmuls_beat_fused_cpu_kernel(query: torch.Tensor, key: torch.Tensor) -> bool:
-    """Where torch's fused CPU attention kernel is slower than plain matmuls (torch 2.13, fwd+bwd or decoding).
-
-    bfloat16 up to 512 keys: 2-5x in training, 2-8x decoding a batch; float32 decoding steps of 16 or more
-    sequences: 1.1-1.4x. The fused kernel wins on long float32 sequences and single-sentence decoding.
-    """
-    if query.device.type != "cpu" or key.shape[2] > 512:
-        return False
-    return query.dtype != torch.float32 or (query.shape[2] == 1 and query.shape[0] >= 16)
-
-
-def sdpa_where_fastest(
-    module: nn.Module,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    **kwargs,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """torch's SDPA, or sdpa_by_matmuls where matmuls_beat_fused_cpu_kernel says those are faster."""
-    attention = sdpa_by_matmuls if matmuls_beat_fused_cpu_kernel(query, key) else sdpa_attention_forward
-    return attention(module, query, key, value, attention_mask, **kwargs)
-
-
-# Two `attn_implementation` names next to transformers' own, both on "sdpa" masks. A model's default stays "sdpa",
-# torch's kernel, as for every model in transformers; hf_vanilla's training, evaluation and benchmark ask for
-# AUTO_ATTENTION by name.
-MATMUL_ATTENTION, AUTO_ATTENTION = "vanilla_sdpa_matmuls", "vanilla_sdpa_auto"
-for _name, _function in ((MATMUL_ATTENTION, sdpa_by_matmuls), (AUTO_ATTENTION, sdpa_where_fastest)):
-    AttentionInterface.register(_name, _function)
-    AttentionMaskInterface.register(_name, sdpa_mask)
-SDPA_MASKED = ("sdpa", MATMUL_ATTENTION, AUTO_ATTENTION)
 
 
 class MultiHeadAttention(nn.Module):
@@ -238,27 +149,6 @@ class PositionwiseFeedForward(nn.Module):
         return self.fc2(hidden_states)
 
 
-class ResidualConnection(nn.Module):
-    """3.1 + 5.4 LayerNorm(x + Dropout(Sublayer(x))), or x + Dropout(Sublayer(LayerNorm(x))) with pre_layernorm."""
-
-    def __init__(self, config: VanillaTransformerConfig):
-        super().__init__()
-        self.layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
-        self.dropout = config.dropout
-        self.pre_layernorm = config.pre_layernorm
-
-    def forward(
-        self, hidden_states: torch.Tensor, sublayer: Callable[[torch.Tensor], torch.Tensor]
-    ) -> torch.Tensor:
-        if self.pre_layernorm:
-            return hidden_states + F.dropout(
-                sublayer(self.layer_norm(hidden_states)), self.dropout, self.training
-            )
-        return self.layer_norm(
-            hidden_states + F.dropout(sublayer(hidden_states), self.dropout, self.training)
-        )
-
-
 def sinusoidal_positions(num_positions: int, d_model: int) -> torch.Tensor:
     """3.5 PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(...): (num_positions, D)."""
     position = torch.arange(num_positions, dtype=torch.float32).unsqueeze(1)
@@ -283,6 +173,76 @@ class SinusoidalPositionalEncoding(nn.Module):
     def forward(self, length: int, offset: int | torch.Tensor = 0) -> torch.Tensor:
         # Indexed, not sliced: a static cache gives its length as a tensor, which must not become a Python int.
         return self.table[torch.arange(length, device=self.table.device) + offset]
+
+
+class TokenEmbedding(nn.Module):
+    """3.4 Embedding * sqrt(d_model) plus 3.5 positional encoding, then dropout: ids (B,L) or embeddings (B,L,D) -> (B,L,D)."""
+
+    def __init__(self, config: VanillaTransformerConfig):
+        super().__init__()
+        self.config = config
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
+        self.embed_scale = math.sqrt(config.d_model)
+        self.embed_positions = SinusoidalPositionalEncoding(config)
+        self.dropout = config.dropout
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None,
+        inputs_embeds: torch.Tensor | None = None,
+        offset: int | torch.Tensor = 0,
+    ) -> torch.Tensor:
+        """`inputs_embeds` replace the lookup `embed_tokens(input_ids)` (scaled and positioned all the same)."""
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("pass exactly one of input_ids and inputs_embeds")
+        if not is_torchdynamo_compiling() and isinstance(offset, int):  # a static cache's offset is a tensor
+            self._check_inputs(input_ids, inputs_embeds, offset)
+        if inputs_embeds is None:
+            inputs_embeds = self.embed_tokens(input_ids)
+        embeddings = inputs_embeds * self.embed_scale + self.embed_positions(inputs_embeds.shape[1], offset)
+        return F.dropout(embeddings, p=self.dropout, training=self.training)
+
+    def _check_inputs(self, input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None, offset: int):
+        """Name the problem here rather than fail with an index error deep inside torch.
+
+        Ids are checked on the first call (offset 0) only: a decoding step's ids come from the model itself, and
+        their min/max would cost a device synchronisation every step. Nor in training on an accelerator, for the
+        same reason every update: the training script checks its tokenizer against the model once, before.
+        """
+        checked = input_ids is not None and (input_ids.device.type == "cpu" or not self.training)
+        if offset == 0 and checked and input_ids.numel():
+            if input_ids.min() < 0 or input_ids.max() >= self.config.vocab_size:
+                raise ValueError(
+                    f"token ids must be in [0, vocab_size={self.config.vocab_size}), got ids from "
+                    f"{input_ids.min().item()} to {input_ids.max().item()}: does the tokenizer match the model?"
+                )
+        length = offset + (input_ids if inputs_embeds is None else inputs_embeds).shape[1]
+        if length > self.config.max_position_embeddings:
+            raise ValueError(
+                f"sequence of {length} tokens is longer than max_position_embeddings="
+                f"{self.config.max_position_embeddings}; truncate the input or raise max_position_embeddings"
+            )
+
+
+class ResidualConnection(nn.Module):
+    """3.1 + 5.4 LayerNorm(x + Dropout(Sublayer(x))), or x + Dropout(Sublayer(LayerNorm(x))) with pre_layernorm."""
+
+    def __init__(self, config: VanillaTransformerConfig):
+        super().__init__()
+        self.layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.dropout = config.dropout
+        self.pre_layernorm = config.pre_layernorm
+
+    def forward(
+        self, hidden_states: torch.Tensor, sublayer: Callable[[torch.Tensor], torch.Tensor]
+    ) -> torch.Tensor:
+        if self.pre_layernorm:
+            return hidden_states + F.dropout(
+                sublayer(self.layer_norm(hidden_states)), self.dropout, self.training
+            )
+        return self.layer_norm(
+            hidden_states + F.dropout(sublayer(hidden_states), self.dropout, self.training)
+        )
 
 
 class EncoderLayer(GradientCheckpointingLayer):
@@ -344,48 +304,9 @@ class DecoderLayer(GradientCheckpointingLayer):
         return self.feed_forward_residual(hidden_states, self.feed_forward)
 
 
-def pipeline_code_files(config: VanillaTransformerConfig, model_code: Path) -> list[Path]:
-    """The files of the pipelines `config.custom_pipelines` names, with the files they import relatively.
+class VanillaTransformerPreTrainedModel(PipelineCodeAndCardMixin, PreTrainedModel):
+    """3 The base of the stacks and models: transformers' settings and the reference code's Xavier initialisation."""
 
-    Found beside `model_code` where the model runs from this package; else (a model loaded with
-    trust_remote_code, whose code transformers copied without the pipeline's) in the checkpoint it was loaded
-    from, fetched as transformers fetches remote code.
-    """
-    files = []
-    for entry in config.carried_pipelines.values():
-        module_file = f"{entry['impl'].rpartition('.')[0]}.py"
-        pipeline_code = model_code.with_name(module_file)
-        if not pipeline_code.is_file():
-            try:
-                pipeline_code = Path(HF_MODULES_CACHE) / get_cached_module_file(config.name_or_path, module_file)
-            except (OSError, ValueError) as err:
-                logger.warning(
-                    "the config names the pipeline %s, but its code was not found beside the model's or in %r "
-                    "(%s): the saved directory will not run it",
-                    entry["impl"],
-                    config.name_or_path,
-                    err,
-                )
-                continue
-        files += [pipeline_code, *map(Path, get_relative_import_files(pipeline_code))]
-    return files
-
-
-def checkpoint_card(config: VanillaTransformerConfig) -> Path | None:
-    """The model card (README.md) of the checkpoint the model was loaded from, a directory or a Hub repo; None if
-    it has none or the model was not loaded from one."""
-    if not config.name_or_path:
-        return None
-    card = cached_file(
-        config.name_or_path,
-        CARD_FILE,
-        _raise_exceptions_for_missing_entries=False,
-        _raise_exceptions_for_connection_errors=False,
-    )
-    return Path(card) if card else None
-
-
-class VanillaTransformerPreTrainedModel(PreTrainedModel):
     config: VanillaTransformerConfig
     config_class = VanillaTransformerConfig
     base_model_prefix = "model"
@@ -409,100 +330,9 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
         elif isinstance(module, SinusoidalPositionalEncoding):
             init.copy_(module.table, sinusoidal_positions(*module.table.shape))
 
-    def save_pretrained(self, save_directory: str | os.PathLike, *args, is_main_process: bool = True, **kwargs):
-        """transformers' save, plus the pipeline code the config names and the model card of the checkpoint the model
-        was loaded from, so that every directory transformers writes (save_pretrained, Trainer checkpoints,
-        push_to_hub) runs `pipeline(task, model=directory, trust_remote_code=True)` and keeps the card's metadata.
-
-        transformers copies only the model's and config's code; `Pipeline.save_pretrained` copies a pipeline's.
-        A card `save_directory` already has is kept.
-        """
-        super().save_pretrained(save_directory, *args, is_main_process=is_main_process, **kwargs)
-        if not is_main_process:
-            return
-        for code_file in pipeline_code_files(self.config, Path(inspect.getfile(type(self)))):
-            shutil.copyfile(code_file, Path(save_directory) / code_file.name)
-        card = checkpoint_card(self.config)
-        if card is not None and not (Path(save_directory) / CARD_FILE).exists():
-            shutil.copyfile(card, Path(save_directory) / CARD_FILE)
-
-    def _upload_modified_files(self, working_dir: str | os.PathLike, *args, **kwargs):
-        """`push_to_hub` writes the Hub's card, or a stub one, over ours just before it uploads: put back the
-        checkpoint's card (languages, license, task, dataset, scores), with the tags transformers added."""
-        card_file = checkpoint_card(self.config)
-        if card_file is not None:
-            card = ModelCard.load(card_file)
-            pushed = Path(working_dir) / CARD_FILE
-            added_tags = ModelCard.load(pushed).data.tags if pushed.exists() else None
-            card.data.tags = list(dict.fromkeys([*(card.data.tags or []), *(added_tags or [])])) or None
-            card.save(pushed)
-        return super()._upload_modified_files(working_dir, *args, **kwargs)
-
-    def set_dropout(self, dropout: float, attention_dropout: float, activation_dropout: float) -> None:
-        """5.4 Change the dropout probabilities of the built modules for a while (late dropout switches them mid-run).
-
-        The config keeps the model's own values, so a checkpoint saved meanwhile loads with those.
-        """
-        for module in self.modules():
-            if isinstance(module, (ResidualConnection, TokenEmbedding)):
-                module.dropout = dropout
-            elif isinstance(module, MultiHeadAttention):
-                module.dropout = attention_dropout
-            elif isinstance(module, PositionwiseFeedForward):
-                module.activation_dropout = activation_dropout
-
-
-class TokenEmbedding(nn.Module):
-    """3.4 Embedding * sqrt(d_model) plus 3.5 positional encoding, then dropout: ids (B,L) or embeddings (B,L,D) -> (B,L,D)."""
-
-    def __init__(self, config: VanillaTransformerConfig):
-        super().__init__()
-        self.config = config
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
-        self.embed_scale = math.sqrt(config.d_model)
-        self.embed_positions = SinusoidalPositionalEncoding(config)
-        self.dropout = config.dropout
-
-    def forward(
-        self,
-        input_ids: torch.Tensor | None,
-        inputs_embeds: torch.Tensor | None = None,
-        offset: int | torch.Tensor = 0,
-    ) -> torch.Tensor:
-        """`inputs_embeds` replace the lookup `embed_tokens(input_ids)` (scaled and positioned all the same)."""
-        if (input_ids is None) == (inputs_embeds is None):
-            raise ValueError("pass exactly one of input_ids and inputs_embeds")
-        if not is_torchdynamo_compiling() and isinstance(offset, int):  # a static cache's offset is a tensor
-            self._check_inputs(input_ids, inputs_embeds, offset)
-        if inputs_embeds is None:
-            inputs_embeds = self.embed_tokens(input_ids)
-        embeddings = inputs_embeds * self.embed_scale + self.embed_positions(inputs_embeds.shape[1], offset)
-        return F.dropout(embeddings, p=self.dropout, training=self.training)
-
-    def _check_inputs(self, input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None, offset: int):
-        """Name the problem here rather than fail with an index error deep inside torch.
-
-        Ids are checked on the first call (offset 0) only: a decoding step's ids come from the model itself, and
-        their min/max would cost a device synchronisation every step. Nor in training on an accelerator, for the
-        same reason every update: the training script checks its tokenizer against the model once, before.
-        """
-        checked = input_ids is not None and (input_ids.device.type == "cpu" or not self.training)
-        if offset == 0 and checked and input_ids.numel():
-            if input_ids.min() < 0 or input_ids.max() >= self.config.vocab_size:
-                raise ValueError(
-                    f"token ids must be in [0, vocab_size={self.config.vocab_size}), got ids from "
-                    f"{input_ids.min().item()} to {input_ids.max().item()}: does the tokenizer match the model?"
-                )
-        length = offset + (input_ids if inputs_embeds is None else inputs_embeds).shape[1]
-        if length > self.config.max_position_embeddings:
-            raise ValueError(
-                f"sequence of {length} tokens is longer than max_position_embeddings="
-                f"{self.config.max_position_embeddings}; truncate the input or raise max_position_embeddings"
-            )
-
 
 class LayerStack(VanillaTransformerPreTrainedModel):
-    """3.1 A stack of N identical layers over token embeddings (a final LayerNorm only with pre_layernorm)."""
+    """3.1 N identical layers over token embeddings, a final LayerNorm only with pre_layernorm: -> (B,L,D)."""
 
     def __init__(self, config: VanillaTransformerConfig, layer_class: type[nn.Module], num_layers: int):
         super().__init__(config)
@@ -704,7 +534,7 @@ def label_smoothed_cross_entropy(
 
 
 def loss_block_rows(logits: torch.Tensor) -> int:
-    """How many rows of logits (N, V) a loss over the vocabulary takes at once.
+    """5.4 How many rows of logits (N, V) the loss over the vocabulary takes at once.
 
     On CPU, float32 blocks of 1 MiB, whose log-probabilities and gradients stay in cache: 1.5-3x faster than one
     call over 4k x 8k logits, for the same per-token values and gradients. Elsewhere, or compiled (inductor fuses

@@ -27,8 +27,9 @@ from tqdm.auto import tqdm
 from transformers import CompileConfig, PreTrainedTokenizerFast
 
 from hf_vanilla.files import write_text_atomic
+from hf_vanilla.model.attention_kernels import AUTO_ATTENTION
 from hf_vanilla.model.configuration_vanilla import SIZE_FIELDS, VanillaTransformerConfig
-from hf_vanilla.model.modeling_vanilla import AUTO_ATTENTION, VanillaTransformerForConditionalGeneration
+from hf_vanilla.model.modeling_vanilla import VanillaTransformerForConditionalGeneration
 from hf_vanilla.precision import CLOCKS, cpu_description, matmul_peak_flops, resolve_precision, synchronize
 
 from .export import convert_to_ctranslate2, export_to_marian, to_marian

@@ -1,5 +1,6 @@
 """What changes with the update and the clock: the paper's learning rate (section 5.3) with an optional cooldown,
-and late dropout (section 5.4 with Liu et al., 2023). Pure functions of the update count and the budget spent."""
+and late dropout (section 5.4 with Liu et al., 2023). Pure functions of the update count and the budget spent,
+and set_dropout, which applies late dropout's rates to the model."""
 
 from __future__ import annotations
 
@@ -7,6 +8,13 @@ import math
 
 import torch
 from torch.optim.lr_scheduler import LambdaLR
+
+from hf_vanilla.model.modeling_vanilla import (
+    MultiHeadAttention,
+    PositionwiseFeedForward,
+    ResidualConnection,
+    TokenEmbedding,
+)
 
 
 def inverse_sqrt_factor(step: int, warmup: int) -> float:
@@ -63,3 +71,19 @@ def dropout_for_update(
     if updates_done < early_dropout_updates:
         return early_dropout, 0.0, 0.0
     return dropout, attention_dropout, activation_dropout
+
+
+def set_dropout(
+    model: torch.nn.Module, dropout: float, attention_dropout: float, activation_dropout: float
+) -> None:
+    """5.4 Change the dropout probabilities of a built model for a while (late dropout switches them mid-run).
+
+    The config keeps the model's own values, so a checkpoint saved meanwhile loads with those.
+    """
+    for module in model.modules():
+        if isinstance(module, (ResidualConnection, TokenEmbedding)):
+            module.dropout = dropout
+        elif isinstance(module, MultiHeadAttention):
+            module.dropout = attention_dropout
+        elif isinstance(module, PositionwiseFeedForward):
+            module.activation_dropout = activation_dropout

@@ -45,8 +45,9 @@ from hf_vanilla.data import (
     tokenize_pairs,
 )
 from hf_vanilla.files import write_text_atomic
+from hf_vanilla.model.attention_kernels import AUTO_ATTENTION
 from hf_vanilla.model.configuration_vanilla import SIZE_FIELDS, VanillaTransformerConfig
-from hf_vanilla.model.modeling_vanilla import AUTO_ATTENTION, VanillaTransformerForConditionalGeneration
+from hf_vanilla.model.modeling_vanilla import VanillaTransformerForConditionalGeneration
 from hf_vanilla.precision import resolve_precision
 from hf_vanilla.tokenization import (
     check_tokenizer_matches_model,
@@ -56,6 +57,7 @@ from hf_vanilla.tokenization import (
 )
 from hf_vanilla.translation import TOKENIZER_FILE, load_tokenizer
 
+from .loss import training_loss_function
 from .run_directory import (
     AVERAGE,
     CONFIG_FILE,
@@ -74,7 +76,7 @@ from .run_directory import (
 )
 from .schedule import LearningRateSchedule, make_lr_scheduler, peak_learning_rate
 from .settings import TrainingConfig, TrainingError
-from .trainer import Trainer, TrainingProgress, ValidationSet, training_loss_function
+from .trainer import Trainer, TrainingProgress, ValidationSet
 
 logger = get_logger(__name__)  # logs on the main process only
 

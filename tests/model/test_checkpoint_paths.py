@@ -126,9 +126,8 @@ def elsewhere(tmp_path_factory):
 def test_a_checkpoint_saved_again_by_transformers_runs_the_pipeline(trained_run, tmp_path, elsewhere):
     checkpoint, resaved = trained_run / "checkpoint_last", tmp_path / "resaved"
     assert run_fresh(RESAVE, checkpoint, resaved, cwd=elsewhere)["imported_hf_vanilla"] is False
-    assert {"pipeline.py", "decoding.py", "modeling_vanilla.py", "configuration_vanilla.py"} <= {
-        path.name for path in resaved.iterdir()
-    }
+    model_code = {"modeling_vanilla.py", "attention_kernels.py", "hub.py", "configuration_vanilla.py"}
+    assert {"pipeline.py", "decoding.py", *model_code} <= {path.name for path in resaved.iterdir()}
     assert ModelCard.load(resaved / "README.md").data.language == ["de", "en"]
     original = run_fresh(TRANSLATE, checkpoint, json.dumps(SOURCES), cwd=elsewhere)
     again = run_fresh(TRANSLATE, resaved, json.dumps(SOURCES), cwd=elsewhere)
@@ -145,6 +144,8 @@ def test_push_to_hub_uploads_the_pipeline_code_and_the_checkpoints_card(trained_
         "model.safetensors",
         "configuration_vanilla.py",
         "modeling_vanilla.py",
+        "attention_kernels.py",
+        "hub.py",
         "pipeline.py",
         "decoding.py",
         "tokenizer.json",

@@ -13,8 +13,10 @@ import torch.nn.functional as F
 from conftest import REPO
 from torch.utils.flop_counter import FlopCounterMode
 
-from hf_vanilla import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration, modeling_vanilla
-from hf_vanilla.model.modeling_vanilla import AUTO_ATTENTION, label_smoothed_cross_entropy
+from hf_vanilla import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+from hf_vanilla.model import attention_kernels
+from hf_vanilla.model.attention_kernels import AUTO_ATTENTION
+from hf_vanilla.model.modeling_vanilla import label_smoothed_cross_entropy
 from hf_vanilla.tools.benchmark import (
     PeakMemory,
     benchmark_config,
@@ -166,9 +168,9 @@ def padded_batch(batch_size: int, vocab: int = 40) -> dict[str, torch.Tensor]:
 @pytest.fixture
 def matmul_path_calls(monkeypatch) -> list:
     calls = []
-    plain = modeling_vanilla.sdpa_by_matmuls
+    plain = attention_kernels.sdpa_by_matmuls
     monkeypatch.setattr(
-        modeling_vanilla, "sdpa_by_matmuls", lambda *a, **k: calls.append(1) or plain(*a, **k)
+        attention_kernels, "sdpa_by_matmuls", lambda *a, **k: calls.append(1) or plain(*a, **k)
     )
     return calls
 

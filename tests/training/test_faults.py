@@ -19,7 +19,9 @@ import json, os, signal, sys
 from pathlib import Path
 import torch
 torch.set_num_threads(1)  # as the tests' own process (conftest): the same arithmetic, the same weights
-from hf_vanilla import files, modeling_vanilla, run_directory, trainer
+from hf_vanilla import files
+from hf_vanilla.model import hub
+from hf_vanilla.training import run_directory, trainer
 from hf_vanilla.training.train import train
 from hf_vanilla.training.settings import load_training_config
 
@@ -51,7 +53,7 @@ def publish_first_rename_only(staging, final):
 if point in ("update", "sigterm", "sigint"):
     kill_at(trainer, "optimizer_update")
 elif point == "model_files":  # weights written, the pipeline code and card not yet
-    kill_at(modeling_vanilla, "pipeline_code_files")
+    kill_at(hub, "pipeline_code_files")
 elif point == "training_state":  # accelerate's state written, the progress not yet
     kill_at(trainer, "write_text_atomic")
 elif point == "between_renames":

@@ -22,6 +22,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 from hf_vanilla import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from hf_vanilla.precision import auto_precision
 from hf_vanilla.tools.plotting import plot_training_log
+from hf_vanilla.training.loss import label_smoothed_loss, training_loss_function
 from hf_vanilla.training.run_directory import (
     LOCK_FILE,
     LOG_FILE,
@@ -38,7 +39,7 @@ from hf_vanilla.training.schedule import (
 )
 from hf_vanilla.training.settings import TrainingError, load_training_config
 from hf_vanilla.training.train import train
-from hf_vanilla.training.trainer import Trainer, TrainingStopped, label_smoothed_loss, training_loss_function
+from hf_vanilla.training.trainer import Trainer, TrainingStopped
 from hf_vanilla.translation import load_model_and_tokenizer, translate_sentences
 
 CONFIGS = sorted((REPO / "configs").glob("*.yaml"))
