@@ -20,7 +20,8 @@ from hf_vanilla.cli import (
     decoding_kwargs,
     runtime_kwargs,
 )
-from hf_vanilla.research.distillation import distill_dataset
+from hf_vanilla.evaluation.scoring import Runtime, TranslationData
+from hf_vanilla.research.distillation import SavedTranslations, Teachers, distill_dataset
 
 
 def main() -> None:
@@ -49,19 +50,13 @@ def main() -> None:
 
     try:
         provenance = distill_dataset(
-            args.dataset,
-            args.source_lang,
-            args.target_lang,
+            TranslationData(args.dataset, args.source_lang, args.target_lang, args.dataset_config),
             args.output_dir,
-            forward=args.forward,
-            backward=args.backward,
-            keep_original=args.keep_original,
-            config_name=args.dataset_config,
-            train_split=args.train_split,
+            Teachers(args.forward, args.backward, args.keep_original),
+            Runtime(**runtime_kwargs(args), show_progress=not args.quiet),
+            SavedTranslations(args.translations_dir),
             overwrite=args.overwrite,
-            translations_dir=args.translations_dir,
-            show_progress=not args.quiet,
-            **runtime_kwargs(args),
+            train_split=args.train_split,
             **decoding_kwargs(args),
         )
     except (ValueError, FileNotFoundError, FileExistsError) as err:

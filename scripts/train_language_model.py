@@ -14,7 +14,7 @@ from transformers import AutoTokenizer
 
 from hf_vanilla.cli import ArgumentParser, add_language_arguments, positive_int
 from hf_vanilla.data import load_translation_split
-from hf_vanilla.research.language_model import RECORD_FILE, train_language_model
+from hf_vanilla.research.language_model import RECORD_FILE, LanguageModelTraining, train_language_model
 
 
 def main() -> None:
@@ -51,13 +51,15 @@ def main() -> None:
             splits["train"],
             tokenizer,
             args.output_dir,
-            validation_texts=splits["validation"],
-            epochs=args.epochs,
-            batch_size=args.batch_size,
-            seed=args.seed,
-            precision=args.precision,
-            device=args.device,
-            show_progress=not args.quiet,
+            splits["validation"],
+            LanguageModelTraining(
+                epochs=args.epochs,
+                batch_size=args.batch_size,
+                seed=args.seed,
+                precision=args.precision,
+                device=args.device,
+                show_progress=not args.quiet,
+            ),
         )
     except (ValueError, FileNotFoundError, OSError) as err:
         sys.exit(f"error: {err}")

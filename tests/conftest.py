@@ -14,7 +14,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from hf_vanilla import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from hf_vanilla.data import load_translation_split
-from hf_vanilla.research.language_model import train_language_model
+from hf_vanilla.research.language_model import LanguageModelTraining, train_language_model
 from hf_vanilla.tokenization import config_kwargs_from_tokenizer, save_tokenizer, train_tokenizer
 from hf_vanilla.training.settings import load_training_config
 from hf_vanilla.training.train import train
@@ -186,11 +186,7 @@ def language_model_dir(corpus_path, tiny_model_dir, tmp_path_factory) -> Path:
         pairs["target"],
         AutoTokenizer.from_pretrained(tiny_model_dir),
         directory,
-        epochs=1,
-        batch_size=16,
-        precision="no",
-        device="cpu",
-        show_progress=False,
+        settings=LanguageModelTraining(epochs=1, batch_size=16, precision="no", device="cpu", show_progress=False),
         **TINY_LANGUAGE_MODEL,
     )
     return directory

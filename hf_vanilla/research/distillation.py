@@ -13,6 +13,7 @@ import logging
 import os
 import shutil
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +22,8 @@ import torch
 from tqdm.auto import tqdm
 from transformers import AutoConfig, PreTrainedModel, PreTrainedTokenizerBase
 
-from hf_vanilla.data import load_translation_split
-from hf_vanilla.evaluation.scoring import score_translations
+from hf_vanilla.evaluation.scoring import DEFAULT_RUNTIME, Runtime, TranslationData, score_translations
 from hf_vanilla.files import atomic_directory, write_text_atomic
-from hf_vanilla.model.decoding import DEFAULT_MAX_TOKENS
 from hf_vanilla.translation import (
     load_model_and_tokenizer,
     read_lines,
@@ -39,113 +38,137 @@ PROVENANCE_FILE = "distillation.json"  # not a split: datasets reads only the fi
 TRANSLATION_CHUNK = 2000
 
 
-def distill_dataset(
-    dataset: str,
-    source_lang: str,
-    target_lang: str,
-    output_dir: str | os.PathLike,
-    *,
-    forward: Sequence[str] = (),
-    backward: Sequence[str] = (),
-    keep_original: bool = False,
-    config_name: str | None = None,
-    train_split: str = "train",
-    overwrite: bool = False,
-    translations_dir: str | os.PathLike | None = None,
-    chunk_size: int = TRANSLATION_CHUNK,
-    device: str | None = None,
-    dtype: str = "float32",
-    max_tokens: int = DEFAULT_MAX_TOKENS,
-    show_progress: bool = True,
-    **generate_kwargs: Any,
-) -> dict[str, Any]:
-    """Write `output_dir`: `dataset`'s `train_split` made of the original pairs (with `keep_original`), then each
-    `forward` model's translations of the sources paired with those sources, then each `backward` model's
-    (target_lang -> source_lang) translations of the targets paired with those targets; every other split as it
-    was; and `distillation.json` saying how it was made, with each model's sacreBLEU against the training split's
-    own references (a model of the wrong direction scores near 0), returned. Only the two languages are kept.
+@dataclass(frozen=True)
+class Teachers:
+    """The models a distilled dataset is made with: `forward` ones (source -> target) translate the training sources
+    into new targets, `backward` ones (target -> source) the training targets into new sources; with
+    `keep_original`, the original pairs come first. Saved model directories or Hub ids."""
 
-    The models are saved model directories or Hub ids, loaded one at a time on `device` in `dtype`;
-    `generate_kwargs` (num_beams, length_penalty...) go to `translate_sentences`. An `output_dir` that exists and
-    is not empty is refused unless `overwrite`; the directory appears only once it is whole. Every model's config
-    is read before any decoding, so a wrong name fails at once, not after the models before it have decoded.
+    forward: Sequence[str | os.PathLike] = ()
+    backward: Sequence[str | os.PathLike] = ()
+    keep_original: bool = False
 
-    Each model's translations are saved every `chunk_size` sentences under `translations_dir`, keyed by the
-    model's weights, config and vocabulary, the sentences and the decoding settings: a stopped run given again
-    goes on where it stopped, and another run that asks the same model for the same sentences (the other
-    direction's diversification: its backward model is this one's forward model) reads them instead of decoding.
-    By default they go to a hidden directory beside `output_dir`, removed once the dataset is written; a
-    `translations_dir` given is kept.
-    """
-    if not forward and not backward:
+
+@dataclass(frozen=True)
+class SavedTranslations:
+    """Where each teacher's translations are saved as they are made, every `chunk_size` sentences: `directory`, kept,
+    or by default a hidden directory beside the output, removed once the dataset is written."""
+
+    directory: str | os.PathLike | None = None
+    chunk_size: int = TRANSLATION_CHUNK
+
+
+def _check_request(teachers: Teachers, saved: SavedTranslations, output_dir: Path, overwrite: bool) -> None:
+    """Raise before anything is decoded: no teacher, a chunk size below 1, a model whose config does not load, an
+    output directory that is not empty (unless `overwrite`)."""
+    if not teachers.forward and not teachers.backward:
         raise ValueError("no teacher: name at least one forward or backward model")
-    if chunk_size < 1:
-        raise ValueError(f"chunk_size must be at least 1, not {chunk_size}")
-    for model_name in (*forward, *backward):
+    if saved.chunk_size < 1:
+        raise ValueError(f"chunk_size must be at least 1, not {saved.chunk_size}")
+    for model_name in (*teachers.forward, *teachers.backward):
         try:
             AutoConfig.from_pretrained(model_name)
         except OSError as err:
             raise FileNotFoundError(f"cannot load model {str(model_name)!r}: {err}") from err
-    output_dir = Path(output_dir)
     if output_dir.exists() and not overwrite and (not output_dir.is_dir() or any(output_dir.iterdir())):
         raise FileExistsError(f"{output_dir} exists and is not empty; pass --overwrite to replace it")
-    # The training split first: its loading names a missing dataset, split or language.
-    pairs = {train_split: load_translation_split(dataset, source_lang, target_lang, train_split, config_name)}
-    for split in datasets.load_dataset(dataset, config_name):
+
+
+def _load_splits(data: TranslationData, train_split: str) -> dict[str, datasets.Dataset]:
+    """Every split's pairs, the training split first: its loading names a missing dataset, split or language."""
+    pairs = {train_split: data.pairs(train_split)}
+    for split in datasets.load_dataset(data.dataset, data.config_name):
         if split != train_split:
-            pairs[split] = load_translation_split(dataset, source_lang, target_lang, split, config_name)
+            pairs[split] = data.pairs(split)
+    return pairs
+
+
+def distill_dataset(
+    data: TranslationData,
+    output_dir: str | os.PathLike,
+    teachers: Teachers,
+    runtime: Runtime = DEFAULT_RUNTIME,
+    saved: SavedTranslations = SavedTranslations(),
+    overwrite: bool = False,
+    train_split: str = "train",
+    **generate_kwargs: Any,
+) -> dict[str, Any]:
+    """Write `output_dir`: `data`'s `train_split` made of the original pairs (with `teachers.keep_original`), then
+    each forward teacher's translations of the sources paired with those sources, then each backward teacher's
+    translations of the targets paired with those targets; every other split as it was; and `distillation.json`
+    saying how it was made, with each teacher's sacreBLEU against the training split's own references (a model of
+    the wrong direction scores near 0), returned. Only the two languages are kept.
+
+    The teachers are loaded one at a time as `runtime` says; `generate_kwargs` (num_beams, length_penalty...) go
+    to `translate_sentences`. An `output_dir` that exists and is not empty is refused unless `overwrite`; the
+    directory appears only once it is whole. Every teacher's config is read before any decoding, so a wrong name
+    fails at once, not after the models before it have decoded.
+
+    Each teacher's translations are saved as `saved` says, keyed by the model's weights, config and vocabulary, the
+    sentences and the decoding settings: a stopped run given again goes on where it stopped, and another run that
+    asks the same model for the same sentences (the other direction's diversification: its backward model is this
+    one's forward model) reads them instead of decoding.
+    """
+    output_dir = Path(output_dir)
+    _check_request(teachers, saved, output_dir, overwrite)
+    pairs = _load_splits(data, train_split)
     sources, targets = pairs[train_split]["source"], pairs[train_split]["target"]
-    training_pairs = list(zip(sources, targets, strict=True)) if keep_original else []
-    own_translations_dir = translations_dir is None
-    translations_dir = (
-        output_dir.parent / f".{output_dir.name}.translations" if own_translations_dir else Path(translations_dir)
-    )
-    teachers = []
+    training_pairs = list(zip(sources, targets, strict=True)) if teachers.keep_original else []
+    own_directory = saved.directory is None
+    directory = output_dir.parent / f".{output_dir.name}.translations" if own_directory else Path(saved.directory)
+    translate_kwargs = {"max_tokens": runtime.max_tokens, **generate_kwargs}
+    records = []
     for side, models, inputs, references, output_lang in (
-        ("forward", forward, sources, targets, target_lang),
-        ("backward", backward, targets, sources, source_lang),
+        ("forward", teachers.forward, sources, targets, data.target_lang),
+        ("backward", teachers.backward, targets, sources, data.source_lang),
     ):
         for model_name in models:
-            model, tokenizer = load_model_and_tokenizer(model_name, device, dtype)
+            model, tokenizer = load_model_and_tokenizer(model_name, runtime.device, runtime.dtype)
             translations = _saved_translations(
                 model,
                 tokenizer,
                 inputs,
-                translations_dir,
-                chunk_size,
-                description=f"{side} {model_name}",
-                show_progress=show_progress,
-                max_tokens=max_tokens,
-                **generate_kwargs,
+                directory,
+                saved.chunk_size,
+                f"{side} {model_name}",
+                runtime.show_progress,
+                **translate_kwargs,
             )
             del model  # one teacher in memory at a time
             new_pairs = zip(inputs, translations, strict=True)
             training_pairs += new_pairs if side == "forward" else ((new, old) for old, new in new_pairs)
             scores = score_translations(translations, references, target_lang=output_lang)
-            teachers.append({"model": str(model_name), "side": side, "train_bleu": scores["bleu"]})
+            records.append({"model": str(model_name), "side": side, "train_bleu": scores["bleu"]})
     provenance = {
-        "dataset": dataset,
-        "config_name": config_name,
-        "source_lang": source_lang,
-        "target_lang": target_lang,
+        "dataset": data.dataset,
+        "config_name": data.config_name,
+        "source_lang": data.source_lang,
+        "target_lang": data.target_lang,
         "train_split": train_split,
-        "keep_original": keep_original,
-        "teachers": teachers,
+        "keep_original": teachers.keep_original,
+        "teachers": records,
         "generate_kwargs": generate_kwargs,
-        "max_tokens": max_tokens,
+        "max_tokens": runtime.max_tokens,
         "rows": {split: len(rows) for split, rows in pairs.items()} | {train_split: len(training_pairs)},
     }
-    with atomic_directory(output_dir) as staging:
-        for split, rows in pairs.items():
-            split_pairs = (
-                training_pairs if split == train_split else zip(rows["source"], rows["target"], strict=True)
-            )
-            _write_translation_jsonl(staging / f"{split}.jsonl", split_pairs, source_lang, target_lang)
-        (staging / PROVENANCE_FILE).write_text(json.dumps(provenance, indent=2) + "\n", encoding="utf-8")
-    if own_translations_dir:
-        shutil.rmtree(translations_dir)
+    pairs[train_split] = training_pairs
+    _write_dataset(output_dir, pairs, data, provenance)
+    if own_directory:
+        shutil.rmtree(directory)
     logger.info("wrote %s: %d training pairs", output_dir, len(training_pairs))
     return provenance
+
+
+def _write_dataset(
+    output_dir: Path, pairs: dict[str, Any], data: TranslationData, provenance: dict[str, Any]
+) -> None:
+    """`output_dir`, whole or not at all: each split's pairs (a dataset or (source, target) pairs) and the
+    provenance."""
+    with atomic_directory(output_dir) as staging:
+        for split, rows in pairs.items():
+            split_pairs = rows if isinstance(rows, list) else zip(rows["source"], rows["target"], strict=True)
+            _write_translation_jsonl(staging / f"{split}.jsonl", split_pairs, data.source_lang, data.target_lang)
+        (staging / PROVENANCE_FILE).write_text(json.dumps(provenance, indent=2) + "\n", encoding="utf-8")
 
 
 def _saved_translations(

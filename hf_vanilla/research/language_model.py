@@ -15,6 +15,7 @@ import os
 import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import datasets
@@ -70,30 +71,64 @@ def _sentence_ids(tokenizer: PreTrainedTokenizerBase, texts: Sequence[str], limi
     return [[tokenizer.bos_token_id, *ids, tokenizer.eos_token_id][:limit] for ids in encoded]
 
 
+@dataclass(frozen=True)
+class LanguageModelTraining:
+    """How a language model trains: `epochs` with transformers' `Trainer` (AdamW, `lr` after `warmup` linear steps,
+    then constant), `batch_size` sentences an update, `seed` for the initialisation and the data order, `precision`
+    ("auto", "no", "bf16", "fp16") on `device` (None or "auto": the GPU if present)."""
+
+    epochs: int = 3
+    batch_size: int = 64
+    lr: float = 1e-3
+    warmup: int = 400
+    seed: int = 1
+    precision: str = "auto"
+    device: str | None = None
+    show_progress: bool = True
+
+
+def _training_arguments(
+    settings: LanguageModelTraining, output_dir: str, mixed_precision: str, evaluate: bool
+) -> TrainingArguments:
+    """`Trainer`'s arguments for `settings`, evaluating after each epoch where `evaluate`, saving nothing itself."""
+    return TrainingArguments(
+        output_dir=output_dir,
+        num_train_epochs=settings.epochs,
+        per_device_train_batch_size=settings.batch_size,
+        per_device_eval_batch_size=settings.batch_size,
+        learning_rate=settings.lr,
+        warmup_steps=settings.warmup,
+        lr_scheduler_type="constant_with_warmup",
+        weight_decay=0.01,
+        eval_strategy="epoch" if evaluate else "no",
+        save_strategy="no",
+        logging_strategy="epoch",
+        report_to="none",
+        seed=settings.seed,
+        bf16=mixed_precision == "bf16",
+        fp16=mixed_precision == "fp16",
+        use_cpu=resolve_device(settings.device).type == "cpu",
+        disable_tqdm=not settings.show_progress,
+    )
+
+
 def train_language_model(
     texts: Sequence[str],
     tokenizer: PreTrainedTokenizerBase,
     output_dir: str | os.PathLike,
     validation_texts: Sequence[str] = (),
-    epochs: int = 3,
-    batch_size: int = 64,
-    lr: float = 1e-3,
-    warmup: int = 400,
-    seed: int = 1,
-    precision: str = "auto",
-    device: str | None = None,
-    show_progress: bool = True,
+    settings: LanguageModelTraining = LanguageModelTraining(),
     **shape: Any,
 ) -> dict[str, Any]:
-    """A language model of `texts` (sentences of one language), trained for `epochs` with transformers' `Trainer`
-    (AdamW, `lr` after `warmup` linear steps, then constant) and saved with its tokenizer and a record
-    (RECORD_FILE: settings, validation perplexity after each epoch, seconds, machine) into `output_dir`, which
-    appears only once whole. `shape`: GPT-2 config fields over LANGUAGE_MODEL_SHAPE. Returns the record."""
+    """A language model of `texts` (sentences of one language), trained as `settings` say and saved with its
+    tokenizer and a record (RECORD_FILE: settings, validation perplexity after each epoch, seconds, machine) into
+    `output_dir`, which appears only once whole. `shape`: GPT-2 config fields over LANGUAGE_MODEL_SHAPE. Returns
+    the record."""
     texts = [text for text in texts if text.strip()]
     if not texts:
         raise ValueError("a language model needs training sentences; none was given")
-    use_cpu = resolve_device(device).type == "cpu"
-    chosen = resolve_precision(precision, "cpu" if use_cpu else "cuda")
+    use_cpu = resolve_device(settings.device).type == "cpu"
+    chosen = resolve_precision(settings.precision, "cpu" if use_cpu else "cuda")
     config = language_model_config(tokenizer, **shape)
     ids = {
         "train": _sentence_ids(tokenizer, texts, config.n_positions),
@@ -102,54 +137,34 @@ def train_language_model(
         ),
     }
     splits = {name: datasets.Dataset.from_dict({"input_ids": rows}) for name, rows in ids.items() if rows}
-    torch.manual_seed(seed)  # the weights' initialisation; Trainer seeds the data order
+    torch.manual_seed(settings.seed)  # the weights' initialisation; Trainer seeds the data order
     model = GPT2LMHeadModel(config)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as scratch, atomic_directory(output_dir) as staging:
-        arguments = TrainingArguments(
-            output_dir=scratch,
-            num_train_epochs=epochs,
-            per_device_train_batch_size=batch_size,
-            per_device_eval_batch_size=batch_size,
-            learning_rate=lr,
-            warmup_steps=warmup,
-            lr_scheduler_type="constant_with_warmup",
-            weight_decay=0.01,
-            eval_strategy="epoch" if "validation" in splits else "no",
-            save_strategy="no",
-            logging_strategy="epoch",
-            report_to="none",
-            seed=seed,
-            bf16=chosen.mixed_precision == "bf16",
-            fp16=chosen.mixed_precision == "fp16",
-            use_cpu=use_cpu,
-            disable_tqdm=not show_progress,
-        )
         trainer = Trainer(
             model=model,
-            args=arguments,
+            args=_training_arguments(settings, scratch, chosen.mixed_precision, "validation" in splits),
             train_dataset=splits["train"],
             eval_dataset=splits.get("validation"),
             data_collator=DataCollatorForLanguageModeling(tokenizer, mlm=False),
         )
         trainer.train()
-        perplexities = [
-            {"epoch": round(entry["epoch"]), "validation_perplexity": math.exp(entry["eval_loss"])}
-            for entry in trainer.state.log_history
-            if "eval_loss" in entry
-        ]
         record = {
             "shape": {**LANGUAGE_MODEL_SHAPE, **shape},
             "parameters": sum(parameter.numel() for parameter in model.parameters()),
             "training_sentences": len(ids["train"]),
-            "epochs": epochs,
+            "epochs": settings.epochs,
             "updates": trainer.state.global_step,
-            "batch_size": batch_size,
-            "lr": lr,
-            "warmup": warmup,
-            "seed": seed,
+            "batch_size": settings.batch_size,
+            "lr": settings.lr,
+            "warmup": settings.warmup,
+            "seed": settings.seed,
             "precision": chosen.dtype_name,
-            "validation": perplexities,
+            "validation": [
+                {"epoch": round(entry["epoch"]), "validation_perplexity": math.exp(entry["eval_loss"])}
+                for entry in trainer.state.log_history
+                if "eval_loss" in entry
+            ],
             "seconds": round(time.perf_counter() - started, 1),
             "machine": cpu_description() if use_cpu else {"gpu": torch.cuda.get_device_name()},
         }

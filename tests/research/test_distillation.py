@@ -8,12 +8,18 @@ from conftest import SCRIPTS, tiny_config
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from hf_vanilla.data import load_translation_split
+from hf_vanilla.evaluation.scoring import Runtime, TranslationData
 from hf_vanilla.research import distillation
-from hf_vanilla.research.distillation import PROVENANCE_FILE, distill_dataset
+from hf_vanilla.research.distillation import PROVENANCE_FILE, SavedTranslations, Teachers, distill_dataset
 from hf_vanilla.training.train import train
 from hf_vanilla.translation import translate_sentences
 
 GREEDY = {"num_beams": 1, "max_new_tokens": 8}  # untrained teachers: short outputs keep the tests quick
+QUIET = Runtime(show_progress=False)
+
+
+def pairs_of(dataset, source_lang="de", target_lang="en"):
+    return TranslationData(dataset, source_lang, target_lang)
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +38,7 @@ def original(tiny_dataset):
 def distilled(tiny_model_dir, tiny_dataset, tmp_path_factory):
     output_dir = tmp_path_factory.mktemp("distilled") / "de-en"
     provenance = distill_dataset(
-        tiny_dataset, "de", "en", output_dir, forward=[tiny_model_dir], show_progress=False, **GREEDY
+        pairs_of(tiny_dataset), output_dir, Teachers([tiny_model_dir]), QUIET, **GREEDY
     )
     return output_dir, provenance
 
@@ -62,14 +68,10 @@ def test_diversified_data_is_the_original_then_forward_then_backward_pairs(
     teacher, original, tiny_model_dir, tiny_dataset, tmp_path
 ):
     provenance = distill_dataset(
-        tiny_dataset,
-        "de",
-        "en",
+        pairs_of(tiny_dataset),
         tmp_path / "diversified",
-        forward=[tiny_model_dir],
-        backward=[tiny_model_dir],
-        keep_original=True,
-        show_progress=False,
+        Teachers(forward=[tiny_model_dir], backward=[tiny_model_dir], keep_original=True),
+        QUIET,
         **GREEDY,
     )
     written = load_translation_split(str(tmp_path / "diversified"), "de", "en", "train").to_dict()
@@ -89,11 +91,11 @@ def test_a_student_trains_on_the_distilled_dataset(distilled, tokenizer_dir, tmp
 def test_a_directory_that_is_not_empty_is_refused_and_kept(tiny_model_dir, tiny_dataset, tmp_path):
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "notes.txt").write_text("mine")
-    options = {"forward": [tiny_model_dir], "show_progress": False, **GREEDY}
+    teachers = Teachers([tiny_model_dir])
     with pytest.raises(FileExistsError, match="out exists and is not empty; pass --overwrite"):
-        distill_dataset(tiny_dataset, "de", "en", tmp_path / "out", **options)
+        distill_dataset(pairs_of(tiny_dataset), tmp_path / "out", teachers, QUIET, **GREEDY)
     assert [path.name for path in (tmp_path / "out").iterdir()] == ["notes.txt"]
-    distill_dataset(tiny_dataset, "de", "en", tmp_path / "out", overwrite=True, **options)
+    distill_dataset(pairs_of(tiny_dataset), tmp_path / "out", teachers, QUIET, overwrite=True, **GREEDY)
     assert sorted(path.name for path in (tmp_path / "out").iterdir()) == [
         PROVENANCE_FILE,
         "train.jsonl",
@@ -103,7 +105,7 @@ def test_a_directory_that_is_not_empty_is_refused_and_kept(tiny_model_dir, tiny_
 
 def test_no_teacher_is_refused(tiny_dataset, tmp_path):
     with pytest.raises(ValueError, match="no teacher: name at least one forward or backward model"):
-        distill_dataset(tiny_dataset, "de", "en", tmp_path / "out")
+        distill_dataset(pairs_of(tiny_dataset), tmp_path / "out", Teachers())
     assert not (tmp_path / "out").exists()
 
 
@@ -113,12 +115,9 @@ def test_a_model_that_does_not_load_is_named_before_any_decoding(
     monkeypatch.setattr(distillation, "translate_sentences", lambda *args, **kwargs: pytest.fail("decoded"))
     with pytest.raises(FileNotFoundError, match="cannot load model '.*no-such-model'"):
         distill_dataset(
-            tiny_dataset,
-            "de",
-            "en",
+            pairs_of(tiny_dataset),
             tmp_path / "out",
-            forward=[tiny_model_dir],
-            backward=[tmp_path / "no-such-model"],
+            Teachers(forward=[tiny_model_dir], backward=[tmp_path / "no-such-model"]),
         )
     assert not (tmp_path / "out").exists()
 
@@ -149,19 +148,22 @@ class CountingTranslations:
 def test_a_teacher_that_fails_leaves_no_directory_and_a_second_try_goes_on_where_it_stopped(
     tiny_model_dir, tiny_dataset, tmp_path, monkeypatch
 ):
-    options = {"forward": [tiny_model_dir], "chunk_size": 150, "show_progress": False, **GREEDY}
+    def distill(output_dir):
+        teachers, saved = Teachers([tiny_model_dir]), SavedTranslations(chunk_size=150)
+        distill_dataset(pairs_of(tiny_dataset), output_dir, teachers, QUIET, saved, **GREEDY)
+
     failing = CountingTranslations(fail_after=2)
     monkeypatch.setattr(distillation, "translate_sentences", failing)
     with pytest.raises(RuntimeError, match="out of memory"):
-        distill_dataset(tiny_dataset, "de", "en", tmp_path / "out", **options)
+        distill(tmp_path / "out")
     assert not (tmp_path / "out").exists() and failing.sentences == 300  # two of the three chunks saved
 
     again = CountingTranslations()
     monkeypatch.setattr(distillation, "translate_sentences", again)
-    distill_dataset(tiny_dataset, "de", "en", tmp_path / "out", **options)
+    distill(tmp_path / "out")
     assert again.sentences == 100  # only the last chunk decoded
     assert [path.name for path in tmp_path.iterdir()] == ["out"]  # its own translations removed once written
-    distill_dataset(tiny_dataset, "de", "en", tmp_path / "whole", **options)  # no stop, nothing saved before
+    distill(tmp_path / "whole")  # no stop, nothing saved before
     assert again.sentences == 100 + 400
     read = load_translation_split(str(tmp_path / "out"), "de", "en", "train").to_dict()
     assert read == load_translation_split(str(tmp_path / "whole"), "de", "en", "train").to_dict()
@@ -172,28 +174,30 @@ def test_the_other_directions_diversification_reads_the_translations_it_shares(
 ):
     counting = CountingTranslations()
     monkeypatch.setattr(distillation, "translate_sentences", counting)
-    shared = {"translations_dir": tmp_path / "translations", "show_progress": False, **GREEDY}
-    distill_dataset(tiny_dataset, "de", "en", tmp_path / "de-en", forward=[tiny_model_dir], **shared)
+    saved = SavedTranslations(tmp_path / "translations")
+    forward = Teachers(forward=[tiny_model_dir])
+    distill_dataset(pairs_of(tiny_dataset), tmp_path / "de-en", forward, QUIET, saved, **GREEDY)
     # en->de's backward model translates the German side, as de->en's forward model did: nothing to decode
-    distill_dataset(tiny_dataset, "en", "de", tmp_path / "en-de", backward=[tiny_model_dir], **shared)
+    backward = Teachers(backward=[tiny_model_dir])
+    distill_dataset(pairs_of(tiny_dataset, "en", "de"), tmp_path / "en-de", backward, QUIET, saved, **GREEDY)
     assert counting.sentences == 400 and (tmp_path / "translations").is_dir()
     de_en = load_translation_split(str(tmp_path / "de-en"), "de", "en", "train").to_dict()
     en_de = load_translation_split(str(tmp_path / "en-de"), "en", "de", "train").to_dict()
     assert en_de == {"source": de_en["target"], "target": de_en["source"]}
     # other settings are other translations
     distill_dataset(
-        tiny_dataset, "de", "en", tmp_path / "beam-2", forward=[tiny_model_dir], **shared | {"num_beams": 2}
+        pairs_of(tiny_dataset), tmp_path / "beam-2", forward, QUIET, saved, **GREEDY | {"num_beams": 2}
     )
     assert counting.sentences == 800
 
 
 def test_a_damaged_saved_chunk_is_named(tiny_model_dir, tiny_dataset, tmp_path):
-    options = {"forward": [tiny_model_dir], "translations_dir": tmp_path / "saved", "show_progress": False}
-    distill_dataset(tiny_dataset, "de", "en", tmp_path / "out", **options, **GREEDY)
+    options = (Teachers([tiny_model_dir]), QUIET, SavedTranslations(tmp_path / "saved"))
+    distill_dataset(pairs_of(tiny_dataset), tmp_path / "out", *options, **GREEDY)
     (chunk,) = (tmp_path / "saved").glob("*/chunk-00000.txt")
     chunk.write_text("cut short\n")
     with pytest.raises(ValueError, match=r"chunk-00000.txt holds 1 translations, not 400: remove it"):
-        distill_dataset(tiny_dataset, "de", "en", tmp_path / "again", **options, **GREEDY)
+        distill_dataset(pairs_of(tiny_dataset), tmp_path / "again", *options, **GREEDY)
     assert not (tmp_path / "again").exists()
 
 

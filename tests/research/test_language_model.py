@@ -13,6 +13,7 @@ from transformers import AutoTokenizer
 from hf_vanilla.data import load_translation_split
 from hf_vanilla.research.language_model import (
     RECORD_FILE,
+    LanguageModelTraining,
     load_language_models,
     sentence_log_probs,
     train_language_model,
@@ -35,14 +36,16 @@ def test_training_lowers_the_validation_perplexity(corpus_path, tiny_model_dir, 
         pairs["target"],
         AutoTokenizer.from_pretrained(tiny_model_dir),
         tmp_path / "lm",
-        validation_texts=load_translation_split(corpus_path, "de", "en", "validation")["target"],
-        epochs=3,
-        batch_size=16,
-        lr=3e-3,
-        warmup=10,
-        precision="no",  # as conftest's language_model_dir, for the training tests after it
-        device="cpu",
-        show_progress=False,
+        load_translation_split(corpus_path, "de", "en", "validation")["target"],
+        LanguageModelTraining(
+            epochs=3,
+            batch_size=16,
+            lr=3e-3,
+            warmup=10,
+            precision="no",  # as conftest's language_model_dir, for the training tests after it
+            device="cpu",
+            show_progress=False,
+        ),
         **TINY_LANGUAGE_MODEL,
     )
     perplexities = [row["validation_perplexity"] for row in record["validation"]]
@@ -74,7 +77,10 @@ def test_sentence_scores_are_the_models_per_token_log_likelihood_batched_or_not(
 def test_nothing_is_written_without_training_sentences(tiny_model_dir, tmp_path):
     with pytest.raises(ValueError, match="needs training sentences"):
         train_language_model(
-            ["", "  "], AutoTokenizer.from_pretrained(tiny_model_dir), tmp_path / "lm", device="cpu"
+            ["", "  "],
+            AutoTokenizer.from_pretrained(tiny_model_dir),
+            tmp_path / "lm",
+            settings=LanguageModelTraining(device="cpu"),
         )
     assert not (tmp_path / "lm").exists()
 
