@@ -86,9 +86,14 @@ def main() -> None:
         )
     except (ValueError, FileNotFoundError, ImportError) as err:
         sys.exit(f"error: {err}")
+    print_selection(selection, args.validation_split)
+
+
+def print_selection(selection: dict, validation_split: str) -> None:
+    """The validation table, the choice marked, then each report split's scores."""
     chosen = selection["chosen"]
     print(
-        f"{args.validation_split} ({selection['validation_sentences']} sentences), {selection['signature']}"
+        f"{validation_split} ({selection['validation_sentences']} sentences), {selection['signature']}"
     )
     weight_columns = [  # (title, the weight's key in each row) for each reranking weight chosen
         (title, name) for title, name in WEIGHT_COLUMNS if name in chosen
