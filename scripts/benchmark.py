@@ -3,7 +3,13 @@
 import torch
 
 from hf_vanilla.cli import ArgumentParser
-from hf_vanilla.tools.benchmark import GENERATION_CACHES, format_table, run_benchmark, save_results
+from hf_vanilla.tools.benchmark import (
+    GENERATION_CACHES,
+    BenchmarkSettings,
+    format_table,
+    run_benchmark,
+    save_results,
+)
 
 
 def main() -> None:
@@ -84,7 +90,7 @@ def main() -> None:
         settings.update(
             repeats=1, target_tokens=128, new_tokens=3, generation_batch_sizes=(4, 1), peak_seconds=0.05
         )
-    results = run_benchmark(**settings)
+    results = run_benchmark(BenchmarkSettings(**settings))
     print(format_table(results))
     print(f"saved {save_results(results, args.output or f'outputs/benchmark-{args.size}.json')}")
 

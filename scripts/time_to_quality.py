@@ -22,7 +22,8 @@ from hf_vanilla.cli import (
     dataset_kwargs,
     runtime_kwargs,
 )
-from hf_vanilla.tools.time_to_quality import time_to_quality
+from hf_vanilla.evaluation.scoring import Runtime, TranslationData
+from hf_vanilla.tools.time_to_quality import QualityTarget, time_to_quality
 
 
 def main() -> None:
@@ -42,13 +43,12 @@ def main() -> None:
     try:
         report = time_to_quality(
             args.run,
-            output_dir=args.output_dir,
-            peer=args.peer,
-            target_bleu=args.target_bleu,
-            split=args.split,
-            **runtime_kwargs(args),
+            TranslationData(**dataset_kwargs(args)),
+            args.split,
+            QualityTarget(peer=args.peer, bleu=args.target_bleu),
+            Runtime(**runtime_kwargs(args), show_progress=False),
+            args.output_dir,
             **cache_kwargs(args),
-            **dataset_kwargs(args),
             **beam_kwargs(args),
         )
     except (ValueError, FileNotFoundError) as err:

@@ -331,95 +331,132 @@ def _ctranslate2_runs(model, shapes, new_tokens: int, workdir: Path, quantizatio
     return runs
 
 
-def run_benchmark(
-    size: str = "small",
-    target_tokens: int = 4096,
-    repeats: int = 5,
-    new_tokens: int = 30,
-    generation_batch_sizes: tuple[int, ...] = (64, 1),
-    generation_caches: tuple[str, ...] = ("cached", "uncached"),
-    dtypes: tuple[str, ...] = ("auto",),
-    attn_implementations: tuple[str, ...] = ("eager", "sdpa"),
-    ctranslate2_quantizations: tuple[str, ...] = ("int8", "float32"),
-    compile_model: bool = False,
-    peak_seconds: float = 0.5,
-    clock: str = "wall",
-    seed: int = 0,
-    device: str = "cpu",
-) -> dict:
-    """Training and generation speed, MFU and peak memory of ours and Marian; see the module docstring.
+@dataclass(frozen=True)
+class BenchmarkSettings:
+    """What `run_benchmark` measures, and how (scripts/benchmark.py's flags).
 
     `dtypes` may name "auto" (see `resolve_dtypes`). `compile_model` compiles our model (torch.compile) and leaves
     Marian eager. CTranslate2 runs on CPU runs when it is installed and `ctranslate2_quantizations` is not empty.
     `clock`: see `interleaved_seconds` ("wall" only on a GPU).
     """
-    device = torch.device(device)
-    if device.type != "cpu" and clock != "wall":
-        raise ValueError(f"clock {clock!r} does not see work queued on {device}; use the wall clock")
-    dtypes = resolve_dtypes(dtypes, device.type)
-    torch.manual_seed(seed)
-    config = benchmark_config(size)
+
+    size: str = "small"
+    target_tokens: int = 4096
+    repeats: int = 5
+    new_tokens: int = 30
+    generation_batch_sizes: tuple[int, ...] = (64, 1)
+    generation_caches: tuple[str, ...] = ("cached", "uncached")
+    dtypes: tuple[str, ...] = ("auto",)
+    attn_implementations: tuple[str, ...] = ("eager", "sdpa")
+    ctranslate2_quantizations: tuple[str, ...] = ("int8", "float32")
+    compile_model: bool = False
+    peak_seconds: float = 0.5
+    clock: str = "wall"
+    seed: int = 0
+    device: str = "cpu"
+
+
+@dataclass(frozen=True)
+class TrainingWork:
+    """The training batch (on the device), its labelled target tokens and the FLOPs of one training step on it."""
+
+    batch: dict[str, torch.Tensor]
+    labelled: int
+    flops: float
+
+    @classmethod
+    def of(cls, config: VanillaTransformerConfig, batch: dict[str, torch.Tensor], device: torch.device):
+        return cls(
+            {key: value.to(device) for key, value in batch.items()},
+            int((batch["labels"] != -100).sum()),
+            training_flops(config, batch),
+        )
+
+
+@dataclass(frozen=True)
+class Runner:
+    """How every case runs: `prepare(model, attn, training)` readies a model, `timing` times it, `progress` counts."""
+
+    prepare: Callable
+    timing: Timing
+    progress: tqdm
+
+
+def run_benchmark(settings: BenchmarkSettings) -> dict:
+    """Training and generation speed, MFU and peak memory of ours and Marian; see the module docstring."""
+    device = torch.device(settings.device)
+    if device.type != "cpu" and settings.clock != "wall":
+        raise ValueError(f"clock {settings.clock!r} does not see work queued on {device}; use the wall clock")
+    dtypes = resolve_dtypes(settings.dtypes, device.type)
+    torch.manual_seed(settings.seed)
+    config = benchmark_config(settings.size)
     ours = VanillaTransformerForConditionalGeneration(config)
-    marian = to_marian(ours)
-    models = {"ours": ours.to(device), "marian": marian.to(device)}
-    batch = training_batch(config, target_tokens, seed)
-    flops = training_flops(config, batch)
-    labelled = int((batch["labels"] != -100).sum())
-    batch = {key: value.to(device) for key, value in batch.items()}
+    models = {"ours": ours.to(device), "marian": to_marian(ours).to(device)}
+    work = TrainingWork.of(config, training_batch(config, settings.target_tokens, settings.seed), device)
     results = {
-        "size": size,
+        "size": settings.size,
         "config": {name: getattr(config, name) for name in SIZE_FIELDS},
         "parameters": {name: sum(p.numel() for p in model.parameters()) for name, model in models.items()},
         "environment": environment(device),
-        "settings": {
-            "target_tokens": labelled,
-            "batch_size": batch["input_ids"].shape[0],
-            "repeats": repeats,
-            "new_tokens": new_tokens,
-            "compile": compile_model,
-            "clock": clock,
-            "threads": torch.get_num_threads(),
-            "device": str(device),
-            "dtypes": list(dtypes),
-            "memory": "CUDA max_memory_allocated" if device.type == "cuda" else "resident set (RSS)",
-            "training_flops": flops,
-        },
+        "settings": _settings_record(settings, work, dtypes, device),
         "peak_flops": {
-            dtype: matmul_peak_flops(getattr(torch, dtype), peak_seconds, clock=clock, device=device)
+            dtype: matmul_peak_flops(
+                getattr(torch, dtype), settings.peak_seconds, clock=settings.clock, device=device
+            )
             for dtype in dtypes
         },
         "training": [],
         "generation": [],
         "ctranslate2": [],
     }
-    training_cases = [(dtype, attn) for dtype in dtypes for attn in attn_implementations]
+    training_cases = [(dtype, attn) for dtype in dtypes for attn in settings.attn_implementations]
     generation_cases = [
         (dtype, batch_size, num_beams, cache)
         for dtype in dtypes
-        for batch_size in generation_batch_sizes
+        for batch_size in settings.generation_batch_sizes
         for num_beams in (1, 4)
-        for cache in generation_caches
+        for cache in settings.generation_caches
     ]
-    progress = tqdm(total=len(training_cases) + len(generation_cases), desc=f"benchmark {size}", unit="case")
-    prepare = functools.partial(_prepare, ours=ours, compile_model=compile_model)
-    timing = Timing(repeats, clock, device)
-    results["training"] = _training_results(
-        models, batch, labelled, flops, results["peak_flops"], training_cases, prepare, timing, progress
+    progress = tqdm(
+        total=len(training_cases) + len(generation_cases), desc=f"benchmark {settings.size}", unit="case"
     )
+    runner = Runner(
+        functools.partial(_prepare, ours=ours, compile_model=settings.compile_model),
+        Timing(settings.repeats, settings.clock, device),
+        progress,
+    )
+    results["training"] = _training_results(models, work, results["peak_flops"], training_cases, runner)
     inputs = {
-        batch_size: {k: v.to(device) for k, v in generation_inputs(config, batch_size, seed).items()}
-        for batch_size in generation_batch_sizes
+        batch_size: {k: v.to(device) for k, v in generation_inputs(config, batch_size, settings.seed).items()}
+        for batch_size in settings.generation_batch_sizes
     }
-    results["generation"] = _generation_results(
-        models, inputs, generation_cases, new_tokens, prepare, timing, progress
-    )
+    results["generation"] = _generation_results(models, inputs, generation_cases, settings.new_tokens, runner)
     progress.close()
 
-    if ctranslate2_quantizations and device.type == "cpu" and _has_ctranslate2():
+    if settings.ctranslate2_quantizations and device.type == "cpu" and _has_ctranslate2():
         results["ctranslate2"] = _benchmark_ctranslate2(
-            ours.float(), inputs, new_tokens, ctranslate2_quantizations, prepare, timing
+            ours.float(), inputs, settings.new_tokens, settings.ctranslate2_quantizations, runner
         )
     return results
+
+
+def _settings_record(
+    settings: BenchmarkSettings, work: TrainingWork, dtypes: tuple[str, ...], device: torch.device
+) -> dict:
+    """The settings a report names, as measured (labelled tokens, batch size, threads, dtypes resolved)."""
+    return {
+        "target_tokens": work.labelled,
+        "batch_size": work.batch["input_ids"].shape[0],
+        "repeats": settings.repeats,
+        "new_tokens": settings.new_tokens,
+        "compile": settings.compile_model,
+        "clock": settings.clock,
+        "threads": torch.get_num_threads(),
+        "device": str(device),
+        "dtypes": list(dtypes),
+        "memory": "CUDA max_memory_allocated" if device.type == "cuda" else "resident set (RSS)",
+        "training_flops": work.flops,
+    }
 
 
 def _prepare(model, attn: str, training: bool, ours, compile_model: bool):
@@ -432,44 +469,40 @@ def _prepare(model, attn: str, training: bool, ours, compile_model: bool):
     return model
 
 
-def _training_results(
-    models, batch, labelled, flops, peak_flops, cases, prepare, timing: Timing, progress
-) -> list[dict]:
-    """Each (dtype, attention) case: target tokens/s, first step, MFU and peak memory of each model, the ratio.
-
-    `labelled` and `flops`: the batch's labelled target tokens and the FLOPs of one training step on it.
-    """
+def _training_results(models, work: TrainingWork, peak_flops, cases, runner: Runner) -> list[dict]:
+    """Each (dtype, attention) case: target tokens/s, first step, MFU and peak memory of each model, the ratio."""
     results = []
+    timing = runner.timing
     for dtype, attn in cases:
         steps = {
-            name: make_training_step(prepare(model, attn, True), batch, getattr(torch, dtype))
+            name: make_training_step(runner.prepare(model, attn, True), work.batch, getattr(torch, dtype))
             for name, model in models.items()
         }
         first_seconds = {name: timing.once(step) for name, step in steps.items()}
         seconds = timing.interleaved(steps)
         case = {"dtype": dtype, "attn_implementation": attn}
         for name in MODEL_NAMES:
-            rates = _rates(labelled, seconds[name])
+            rates = _rates(work.labelled, seconds[name])
             rates["first_step_seconds"] = first_seconds[name]  # with compilation, when compiling
-            rates["mfu"] = flops / statistics.median(seconds[name]) / peak_flops[dtype]
+            rates["mfu"] = work.flops / statistics.median(seconds[name]) / peak_flops[dtype]
             with peak_memory(timing.device) as memory:
                 steps[name]()
             rates["peak_memory_bytes"] = memory.peak_bytes
             case[name] = rates
         case["ratio"] = case["ours"]["per_second"] / case["marian"]["per_second"]
         results.append(case)
-        progress.update()
+        runner.progress.update()
     return results
 
 
-def _generation_results(models, inputs, cases, new_tokens, prepare, timing: Timing, progress) -> list[dict]:
+def _generation_results(models, inputs, cases, new_tokens, runner: Runner) -> list[dict]:
     """Each (dtype, batch size, beams, cache) case: new tokens/s and peak memory of each model, the ratio."""
     results = []
     for dtype, batch_size, num_beams, cache in cases:
         # Inference runs in the model's own dtype, as users run it: weights cast once, not autocast every step.
         runs = {
             name: make_generation(
-                prepare(model.to(getattr(torch, dtype)), "sdpa", False),
+                runner.prepare(model.to(getattr(torch, dtype)), "sdpa", False),
                 inputs[batch_size],
                 num_beams,
                 cache,
@@ -477,20 +510,20 @@ def _generation_results(models, inputs, cases, new_tokens, prepare, timing: Timi
             )
             for name, model in models.items()
         }
-        seconds = timing.interleaved(runs)
+        seconds = runner.timing.interleaved(runs)
         case = {"dtype": dtype, "batch_size": batch_size, "num_beams": num_beams, "cache": cache}
         for name in MODEL_NAMES:
             case[name] = _rates(batch_size * new_tokens, seconds[name])
-            with peak_memory(timing.device) as memory:
+            with peak_memory(runner.timing.device) as memory:
                 runs[name]()
             case[name]["peak_memory_bytes"] = memory.peak_bytes
         case["ratio"] = case["ours"]["per_second"] / case["marian"]["per_second"]
         results.append(case)
-        progress.update()
+        runner.progress.update()
     return results
 
 
-def _benchmark_ctranslate2(ours, inputs, new_tokens, quantizations, prepare, timing: Timing) -> list[dict]:
+def _benchmark_ctranslate2(ours, inputs, new_tokens, quantizations, runner: Runner) -> list[dict]:
     """Cached generation of CTranslate2 (each quantization) interleaved with ours (float32), same inputs."""
     cases = []
     with tempfile.TemporaryDirectory() as workdir:
@@ -498,11 +531,11 @@ def _benchmark_ctranslate2(ours, inputs, new_tokens, quantizations, prepare, tim
             (batch_size, num_beams, inputs[batch_size]) for batch_size in inputs for num_beams in (1, 4)
         ]
         translators = _ctranslate2_runs(ours, shapes, new_tokens, Path(workdir), quantizations)
-        model = prepare(ours, "sdpa", False)
+        model = runner.prepare(ours, "sdpa", False)
         for batch_size, num_beams, source in shapes:
             runs = {"ours": make_generation(model, source, num_beams, "cached", new_tokens)}
             runs.update({q: translators[(batch_size, num_beams, q)] for q in quantizations})
-            seconds = timing.interleaved(runs)
+            seconds = runner.timing.interleaved(runs)
             case = {"batch_size": batch_size, "num_beams": num_beams}
             for name, samples in seconds.items():
                 case[name] = _rates(batch_size * new_tokens, samples)
@@ -607,6 +640,7 @@ def save_results(results: dict, path: str | os.PathLike) -> Path:
 
 __all__ = [
     "GENERATION_CACHES",
+    "BenchmarkSettings",
     "PeakMemory",
     "benchmark_config",
     "describe_environment",

@@ -12,20 +12,22 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tqdm.auto import tqdm
 
-from hf_vanilla.evaluation.scoring import Runtime, load_evaluation_pairs, score_model
+from hf_vanilla.evaluation.scoring import Runtime, TranslationData, score_model
 from hf_vanilla.files import atomic_file, write_text_atomic
-from hf_vanilla.model.decoding import DEFAULT_MAX_TOKENS, PAPER_GENERATION_KWARGS
+from hf_vanilla.model.decoding import PAPER_GENERATION_KWARGS
 from hf_vanilla.precision import cpu_description
 from hf_vanilla.training.run_directory import LOG_FILE, checkpoint_step, numbered_checkpoints
 
 from .plotting import read_training_log
 
 REPORT_FILE, PLOT_FILE = "time_to_quality.json", "time_to_quality.png"
+QUIET_RUNTIME = Runtime(show_progress=False)  # a bar per checkpoint would bury the one over checkpoints
 
 
 def checkpoint_minutes(run_dir: str | os.PathLike) -> dict[str, tuple[int, float]]:
@@ -62,63 +64,65 @@ def minutes_to_reach(points: Sequence[dict[str, Any]], bleu: float) -> dict[str,
     )
 
 
+@dataclass(frozen=True)
+class QualityTarget:
+    """The cased BLEU to reach: `bleu` as given, or that of `peer` (a saved model) decoded the same way; neither:
+    no target, the checkpoints are scored only."""
+
+    peer: str | os.PathLike | None = None
+    bleu: float | None = None
+
+    def __post_init__(self):
+        if self.peer is not None and self.bleu is not None:
+            raise ValueError("give a peer model or a target BLEU, not both")
+
+    def score(self, scoring: dict[str, Any]) -> dict[str, Any] | None:
+        """The target's BLEU and where it comes from, the peer decoded with `score_model`'s `scoring` kwargs."""
+        if self.peer is not None:
+            (peer_row,) = score_model(self.peer, **scoring)
+            return {"bleu": peer_row["bleu"], "source": f"peer {self.peer}", "peer": peer_row}
+        if self.bleu is not None:
+            return {"bleu": self.bleu, "source": "given"}
+        return None
+
+
 def time_to_quality(
     run_dir: str | os.PathLike,
-    dataset: str,
-    source_lang: str,
-    target_lang: str,
-    output_dir: str | os.PathLike | None = None,
-    peer: str | os.PathLike | None = None,
-    target_bleu: float | None = None,
+    data: TranslationData,
     split: str = "validation",
-    config_name: str | None = None,
-    max_sentences: int | None = None,
-    device: str | None = None,
-    dtype: str = "float32",
-    max_tokens: int = DEFAULT_MAX_TOKENS,
+    target: QualityTarget = QualityTarget(),
+    runtime: Runtime = QUIET_RUNTIME,
+    output_dir: str | os.PathLike | None = None,
     **generate_kwargs,
 ) -> dict[str, Any]:
-    """Score every numbered checkpoint of `run_dir` on `split`, and the minutes to reach the target.
+    """Score every numbered checkpoint of `run_dir` on `split` of `data`, and the minutes to reach `target`.
 
-    The target is `target_bleu`, or the cased BLEU of `peer` (a saved model) decoded the same way. Decoding
-    defaults to the paper's (`generate_kwargs` override). Writes time_to_quality.json and .png into
+    Decoding defaults to the paper's (`generate_kwargs` override). Writes time_to_quality.json and .png into
     `output_dir` (default: the run directory) and returns the report.
     """
-    if peer is not None and target_bleu is not None:
-        raise ValueError("give a peer model or a target BLEU, not both")
     decoding = {**PAPER_GENERATION_KWARGS, **generate_kwargs}
     if decoding["num_beams"] == 1:
         decoding.pop("length_penalty", None)
     minutes = checkpoint_minutes(run_dir)
-    pairs = load_evaluation_pairs(dataset, source_lang, target_lang, split, config_name, max_sentences)
-    scoring = dict(
-        pairs=pairs,
-        target_lang=target_lang,
-        runtime=Runtime(device, dtype, max_tokens, show_progress=False),
-        settings=[decoding],
-    )
-    target = None
-    if peer is not None:
-        (peer_row,) = score_model(peer, **scoring)
-        target = {"bleu": peer_row["bleu"], "source": f"peer {peer}", "peer": peer_row}
-    elif target_bleu is not None:
-        target = {"bleu": target_bleu, "source": "given"}
+    pairs = data.pairs(split)
+    scoring = dict(pairs=pairs, target_lang=data.target_lang, runtime=runtime, settings=[decoding])
+    target_score = target.score(scoring)
     points = []
     for name, (step, minute) in tqdm(minutes.items(), unit="checkpoint", desc="Checkpoints"):
         (row,) = score_model(Path(run_dir) / name, **scoring)
         points.append({"checkpoint": name, "step": step, "minutes": minute, **row})
     report = {
         "run": str(run_dir),
-        "dataset": dataset,
+        "dataset": data.dataset,
         "split": split,
         "sentences": len(pairs),
-        "direction": f"{source_lang}-{target_lang}",
+        "direction": f"{data.source_lang}-{data.target_lang}",
         "decoding": decoding,
-        "dtype": dtype,
+        "dtype": runtime.dtype,
         "cpu": cpu_description(),
         "checkpoints": points,
-        "target": target,
-        "reached": None if target is None else minutes_to_reach(points, target["bleu"]),
+        "target": target_score,
+        "reached": None if target_score is None else minutes_to_reach(points, target_score["bleu"]),
     }
     output_dir = Path(output_dir or run_dir)
     write_text_atomic(output_dir / REPORT_FILE, json.dumps(report, indent=2, ensure_ascii=False) + "\n")

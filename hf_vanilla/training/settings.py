@@ -145,6 +145,12 @@ class TrainingConfig:
 
     def check(self) -> None:
         """Raise TrainingError naming the first key whose value cannot work."""
+        self._check_required()
+        self._check_values()
+        self._check_combinations()
+
+    def _check_required(self) -> None:
+        """The keys a run cannot do without: its data, tokenizer (unless fine-tuning), output and budget."""
         required = ("dataset", "output_dir") if self.init_from else ("dataset", "tokenizer", "output_dir")
         for name in required:
             if not getattr(self, name):
@@ -153,6 +159,9 @@ class TrainingConfig:
             raise TrainingError(f"source_lang and target_lang are both {self.source_lang!r}")
         if self.max_steps is None and self.max_epochs is None and self.max_minutes is None:
             raise TrainingError("set at least one of max_steps, max_epochs, max_minutes")
+
+    def _check_values(self) -> None:
+        """Each key's value on its own: choices, signs and ranges."""
         precisions = ("auto", *MIXED_PRECISION_DTYPES)
         if self.mixed_precision not in precisions:
             raise TrainingError(
@@ -190,6 +199,9 @@ class TrainingConfig:
             raise TrainingError(
                 f"lr_cooldown must be a share of the budget in [0, 1], got {self.lr_cooldown}"
             )
+
+    def _check_combinations(self) -> None:
+        """Keys that must agree: patience with validation and saves, averaging with what is kept."""
         if self.patience is not None and self.validation_split is None:
             raise TrainingError("patience counts validations: set validation_split")
         if self.patience is not None and self.save_interval_updates is None and self.save_interval_minutes is None:

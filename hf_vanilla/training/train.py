@@ -99,26 +99,22 @@ def train(config: TrainingConfig, resume: bool = False, overwrite_output_dir: bo
     output_dir = Path(config.output_dir)
     accelerator = _make_accelerator(config, output_dir)
     set_seed(config.seed)
-    tokenizer, model_config, inputs = load_inputs(config, accelerator)
+    loaded = load_inputs(config, accelerator)
     with _run_lock(output_dir, accelerator):
-        return _train(
-            config, accelerator, tokenizer, model_config, inputs, resume, overwrite_output_dir, run_started
-        )
+        return _train(config, accelerator, loaded, resume, overwrite_output_dir, run_started)
 
 
 def _train(
-    config,
-    accelerator,
-    tokenizer,
-    model_config,
-    inputs,
+    config: TrainingConfig,
+    accelerator: Accelerator,
+    loaded: tuple,
     resume: bool,
     overwrite_output_dir: bool,
-    run_started,
+    run_started: float,
 ) -> Path:
-    """`train` from its inputs on, with the run directory locked."""
+    """`train` from what `load_inputs` `loaded` on, with the run directory locked."""
     output_dir = Path(config.output_dir)
-    train_data, validation = inputs
+    tokenizer, model_config, (train_data, validation) = loaded
     sampler = _update_sampler(config, train_data, accelerator)
     planned_updates = _planned_updates(config, sampler)
     _check_enough_saves_to_average(config, planned_updates)
@@ -142,15 +138,7 @@ def _train(
         generator=torch.Generator(),
         pin_memory=accelerator.device.type == "cuda",  # the loop's copies to the GPU then need not wait
     )
-    logger.info(
-        "%d parameters; %d updates an epoch of %d batches x %d processes x %d accumulation steps, <= %d tokens each",
-        sum(parameter.numel() for parameter in model.parameters()),
-        sampler.updates_per_epoch,
-        accelerator.gradient_accumulation_steps * accelerator.num_processes,
-        accelerator.num_processes,
-        accelerator.gradient_accumulation_steps,
-        config.max_tokens,
-    )
+    _log_plan(config, accelerator, model, sampler)
     loss_function, how = training_loss_function(config.compile, config.rdrop_alpha)
     logger.info("Training step (compile=%s on %s): %s", config.compile, accelerator.device.type, how)
     Trainer(
@@ -173,6 +161,21 @@ def _train(
     accelerator.end_training()
     logger.info("Checkpoints in %s", output_dir)
     return output_dir
+
+
+def _log_plan(
+    config: TrainingConfig, accelerator: Accelerator, model: torch.nn.Module, sampler: UpdateBatchSampler
+) -> None:
+    """The model's size and what one update and one epoch hold."""
+    logger.info(
+        "%d parameters; %d updates an epoch of %d batches x %d processes x %d accumulation steps, <= %d tokens each",
+        sum(parameter.numel() for parameter in model.parameters()),
+        sampler.updates_per_epoch,
+        accelerator.gradient_accumulation_steps * accelerator.num_processes,
+        accelerator.num_processes,
+        accelerator.gradient_accumulation_steps,
+        config.max_tokens,
+    )
 
 
 @contextlib.contextmanager

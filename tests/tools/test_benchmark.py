@@ -18,6 +18,7 @@ from hf_vanilla.model import attention_kernels
 from hf_vanilla.model.attention_kernels import AUTO_ATTENTION
 from hf_vanilla.model.modeling_vanilla import label_smoothed_cross_entropy
 from hf_vanilla.tools.benchmark import (
+    BenchmarkSettings,
     PeakMemory,
     benchmark_config,
     format_table,
@@ -35,7 +36,7 @@ DTYPES = ("float32", "auto")
 
 @pytest.fixture(scope="module")
 def results():
-    return run_benchmark(
+    settings = BenchmarkSettings(
         "tiny",
         target_tokens=64,
         repeats=1,
@@ -46,6 +47,7 @@ def results():
         ctranslate2_quantizations=("int8",),
         peak_seconds=0.02,
     )
+    return run_benchmark(settings)
 
 
 def test_results_have_every_case_with_rates_ratios_mfu_and_memory(results):

@@ -5,10 +5,12 @@ import shutil
 
 import pytest
 
+from hf_vanilla.evaluation.scoring import TranslationData
 from hf_vanilla.tools.plotting import read_training_log
 from hf_vanilla.tools.time_to_quality import (
     PLOT_FILE,
     REPORT_FILE,
+    QualityTarget,
     checkpoint_minutes,
     minutes_to_reach,
     time_to_quality,
@@ -21,12 +23,9 @@ def test_each_checkpoint_is_scored_at_the_minutes_it_was_saved_and_a_peer_sets_t
 ):
     report = time_to_quality(
         trained_run,
-        tiny_dataset,
-        "de",
-        "en",
+        TranslationData(tiny_dataset, "de", "en", max_sentences=8),
+        target=QualityTarget(peer=trained_run / "checkpoint_20"),
         output_dir=tmp_path,
-        peer=trained_run / "checkpoint_20",
-        max_sentences=8,
         num_beams=2,
     )
     points = report["checkpoints"]
@@ -69,5 +68,7 @@ def test_a_checkpoint_missing_from_the_log_or_a_missing_log_is_named(trained_run
 def test_a_peer_and_a_target_bleu_together_are_refused(trained_run, tiny_dataset):
     with pytest.raises(ValueError, match="not both"):
         time_to_quality(
-            trained_run, tiny_dataset, "de", "en", peer=trained_run / "checkpoint_10", target_bleu=30
+            trained_run,
+            TranslationData(tiny_dataset, "de", "en"),
+            target=QualityTarget(peer=trained_run / "checkpoint_10", bleu=30),
         )

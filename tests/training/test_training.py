@@ -734,7 +734,7 @@ def test_a_full_disk_while_saving_is_named_with_the_last_complete_checkpoint(
 ):
     import errno
 
-    from hf_vanilla import trainer
+    from hf_vanilla.training import trainer
 
     real_save, saves = trainer.save_model_directory, []
 
@@ -804,7 +804,7 @@ def test_an_update_between_log_and_save_points_reads_nothing_back_from_the_devic
 
 def test_shape_buckets_train_in_the_logged_shapes(tiny_dataset, tokenizer_dir, tmp_path, caplog, monkeypatch):
     """shape_buckets=yes (the GPU default) on a CPU: every batch the loop sees has one of the logged shapes."""
-    from hf_vanilla import trainer
+    from hf_vanilla.training import trainer
 
     seen, real_update = set(), trainer.optimizer_update
 
