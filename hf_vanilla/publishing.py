@@ -95,6 +95,7 @@ MULTI30K_CITATION = """@inproceedings{elliott2016multi30k,
   year      = {2016}
 }"""
 EVALUATION_HEADING = "## Evaluation"
+TOKENIZED_BLEUS = ("tokenized_lowercased", "bleu_paper")  # report keys of the BLEUs on Moses tokens
 
 
 def _validation_results(dataset: str, validation, validation_sentences) -> list[EvalResult]:
@@ -241,8 +242,11 @@ def record_results(directory: str | os.PathLike, dataset: str, split: str, repor
         ("bleu", "sacreBLEU, lowercased", report["lowercased"]["bleu"], report["lowercased"].get("bleu_signature")),
         ("chrf", "chrF", report["cased"]["chrf"], report["cased"].get("chrf_signature")),
     ]
-    if "paper_bleu" in report:
-        scores.append(("bleu", "BLEU as the paper scored it (tokenized)", report["paper_bleu"]["bleu"], None))
+    scores += [  # the tokenized BLEUs printed beside sacreBLEU, where the report has them
+        ("bleu", report[key].get("name", key.replace("_", " ")), report[key]["bleu"], report[key].get("bleu_signature"))
+        for key in TOKENIZED_BLEUS
+        if key in report
+    ]
     kept = [result for result in card.data.eval_results or [] if result.dataset_split != split]
     card.data.eval_results = kept + [
         EvalResult(

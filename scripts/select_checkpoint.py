@@ -21,6 +21,7 @@ from hf_vanilla.cli import (
     positive_int,
     runtime_kwargs,
 )
+from hf_vanilla.evaluation.paper_bleu import PAPER_BLEU_KEY, PAPER_BLEU_NAME
 from hf_vanilla.evaluation.scoring import Runtime, ScoreOptions, TranslationData
 from hf_vanilla.evaluation.selection import SelectionGrid, select_on_validation
 from hf_vanilla.model.decoding import PAPER_GENERATION_KWARGS
@@ -108,16 +109,19 @@ def print_selection(selection: dict, validation_split: str) -> None:
             f"{row.get('length_penalty', '-'):<4}  {weights}{row['model']}{marker}"
         )
     for split, report in selection["reports"].items():
+        beside = [  # the tokenized BLEUs, printed beside sacreBLEU, never instead
+            f"{name} {report[key]['bleu']:.2f}"
+            for key, name in (
+                ("tokenized_lowercased", "tokenized lowercased BLEU"),
+                (PAPER_BLEU_KEY, PAPER_BLEU_NAME),
+            )
+            if key in report
+        ]
         print(
             f"{split}: cased BLEU {report['cased']['bleu']:.2f}, lowercased {report['lowercased']['bleu']:.2f}, "
-            f"chrF {report['cased']['chrf']:.2f}"
-            + (
-                f"; tokenized lowercased BLEU {report['tokenized_lowercased']['bleu']:.2f} (beside, not instead)"
-                if "tokenized_lowercased" in report
-                else ""
-            )
+            f"chrF {report['cased']['chrf']:.2f}" + "".join(f"; {score}" for score in beside)
+            + (" (beside, not instead)" if beside else "")
         )
-
 
 if __name__ == "__main__":
     main()

@@ -14,8 +14,9 @@ from tqdm.auto import tqdm
 
 from hf_vanilla.files import write_text_atomic
 from hf_vanilla.model.decoding import PAPER_GENERATION_KWARGS
+from hf_vanilla.publishing import CARD_FILE, record_results
 
-from .paper_bleu import require_moses_tokenizer
+from .paper_bleu import PAPER_BLEU_KEY, require_moses_tokenizer
 from .scoring import (
     BEAM_SEARCH,
     DEFAULT_RUNTIME,
@@ -30,7 +31,7 @@ from .scoring import (
 )
 
 RUN_CANDIDATES = ("checkpoint_best", "checkpoint_last", "checkpoint_average")
-SCORE_KINDS = ("cased", "lowercased", "tokenized_lowercased")  # the scores of a report kept in selection.json
+SCORE_KINDS = ("cased", "lowercased", "tokenized_lowercased", PAPER_BLEU_KEY)  # a report's scores in selection.json
 
 
 def expand_candidates(paths: Sequence[str | os.PathLike]) -> list[Path]:
@@ -114,7 +115,8 @@ def select_on_validation(
     Every model of `models` (run directories expand to their best, last and average checkpoints) is decoded on
     the grid's validation split with each of its settings, by `decoder` (each of its variants is a row: a
     reranking decoder's weights are chosen too). The winner alone is then evaluated on each of the grid's report
-    splits with `evaluate_bleu`, so a test set is reported, never tuned on. `generate_kwargs`
+    splits with `evaluate_bleu`, so a test set is reported, never tuned on, and those scores go into the chosen
+    checkpoint's model card where it is one model decoded alone (`record_results`). `generate_kwargs`
     (`cache_implementation="static"`, say) go to every decoding; `scoring` to the reports (validation is chosen
     on sacreBLEU alone). Writes `selection.json` (every validation score and the choice) and the reports into
     `output_dir`; returns the same dictionary.
@@ -134,6 +136,8 @@ def select_on_validation(
         split: evaluate_bleu(chosen["model"], data, output_dir, split, runtime, scoring, decoder, **decoding)
         for split in grid.report_splits
     }
+    if not decoder.extra_models:  # an ensemble's or reranker's scores are not the checkpoint's own
+        _record_in_card(Path(chosen["model"]), data.dataset, reports)
     selection = {
         "validation_split": grid.validation_split,
         "validation_sentences": len(pairs),
@@ -150,3 +154,10 @@ def select_on_validation(
         Path(output_dir) / "selection.json", json.dumps(selection, indent=2, ensure_ascii=False) + "\n"
     )
     return selection
+
+
+def _record_in_card(model_dir: Path, dataset: str, reports: dict[str, dict[str, Any]]) -> None:
+    """Each report split's scores into the chosen checkpoint's card, where it has one (a run's checkpoints do)."""
+    if (model_dir / CARD_FILE).is_file():
+        for split, report in reports.items():
+            record_results(model_dir, dataset, split, report)

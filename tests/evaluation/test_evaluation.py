@@ -9,10 +9,13 @@ import pytest
 import sacrebleu
 import torch
 from conftest import SCRIPTS
+from huggingface_hub import ModelCard
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
+from hf_vanilla import VanillaTransformerConfig
 from hf_vanilla.data import load_translation_split
 from hf_vanilla.evaluation import scoring as scoring_module
+from hf_vanilla.evaluation.paper_bleu import PAPER_BLEU_KEY, PAPER_BLEU_NAME
 from hf_vanilla.evaluation.scoring import (
     Runtime,
     ScoreOptions,
@@ -23,6 +26,7 @@ from hf_vanilla.evaluation.scoring import (
     score_translations,
 )
 from hf_vanilla.evaluation.selection import SelectionGrid, select_on_validation
+from hf_vanilla.publishing import CARD_FILE, model_card
 from hf_vanilla.tokenization import save_tokenizer
 from hf_vanilla.translation import (
     load_model_and_tokenizer,
@@ -391,6 +395,25 @@ def test_selection_takes_the_best_validation_setting_and_decodes_test_with_it_on
     assert json.loads((output_dir / "selection.json").read_text()) == selection
 
 
+def test_selection_writes_the_test_scores_into_the_chosen_checkpoints_card(tiny_model_dir, corpus_path, tmp_path):
+    checkpoint = tmp_path / "checkpoint"
+    shutil.copytree(tiny_model_dir, checkpoint)
+    config = VanillaTransformerConfig.from_pretrained(checkpoint)
+    model_card(config, "de", "en", corpus_path, "Trained.", {"val_bleu": 1.5}).save(checkpoint / CARD_FILE)
+    data = TranslationData(corpus_path, "de", "en", max_sentences=3)
+    select_on_validation([checkpoint], data, tmp_path / "out", SelectionGrid(num_beams=[1]))
+    report = json.loads((tmp_path / "out" / "test.de-en.json").read_text())
+    card = ModelCard.load(checkpoint / CARD_FILE)
+    test = {result.metric_name: result.metric_value for result in card.data.eval_results if result.dataset_split == "test"}
+    assert test == {
+        "sacreBLEU": round(report["cased"]["bleu"], 2),
+        "sacreBLEU, lowercased": round(report["lowercased"]["bleu"], 2),
+        "chrF": round(report["cased"]["chrf"], 2),
+        PAPER_BLEU_NAME: round(report[PAPER_BLEU_KEY]["bleu"], 2),
+    }
+    assert [result.dataset_split for result in card.data.eval_results].count("validation") == 1
+
+
 def test_selection_with_the_static_cache_scores_what_the_dynamic_cache_does(run_dir, corpus_path, tmp_path):
     """`--cache-implementation static` (compiled decoding on a GPU) reaches every decoding, with the same scores."""
     selections = {
@@ -496,7 +519,8 @@ def test_select_checkpoint_script_prints_tokenized_bleu_beside_sacrebleu(
     assert completed.stdout.splitlines()[-1] == (
         f"test: cased BLEU {report['cased']['bleu']:.2f}, lowercased {report['lowercased']['bleu']:.2f}, "
         f"chrF {report['cased']['chrf']:.2f}; tokenized lowercased BLEU "
-        f"{report['tokenized_lowercased']['bleu']:.2f} (beside, not instead)"
+        f"{report['tokenized_lowercased']['bleu']:.2f}; {PAPER_BLEU_NAME} {report[PAPER_BLEU_KEY]['bleu']:.2f} "
+        "(beside, not instead)"
     )
 
 
