@@ -44,8 +44,9 @@ def load_translation_split(
     except (FileNotFoundError, ConnectionError) as err:
         raise FileNotFoundError(
             f"dataset {dataset!r} (config {config_name!r}) is no local path and could not be loaded from the Hub "
-            f"({err}); check the name and your connection, or pass --dataset PATH to a local copy (a folder of "
-            "split files with a `translation` column or one column per language)"
+            f"({err}); check the name and your connection, or give a local copy instead (train.py's --dataset PATH, "
+            "the quickstart's MULTI30K=PATH: a folder of split files with a `translation` column or one column "
+            "per language)"
         ) from err
     except (ValueError, DatasetGenerationError) as err:
         # datasets names neither the file nor the line (UnicodeDecodeError is a ValueError too).

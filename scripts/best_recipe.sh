@@ -23,12 +23,11 @@
 #      chooses, test2016 is decoded once
 # Stages 1 and 3 are scripts/run_tries.py (each run also chosen alone on validation: OUT/*/tries.md).
 # Settings (environment):
-#   MULTI30K      the data: a Hub id or local copy (default: ../shared/datasets/multi30k where it exists, else
-#                 the Hub's bentrevett/multi30k)
+#   MULTI30K      the data: a Hub id or a local copy in the Hub layout (default: the Hub's bentrevett/multi30k)
 #   OUT           where everything goes (default: outputs/multi30k-best-recipe)
 #   PARALLEL      runs training at once; 2 or more also runs the two directions' language models, diversification
 #                 and final choices side by side, each on half the cores (default 1; on a 2-core CPU, 2 trained
-#                 1.4 times the updates a second of one run on both cores, model_card.md; 4 on one GPU)
+#                 1.4 times the updates a second of one run on both cores, docs/results.md; 4 on one GPU)
 #   CONFIG        every run's config (default: configs/multi30k-best.yaml)
 #   TRAIN_FLAGS   more train.py flags for every run, e.g. a time box: "--max-minutes 8"
 #   MEMBER_SELECT select_checkpoint.py flags for each run alone (default: beam 4, lp 1.0)
@@ -39,9 +38,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 data=${MULTI30K:-bentrevett/multi30k}
-if [ -z "${MULTI30K:-}" ] && [ -d ../shared/datasets/multi30k ]; then
-    data=../shared/datasets/multi30k
-fi
 out=${OUT:-outputs/multi30k-best-recipe}
 parallel=${PARALLEL:-1}
 config=${CONFIG:-configs/multi30k-best.yaml}
