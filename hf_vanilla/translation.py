@@ -22,6 +22,7 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
+from hf_vanilla.model.attention_kernels import AUTO_ATTENTION
 from hf_vanilla.model.configuration_vanilla import VanillaTransformerConfig
 from hf_vanilla.model.decoding import (
     DEFAULT_MAX_TOKENS,
@@ -33,7 +34,6 @@ from hf_vanilla.model.decoding import (
     paper_length_limit,
     writes_right_to_left,
 )
-from hf_vanilla.model.modeling_vanilla import AUTO_ATTENTION
 
 from .data import TokenBatchSampler
 from .files import write_text_atomic

@@ -40,7 +40,7 @@ class VanillaTransformerConfig(PreTrainedConfig):
     The paper's encoder-decoder with one embedding matrix shared by the encoder input, the decoder input and the
     pre-softmax projection. Defaults are the base model (N=6, d_model=512, d_ff=2048, h=8, P_drop=0.1);
     `VanillaTransformerConfig.from_preset("big")` gives table 3's big model. Label smoothing (5.4) is a training
-    setting (`hf_vanilla.training.train.TrainingConfig.label_smoothing`); the model's own loss is plain cross-entropy.
+    setting (`hf_vanilla.training.settings.TrainingConfig.label_smoothing`); the model's own loss is plain cross-entropy.
 
     Departures from the paper are switches that are off by default:
     - `tie_word_embeddings=False`: a pre-softmax projection of its own; the encoder and decoder inputs still share

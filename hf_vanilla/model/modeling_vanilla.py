@@ -32,7 +32,6 @@ from transformers.utils import TransformersKwargs, can_return_tuple, is_torchdyn
 from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
-from .attention_kernels import AUTO_ATTENTION as AUTO_ATTENTION  # the name callers ask the model for
 from .attention_kernels import SDPA_MASKED, scaled_dot_product_attention, sdpa_by_matmuls
 from .configuration_vanilla import VanillaTransformerConfig
 from .hub import PipelineCodeAndCardMixin
