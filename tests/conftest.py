@@ -41,7 +41,7 @@ def corpus_path(tmp_path_factory) -> str:
 
 def pytest_configure(config):
     """The marks transformers' own tests (test_transformers_common.py) use, which its conftest.py declares."""
-    for mark in ("slow", "accelerate_tests", "torch_compile_test", "flash_attn_test", "flash_attn_3_test", "flash_attn_4_test"):
+    for mark in ("accelerate_tests", "torch_compile_test", "flash_attn_test", "flash_attn_3_test", "flash_attn_4_test"):
         config.addinivalue_line("markers", f"{mark}: a mark of transformers' model tests")
 
 

@@ -411,6 +411,7 @@ def launch_two_processes(dataset, tokenizer_dir, output_dir, settings: dict, *fl
     return subprocess.Popen(command, env=environment, stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 
+@pytest.mark.slow  # two processes under torchrun
 def test_two_processes_equal_one_process_accumulating_two_batches(tiny_dataset, tokenizer_dir, tmp_path):
     # No dropout: the two processes draw from two random streams, the single one from one.
     settings = {"dropout": 0.0, "max_steps": 4, "save_interval_updates": None, "validation_max_sentences": 8}
@@ -820,6 +821,7 @@ def test_shape_buckets_train_in_the_logged_shapes(tiny_dataset, tokenizer_dir, t
     assert seen and seen <= logged
 
 
+@pytest.mark.slow  # two processes under torchrun
 def test_sigterm_to_torchrun_stops_every_process_at_one_update_and_saves(tiny_dataset, tokenizer_dir, tmp_path):
     """Preemption of a multi-process run: the launcher passes SIGTERM on, the processes agree on the stop within
     SHARE_INTERVAL updates, save once together, and --resume continues from there."""
