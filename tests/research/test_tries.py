@@ -44,6 +44,7 @@ def write_tries(path, **spec):
     return path
 
 
+@pytest.mark.slow  # several training runs side by side, end to end
 def test_tries_run_side_by_side_and_every_one_is_listed(tiny_config_file, tmp_path):
     tries_file = write_tries(
         tmp_path / "tries.yaml",
@@ -190,6 +191,7 @@ def test_a_try_whose_config_refuses_it_is_named(tiny_config_file, tmp_path):
         load_tries(tries_file)
 
 
+@pytest.mark.slow  # several training runs side by side, end to end
 def test_a_stopped_runner_stops_every_run_with_a_save_and_lists_it(tiny_config_file, tmp_path):
     tries_file = write_tries(
         tmp_path / "tries.yaml",

@@ -67,6 +67,8 @@ except trainer.TrainingStopped as stopped:  # as scripts/train.py reports it
     sys.exit(f"{stopped}")
 """
 
+pytestmark = pytest.mark.slow  # runs killed and resumed, each compared with an uninterrupted one
+
 
 def training_losses(run):
     records = map(json.loads, (run / "train_log.jsonl").read_text().splitlines())

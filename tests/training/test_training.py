@@ -195,6 +195,7 @@ def test_compile_auto_and_no_train_eager(setting):
     assert how == "eager" and loss_function.func is label_smoothed_loss and loss_function.keywords == {"rdrop_alpha": 1.0}
 
 
+@pytest.mark.slow  # torch.compile of the update: a minute of compilation on a CPU
 def test_compiled_update_trains_as_eager_and_follows_late_dropout(tiny_dataset, tokenizer_dir, tmp_path, caplog):
     """compile=yes (inductor): with accumulation, clipping and the schedule's learning rates, the first updates'
     losses are eager's; late dropout's switch reaches the compiled graph."""
