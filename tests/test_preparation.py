@@ -86,3 +86,16 @@ def test_tokenizer_from_a_sample_estimates_the_whole_corpus_linearly(corpus_path
     assert (report["pairs"], report["corpus_pairs"], report["vocabulary"]) == (200, 800, 300)
     assert report["whole_corpus_seconds_estimate"] == pytest.approx(4 * report["seconds"], abs=0.2)
     assert len(AutoTokenizer.from_pretrained(tmp_path / "bpe")) == 300
+
+
+def test_train_tokenizer_script_learns_from_a_sample_and_estimates_the_whole(corpus_path, tmp_path):
+    trained = subprocess.run(
+        [sys.executable, str(SCRIPTS / "train_tokenizer.py"), f"--dataset={corpus_path}", "--source-lang=en",
+         "--target-lang=de", "--vocab-size=300", "--max-sentences=100", f"--output-dir={tmp_path / 'bpe'}"],
+        capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=300,
+    )  # fmt: skip
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    assert "learned from 100 pairs" in trained.stdout and "a random sample of the 800" in trained.stdout
+    assert "the whole corpus would take about" in trained.stdout
+    assert "BPE: counting words" in trained.stderr
+    assert "validation de: round trip 100.00%" in trained.stdout
