@@ -49,6 +49,10 @@ def load_translation_split(
             "per language)"
         ) from err
     except (ValueError, DatasetGenerationError) as err:
+        if str(err).startswith("BuilderConfig"):  # "BuilderConfig 'xx' not found. Available: [...]"
+            raise ValueError(
+                f"dataset {dataset!r} has no config {config_name!r} ({err}); pass one of those as the dataset config"
+            ) from err
         # datasets names neither the file nor the line (UnicodeDecodeError is a ValueError too).
         raise ValueError(
             _first_unreadable_line(dataset, config_name, (source_lang, target_lang)) or str(err)

@@ -54,7 +54,10 @@ def test_prepares_once_then_reads_the_cache(corpus_path, tmp_path):
     ("overrides", "message"),
     [
         ({"target_lang": "fr"}, r"Language 'fr' not in dataset .*; available languages: \['de', 'en'\]"),
-        ({"dataset_config": "de-en"}, r"BuilderConfig 'de-en' not found\. Available: \['default'\]"),
+        (
+            {"dataset_config": "de-en"},
+            r"has no config 'de-en' \(BuilderConfig 'de-en' not found\. Available: \['default'\]\); pass one",
+        ),
         ({"clean_max_words": 2}, "no train pairs left in .* after cleaning"),
     ],
 )
