@@ -9,7 +9,7 @@ import sys
 import pytest
 from conftest import SCRIPTS
 
-SCRIPT_FILES = sorted(SCRIPTS.glob("*.py"))
+SCRIPT_FILES = sorted(SCRIPTS.rglob("*.py"))
 
 
 class Captured(Exception):

@@ -42,7 +42,7 @@ RERANKING_ROLES = (
         "language_model_weight",
         LANGUAGE_MODEL_WEIGHTS,
         DEFAULT_LANGUAGE_MODEL_WEIGHT,
-        "saved language models of the target language (scripts/train_language_model.py) that rerank beam search's "
+        "saved language models of the target language (scripts/research/train_language_model.py) that rerank beam search's "
         "n-best list by how likely each translation is as a sentence",
         "the language models' log p(translation) per token",
     ),

@@ -333,7 +333,7 @@ def _ctranslate2_runs(model, shapes, new_tokens: int, workdir: Path, quantizatio
 
 @dataclass(frozen=True)
 class BenchmarkSettings:
-    """What `run_benchmark` measures, and how (scripts/benchmark.py's flags).
+    """What `run_benchmark` measures, and how (scripts/tools/benchmark.py's flags).
 
     `dtypes` may name "auto" (see `resolve_dtypes`). `compile_model` compiles our model (torch.compile) and leaves
     Marian eager. CTranslate2 runs on CPU runs when it is installed and `ctranslate2_quantizations` is not empty.

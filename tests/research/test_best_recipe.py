@@ -1,4 +1,4 @@
-"""scripts/best_recipe.sh end to end on a tiny corpus and model: every stage runs, each direction's final choice
+"""scripts/research/best_recipe.sh end to end on a tiny corpus and model: every stage runs, each direction's final choice
 uses the models the recipe names; given again, it redoes nothing. (A stopped stage goes on where it stopped:
 run_tries resumes every run, tests/test_tries.py; distill.py writes its directory only once whole, so the script
 skips one that exists.)"""
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow  # the whole recipe end to end: minutes; `pytest -
 
 def run_recipe(environment):
     return subprocess.run(
-        ["bash", str(SCRIPTS / "best_recipe.sh")],
+        ["bash", str(SCRIPTS / "research" / "best_recipe.sh")],
         cwd=REPO,
         env={**os.environ, **environment},
         capture_output=True,

@@ -88,7 +88,7 @@ def test_nothing_is_written_without_training_sentences(tiny_model_dir, tmp_path)
 def test_the_script_trains_on_the_target_side_and_names_a_missing_tokenizer(
     corpus_path, tiny_model_dir, tmp_path
 ):
-    command = [sys.executable, str(SCRIPTS / "train_language_model.py"), "--dataset", corpus_path]
+    command = [sys.executable, str(SCRIPTS / "research" / "train_language_model.py"), "--dataset", corpus_path]
     command += ["--source-lang", "en", "--target-lang", "de", "--epochs", "1", "--device", "cpu", "--quiet"]
     missing = subprocess.run(
         command + ["--tokenizer", str(tmp_path / "none"), "--output-dir", str(tmp_path / "lm")],

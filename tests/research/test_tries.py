@@ -201,7 +201,7 @@ def test_a_stopped_runner_stops_every_run_with_a_save_and_lists_it(tiny_config_f
     )
     output = tmp_path / "out"
     runner = subprocess.Popen(
-        [sys.executable, str(SCRIPTS / "run_tries.py"), str(tries_file), "--output-dir", str(output)],
+        [sys.executable, str(SCRIPTS / "research" / "run_tries.py"), str(tries_file), "--output-dir", str(output)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

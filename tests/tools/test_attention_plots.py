@@ -60,7 +60,7 @@ def test_one_png_per_kind_and_layer(model_and_tokenizer, tmp_path):
 
 def test_plot_attention_script(tiny_model_dir, tmp_path):
     completed = subprocess.run(
-        [sys.executable, str(SCRIPTS / "plot_attention.py"), str(tiny_model_dir), "--source", SOURCE]
+        [sys.executable, str(SCRIPTS / "tools" / "plot_attention.py"), str(tiny_model_dir), "--source", SOURCE]
         + ["--target", TARGET, "--kinds", "cross", "--output-dir", str(tmp_path), "--dpi", "40"],
         capture_output=True,
         text=True,

@@ -7,7 +7,7 @@ cd "$(dirname "$0")/../../../.."
 data=../shared/datasets/multi30k
 out=outputs/small-ensemble
 date
-python scripts/run_tries.py docs/research/tries/cpu-2026-11-26-small-ensemble/tries.yaml --dataset $data --output-dir $out
+python scripts/research/run_tries.py docs/research/tries/cpu-2026-11-26-small-ensemble/tries.yaml --dataset $data --output-dir $out
 date
 avg() { echo "$out/$1/checkpoint_average"; }
 python scripts/select_checkpoint.py "$(avg de-en-seed1)" --ensemble "$(avg de-en-seed2)" \

@@ -1,4 +1,4 @@
-# Issue 25, en->de stage 4 as scripts/best_recipe.sh now runs it: its two wide students as one, reranked by de->en's
+# Issue 25, en->de stage 4 as scripts/research/best_recipe.sh now runs it: its two wide students as one, reranked by de->en's
 # teacher and its two students now at the paper's base width (in place of the d_model-256 ones), the en->de
 # right-to-left student, the German language model and a word bonus; the script's grid, chosen on validation,
 # test2016 decoded once.

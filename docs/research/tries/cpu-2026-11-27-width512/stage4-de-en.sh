@@ -1,4 +1,4 @@
-# Issue 25, de->en stage 4 as scripts/best_recipe.sh now runs it: its ensemble (teacher and both students) reranked
+# Issue 25, de->en stage 4 as scripts/research/best_recipe.sh now runs it: its ensemble (teacher and both students) reranked
 # by en->de's teacher and its two width-512 students, the de->en right-to-left student, the English language model
 # and a word bonus; the script's grid, chosen on validation, test2016 decoded once.
 B=outputs/multi30k-best-recipe

@@ -17,7 +17,7 @@ export PYTHONUNBUFFERED=1 HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARA
 mkdir -p $R/logs
 { date -u; nvidia-smi -L; lscpu | grep 'Model name'; python3 -c "import torch,transformers,accelerate,datasets;print(torch.__version__,transformers.__version__,accelerate.__version__,datasets.__version__)"; } > $R/logs/environment.txt 2>&1
 (nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv -l 30 > $R/logs/smi.csv 2>&1 &)
-timeout -s TERM $STOP python3 scripts/run_tries.py docs/research/tries/gpu-2026-11-27-search/tries.yaml --parallel 4 \
+timeout -s TERM $STOP python3 scripts/research/run_tries.py docs/research/tries/gpu-2026-11-27-search/tries.yaml --parallel 4 \
   --minutes $MINUTES --output-dir $R > $R/logs/run_tries.log 2>&1
 echo "run_tries: exit $? $(date -u)" >> $R/logs/environment.txt
 # the best try's chosen checkpoint in bfloat16, its path in best.txt

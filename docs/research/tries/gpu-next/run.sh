@@ -1,5 +1,5 @@
 # Issue 25, the next GPU session's first call: the second seed's four students at the paper's base width
-# (seed12-students.yaml, into outputs/multi30k-best-recipe-seed12/students as scripts/best_recipe.sh names them),
+# (seed12-students.yaml, into outputs/multi30k-best-recipe-seed12/students as scripts/research/best_recipe.sh names them),
 # side by side, each bounded by --max-minutes (four runs ran 27.7 updates/s each on an H200 on 2026-11-27: ~12,100
 # updates in 7.3 min, the most that leaves the call time to choose and pack within its 10 minutes) and chosen on
 # validation on the GPU. Needs stages 1-2 of that seed done here first (teachers, language models, diversified data;
@@ -23,7 +23,7 @@ mkdir -p $P
 { date -u; nvidia-smi -L; lscpu | grep 'Model name'; python3 -c "import torch,transformers,accelerate,datasets;print(torch.__version__,transformers.__version__,accelerate.__version__,datasets.__version__)"; } > $P/environment.txt 2>&1
 (nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv -l 30 > $P/smi.csv 2>&1 &)
 students=outputs/multi30k-best-recipe-seed12/students
-timeout -s TERM $STOP python3 scripts/run_tries.py docs/research/tries/gpu-next/seed12-students.yaml --parallel 4 \
+timeout -s TERM $STOP python3 scripts/research/run_tries.py docs/research/tries/gpu-next/seed12-students.yaml --parallel 4 \
   --minutes $MINUTES --output-dir $students > $P/seed12.log 2>&1
 date -u >> $P/environment.txt
 # every run's chosen checkpoint (its path in selection.json) in bfloat16, one tar each; the first with the records

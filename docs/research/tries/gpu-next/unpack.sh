@@ -4,7 +4,7 @@
 # it brings replacing the one here (a run trained on the CPU meanwhile is moved to
 # students-cpu/), and each brought model is saved again in float32. Then the script, given again, finds the
 # second seed's students trained:
-#   PARALLEL=2 SEED_OFFSET=10 OUT=outputs/multi30k-best-recipe-seed12 bash scripts/best_recipe.sh
+#   PARALLEL=2 SEED_OFFSET=10 OUT=outputs/multi30k-best-recipe-seed12 bash scripts/research/best_recipe.sh
 set -euo pipefail
 students=outputs/multi30k-best-recipe-seed12/students
 brought=()

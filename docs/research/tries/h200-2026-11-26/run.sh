@@ -3,7 +3,7 @@
 # Run from the repository root on the device machine as `bash docs/research/tries/h200-2026-11-26/run.sh`, with Multi30k
 # copied into .data/multi30k, the wheels of datasets 5.2.0, dill 0.4.1 and multiprocess 0.70.19 in .whl/, and
 # outputs/multi30k-bpe5k carried (each run loads that tokenizer). The next two calls on the same warm machine:
-#   python scripts/distill.py --backward outputs/gpu/de-en-seed4/checkpoint_average --keep-original \
+#   python scripts/research/distill.py --backward outputs/gpu/de-en-seed4/checkpoint_average --keep-original \
 #       --dataset .data/multi30k --source-lang en --target-lang de --num-beams 4 --length-penalty 1.0 --device cuda \
 #       --max-tokens 16384 --output-dir $OUT/bt          # 29,000 sentences in 7 s
 #   python scripts/select_checkpoint.py outputs/gpu/RUN --dataset .data/multi30k --num-beams 4 8 \

@@ -9,7 +9,7 @@ The corpus imitates WMT 2014 en-de's shape, not its text: Zipf-distributed pseud
 a language (German's longer, with umlauts), lognormal sentence lengths around 23 words, a hyphenated compound now
 and then, 3,000 validation and test pairs, in the Hub's Parquet `translation` layout.
 
-    python scripts/benchmark_data.py --pairs 500000 1000000 4500000 --output docs/benchmarks/data-scale.json
+    python scripts/tools/benchmark_data.py --pairs 500000 1000000 4500000 --output docs/benchmarks/data-scale.json
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from hf_vanilla.tools.benchmark import environment, save_results
 from hf_vanilla.training.settings import load_training_config
 from hf_vanilla.training.train import load_inputs
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 LEXICON_WORDS = 300_000
 HELD_OUT_PAIRS = 3_000  # newstest2013 has 3,000 sentences, newstest2014 3,003
 CHUNK_PAIRS = 250_000
@@ -217,7 +217,10 @@ def measure(pairs: int, args, work_dir: Path) -> dict:
 
 def main() -> None:
     parser = ArgumentParser(description=__doc__)
-    parser.add_argument("--pairs", type=positive_int, nargs="+", default=[500_000, 1_000_000, 4_500_000])
+    parser.add_argument(
+        "--pairs", type=positive_int, nargs="+", default=[500_000, 1_000_000, 4_500_000],
+        help="corpus sizes to measure, in sentence pairs",
+    )
     parser.add_argument(
         "--config", default=REPO / "configs" / "wmt14-en-de-base.yaml", help="training config"
     )

@@ -4,15 +4,15 @@
 # decoded once (model_card.md, "The best recipe"). Departures from the paper, each a switch used only here: data
 # diversification, ensembles, reranking with the reverse direction, right-to-left models, a language model and a
 # word bonus.
-#   bash scripts/best_recipe.sh                    # 8 runs of configs/multi30k-best.yaml one after another
-#   PARALLEL=4 bash scripts/best_recipe.sh         # on one GPU: runs side by side (four fit an H200)
-#   SEED_OFFSET=10 OUT=outputs/multi30k-best-recipe-seed12 bash scripts/best_recipe.sh   # another seed of it all
+#   bash scripts/research/best_recipe.sh                    # 8 runs of configs/multi30k-best.yaml one after another
+#   PARALLEL=4 bash scripts/research/best_recipe.sh         # on one GPU: runs side by side (four fit an H200)
+#   SEED_OFFSET=10 OUT=outputs/multi30k-best-recipe-seed12 bash scripts/research/best_recipe.sh   # another seed of it all
 # Given again, it goes on where it stopped: finished runs train nothing more, a stopped run resumes from its last
 # checkpoint, written data and a direction's final choice are kept. The stages, all under OUT:
 #   1. teachers/: multi30k-best en->de (seed 2) and de->en (seed 4) on the original pairs; language-models/en, de:
-#      a small GPT-2 a language on the training targets (scripts/train_language_model.py, 3 epochs)
+#      a small GPT-2 a language on the training targets (scripts/research/train_language_model.py, 3 epochs)
 #   2. data/diversified-en-de, -de-en: the original pairs, then each teacher's translations of the training split
-#      (data diversification, Nguyen et al., 2020; scripts/distill.py), 87,000 pairs on Multi30k; each teacher's
+#      (data diversification, Nguyen et al., 2020; scripts/research/distill.py), 87,000 pairs on Multi30k; each teacher's
 #      translations are made once (data/translations/) and serve both directions, en->de's forward pairs being
 #      de->en's backward ones
 #   3. students/: on those, at the paper's base width (d_model 512, d_ff 2048, 8 heads), en->de seeds 2 and 3
@@ -21,7 +21,7 @@
 #      reranked by the other direction's teacher and students (--rerank-with), the right-to-left model, the target
 #      language's language model and a word bonus; each model is its run's checkpoint_average; validation
 #      chooses, test2016 is decoded once
-# Stages 1 and 3 are scripts/run_tries.py (each run also chosen alone on validation: OUT/*/tries.md).
+# Stages 1 and 3 are scripts/research/run_tries.py (each run also chosen alone on validation: OUT/*/tries.md).
 # Settings (environment):
 #   MULTI30K      the data: a Hub id or a local copy in the Hub layout (default: the Hub's bentrevett/multi30k)
 #   OUT           where everything goes (default: outputs/multi30k-best-recipe)
@@ -36,7 +36,7 @@
 #   FINAL_SELECT  select_checkpoint.py flags for each direction's ensemble (default: beam 12, lp 1.0, the
 #                 weights of the grid below, the tokenized BLEU beside; needs the [tokenized] extra)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 data=${MULTI30K:-bentrevett/multi30k}
 out=${OUT:-outputs/multi30k-best-recipe}
 parallel=${PARALLEL:-1}
@@ -107,10 +107,10 @@ $(for direction in en-de de-en; do
 done)
 EOF
 # Both stage files are checked before anything trains (the students' data need not exist yet).
-python3 scripts/run_tries.py "$out/teachers.yaml" --dataset "$data" --check >/dev/null
-python3 scripts/run_tries.py "$out/students.yaml" --dataset "$data" --check >/dev/null
+python3 scripts/research/run_tries.py "$out/teachers.yaml" --dataset "$data" --check >/dev/null
+python3 scripts/research/run_tries.py "$out/students.yaml" --dataset "$data" --check >/dev/null
 
-python3 scripts/run_tries.py "$out/teachers.yaml" --dataset "$data" --parallel "$parallel" \
+python3 scripts/research/run_tries.py "$out/teachers.yaml" --dataset "$data" --parallel "$parallel" \
     --output-dir "$out/teachers"
 teacher() { echo "$out/teachers/$1/checkpoint_average"; }
 student() { echo "$out/students/$1/checkpoint_average"; }
@@ -118,7 +118,7 @@ language_model() { echo "$out/language-models/$1"; }
 
 train_language_model() {  # train_language_model SOURCE TARGET: TARGET's language model, on SOURCE->TARGET's targets
     if [ ! -d "$(language_model "$2")" ]; then  # train_language_model.py writes it only once it is whole
-        python3 scripts/train_language_model.py --tokenizer "$(teacher "${teacher_run[$1-$2]}")" --dataset "$data" \
+        python3 scripts/research/train_language_model.py --tokenizer "$(teacher "${teacher_run[$1-$2]}")" --dataset "$data" \
             --source-lang "$1" --target-lang "$2" --seed "$(seed 1)" --output-dir "$(language_model "$2")"
     fi
 }
@@ -126,7 +126,7 @@ train_language_model() {  # train_language_model SOURCE TARGET: TARGET's languag
 diversify() {  # diversify SOURCE TARGET: the pairs SOURCE->TARGET students train on
     local forward=$1-$2 backward=$2-$1
     if [ ! -d "$diversified-$forward" ]; then  # distill.py writes the directory only once it is whole
-        python3 scripts/distill.py --forward "$(teacher "${teacher_run[$forward]}")" \
+        python3 scripts/research/distill.py --forward "$(teacher "${teacher_run[$forward]}")" \
             --backward "$(teacher "${teacher_run[$backward]}")" --keep-original --dataset "$data" \
             --source-lang "$1" --target-lang "$2" --num-beams 4 --length-penalty 1.0 --output-dir "$diversified-$forward" \
             --translations-dir "$out/data/translations"
@@ -182,6 +182,6 @@ both() {  # both STAGE: STAGE for each direction; with PARALLEL of 2 or more, si
 
 both train_language_model
 both diversify
-python3 scripts/run_tries.py "$out/students.yaml" --dataset "$data" --parallel "$parallel" \
+python3 scripts/research/run_tries.py "$out/students.yaml" --dataset "$data" --parallel "$parallel" \
     --output-dir "$out/students"
 both choose

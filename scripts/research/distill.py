@@ -5,7 +5,7 @@ training split written holds the original pairs (--keep-original), then the forw
 backward models'; the other splits are copied as they are. Train a student on it with `train.py --dataset DIR`.
 Stopped, the same command goes on where it stopped: each model's translations are saved every 2,000 sentences.
 
-    python scripts/distill.py --forward outputs/multi30k-best-en-de/checkpoint_average \\
+    python scripts/research/distill.py --forward outputs/multi30k-best-en-de/checkpoint_average \\
         --backward outputs/multi30k-best-de-en/checkpoint_average --source-lang en --target-lang de \\
         --num-beams 4 --length-penalty 1.0 --keep-original --output-dir outputs/multi30k-en-de-diversified
 """

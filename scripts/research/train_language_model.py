@@ -3,7 +3,7 @@ evaluate_bleu.py and select_checkpoint.py): a small GPT-2 over a translation mod
 of the dataset's training pairs, its validation perplexity after each epoch (`hf_vanilla.research.language_model`; not part
 of the paper's model).
 
-    python scripts/train_language_model.py --tokenizer outputs/multi30k-best-de-en/checkpoint_average \\
+    python scripts/research/train_language_model.py --tokenizer outputs/multi30k-best-de-en/checkpoint_average \\
         --source-lang de --target-lang en --output-dir outputs/language-model-en
 """
 

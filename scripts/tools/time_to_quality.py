@@ -6,7 +6,7 @@ runs made side by side on one machine:
 
     python scripts/train.py --config configs/multi30k-small.yaml --output-dir RUN
     python ../shared/tools/peer_marian.py PEER --src de --tgt en
-    python scripts/time_to_quality.py RUN --peer PEER --source-lang de --target-lang en
+    python scripts/tools/time_to_quality.py RUN --peer PEER --source-lang de --target-lang en
 """
 
 import logging

@@ -5,10 +5,10 @@ OUTPUT/tries.md (a Markdown table, best first) and OUTPUT/tries.json; each run i
 OUTPUT/logs. Given again, every run resumes from its last checkpoint. Ctrl-C or SIGTERM stops every run with a save.
 --only runs some of the file's tries; the table keeps the rows of those an earlier call ran into OUTPUT.
 
-    python scripts/run_tries.py docs/research/tries/next-gpu.yaml --dataset ../shared/datasets/multi30k \\
+    python scripts/research/run_tries.py docs/research/tries/next-gpu.yaml --dataset ../shared/datasets/multi30k \\
         --parallel 4 --minutes 8 --output-dir outputs/tries
-    python scripts/run_tries.py docs/research/tries/next-gpu.yaml --check   # the commands it would run, nothing else
-    python scripts/run_tries.py docs/research/tries/next-gpu.yaml --only en-de-seed3 en-de-seed4 \\
+    python scripts/research/run_tries.py docs/research/tries/next-gpu.yaml --check   # the commands it would run, nothing else
+    python scripts/research/run_tries.py docs/research/tries/next-gpu.yaml --only en-de-seed3 en-de-seed4 \\
         --output-dir outputs/tries
 """
 
@@ -20,7 +20,7 @@ from pathlib import Path
 from hf_vanilla.cli import ArgumentParser, positive_int
 from hf_vanilla.research.tries import TRIES_TABLE, TriesError, load_tries, run_tries
 
-SCRIPTS = Path(__file__).resolve().parent
+SCRIPTS = Path(__file__).resolve().parents[1]  # train.py and select_checkpoint.py, which each try runs
 
 
 def main() -> None:
