@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import bisect
 import copy
-import dataclasses
 import json
 import logging
 from collections import Counter
@@ -19,9 +18,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 from datasets.exceptions import DatasetGenerationError
-from transformers import DataCollatorForSeq2Seq, PreTrainedTokenizerBase
+from transformers import PreTrainedTokenizerBase
 
 from hf_vanilla.model.decoding import reverse_words
+from hf_vanilla.model.modeling_vanilla import shift_tokens_right
 
 logger = logging.getLogger(__name__)
 
@@ -243,15 +243,6 @@ def example_lengths(tokenized: datasets.Dataset) -> np.ndarray:
     )
 
 
-def make_collator(tokenizer: PreTrainedTokenizerBase, model=None) -> DataCollatorForSeq2Seq:
-    """Pads a batch to its longest example: tensors `input_ids`, `attention_mask` and `labels` (pad -100).
-
-    With `model` given it also builds `decoder_input_ids` via the model's
-    `prepare_decoder_input_ids_from_labels`.
-    """
-    return DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100, return_tensors="pt")
-
-
 class TokenBatchSampler:
     """Batches of similar-length examples whose padded size stays within `max_tokens` (paper section 5.1).
 
@@ -352,7 +343,7 @@ class ShapeBucketBatchSampler:
     sees a few repeated shapes.
 
     Each example goes to the smallest bucket (`shape_bucket_lengths`) holding its longer side; a batch of
-    bucket L holds `rows_for(L)` examples of that bucket, which `ShapeBucketCollator` pads to exactly that many
+    bucket L holds `rows_for(L)` examples of that bucket, which `BatchCollator` pads to exactly that many
     rows of L tokens. The last batch of a bucket, and the empty batches that make the count divide the
     replicas, are filled with rows that carry no label and so stay out of the loss.
     """
@@ -407,21 +398,86 @@ class ShapeBucketBatchSampler:
             yield batches[index]
 
 
-@dataclass
-class ShapeBucketCollator:
-    """Pads a ShapeBucketBatchSampler batch to its bucket's fixed shape: source and target to the bucket length
-    L (the collator's own max_length padding), and rows up to `rows_for(L)` with filler rows (one end-of-sentence
-    source token, no label)."""
+class TokenizedRows(torch.utils.data.Dataset):
+    """A tokenized dataset's `input_ids` and `labels` for a DataLoader with a batch sampler: each batch is read
+    in one go (`__getitems__`) as an Arrow table, which `BatchCollator` pads without a Python list per row."""
 
-    collator: DataCollatorForSeq2Seq
-    sampler: ShapeBucketBatchSampler
+    def __init__(self, tokenized: datasets.Dataset):
+        self.rows = tokenized.with_format("arrow", columns=["input_ids", "labels"])
 
-    def __call__(self, features: list[dict]) -> dict[str, torch.Tensor]:
-        longest = max((max(len(feature["input_ids"]), len(feature["labels"])) for feature in features), default=1)
-        length = self.sampler.bucket_for(longest)
-        filler = {"input_ids": [self.collator.tokenizer.eos_token_id], "labels": [-100]}
-        rows = [*features, *[filler] * (self.sampler.rows_for(length) - len(features))]
-        return dataclasses.replace(self.collator, padding="max_length", max_length=length)(rows)
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitems__(self, indices: list[int]) -> pa.Table:
+        return self.rows[indices]
+
+
+@dataclass(frozen=True)
+class BatchCollator:
+    """Pads a batch of `TokenizedRows` into int64 tensors `input_ids`, `attention_mask` and `labels` (padded with
+    -100, which the loss ignores), and `decoder_input_ids` (the labels shifted right) when
+    `decoder_start_token_id` is given: the batch transformers' DataCollatorForSeq2Seq makes, padded with numpy.
+
+    Source and target are padded to their longest example; with `shape_sampler`, both to the bucket length L of
+    the batch and to `rows_for(L)` rows, the rows beyond the examples filler (one end-of-sentence source token,
+    no label), so that every batch has one of the sampler's few shapes.
+    """
+
+    pad_token_id: int
+    eos_token_id: int
+    decoder_start_token_id: int | None = None
+    shape_sampler: ShapeBucketBatchSampler | None = None
+
+    def __call__(self, rows: pa.Table) -> dict[str, torch.Tensor]:
+        source_lengths, target_lengths = (
+            pc.list_value_length(rows[column]).to_numpy() for column in ("input_ids", "labels")
+        )
+        if self.shape_sampler is None:
+            batch_rows, source_length, target_length = len(rows), source_lengths.max(), target_lengths.max()
+        else:
+            longest = max(source_lengths.max(initial=1), target_lengths.max(initial=1))
+            source_length = target_length = self.shape_sampler.bucket_for(longest)
+            batch_rows = self.shape_sampler.rows_for(source_length)
+        input_ids, attention_mask = _padded(
+            rows["input_ids"], source_lengths, batch_rows, source_length, self.pad_token_id
+        )
+        labels, _ = _padded(rows["labels"], target_lengths, batch_rows, target_length, -100)
+        input_ids[len(rows) :, 0] = self.eos_token_id
+        attention_mask[len(rows) :, 0] = True
+        batch = {
+            "input_ids": torch.from_numpy(input_ids),
+            "attention_mask": torch.from_numpy(attention_mask.astype(np.int64)),
+            "labels": torch.from_numpy(labels),
+        }
+        if self.decoder_start_token_id is not None:
+            batch["decoder_input_ids"] = shift_tokens_right(
+                batch["labels"], self.pad_token_id, self.decoder_start_token_id
+            )
+        return batch
+
+
+def _padded(
+    column: pa.ChunkedArray, lengths: np.ndarray, rows: int, length: int, pad: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(`rows` x `length` int64 array of the lists in `column`, right-padded with `pad`; mask of the real tokens)."""
+    real = np.zeros((rows, length), dtype=bool)
+    real[: len(lengths)] = np.arange(length) < lengths[:, None]
+    padded = np.full((rows, length), pad, dtype=np.int64)
+    padded[real] = pc.list_flatten(column).to_numpy()
+    return padded, real
+
+
+def make_collator(
+    tokenizer: PreTrainedTokenizerBase, model=None, shape_sampler: ShapeBucketBatchSampler | None = None
+) -> BatchCollator:
+    """The BatchCollator of `tokenizer`'s padding; with `model`, it also makes the decoder inputs the model's
+    `prepare_decoder_input_ids_from_labels` would; with `shape_sampler`, it pads to the sampler's shapes."""
+    return BatchCollator(
+        tokenizer.pad_token_id,
+        tokenizer.eos_token_id,
+        decoder_start_token_id=None if model is None else model.config.decoder_start_token_id,
+        shape_sampler=shape_sampler,
+    )
 
 
 def padding_efficiency(batch_sampler, lengths: Sequence[Sequence[int]] | np.ndarray) -> float:

@@ -1,3 +1,4 @@
+import dataclasses
 import json
 import logging
 
@@ -9,8 +10,8 @@ from synthetic_corpus import SPLIT_SIZES
 
 from hf_vanilla.data import (
     ShapeBucketBatchSampler,
-    ShapeBucketCollator,
     TokenBatchSampler,
+    TokenizedRows,
     clean_translation_pairs,
     example_lengths,
     load_translation_split,
@@ -171,7 +172,7 @@ def test_example_lengths_follow_row_order(tokenized_validation):
 
 def test_collator_pads_to_tensors_with_mask_and_ignored_labels(tokenizer, tokenized_validation):
     features = [tokenized_validation[i] for i in range(4)]
-    batch = make_collator(tokenizer)(features)
+    batch = make_collator(tokenizer)(TokenizedRows(tokenized_validation).__getitems__(list(range(4))))
     longest_source = max(len(f["input_ids"]) for f in features)
     longest_target = max(len(f["labels"]) for f in features)
     assert batch["input_ids"].shape == batch["attention_mask"].shape == (4, longest_source)
@@ -277,7 +278,7 @@ def test_sampler_drives_a_dataloader(tokenizer, tokenized_validation):
     lengths = example_lengths(tokenized_validation)
     sampler = TokenBatchSampler(lengths, max_tokens=256)
     loader = torch.utils.data.DataLoader(
-        tokenized_validation, batch_sampler=sampler, collate_fn=make_collator(tokenizer)
+        TokenizedRows(tokenized_validation), batch_sampler=sampler, collate_fn=make_collator(tokenizer)
     )
     batches = list(loader)
     assert len(batches) == len(sampler)
@@ -321,17 +322,18 @@ def test_shape_bucket_batches_pad_to_their_bucket_and_keep_padding_out_of_the_lo
     lengths = example_lengths(tokenized_validation)
     sampler = ShapeBucketBatchSampler(lengths, 256, seed=0, num_replicas=2)
     plain = make_collator(tokenizer, model)
-    bucketed = ShapeBucketCollator(plain, sampler)
+    bucketed = make_collator(tokenizer, model, sampler)
+    rows = TokenizedRows(tokenized_validation)
     shapes = set(sampler.shapes)
     for batch_indices in sampler:
         examples = [tokenized_validation[index] for index in batch_indices]
-        batch = bucketed(examples)
+        batch = bucketed(rows.__getitems__(batch_indices))
         assert (batch["input_ids"].shape[0], batch["input_ids"].shape[1]) in shapes
         assert batch["labels"].shape == batch["input_ids"].shape == batch["decoder_input_ids"].shape
         assert int((batch["labels"] != -100).sum()) == sum(len(example["labels"]) for example in examples)
         if not examples:
             continue
-        reference = plain(examples)
+        reference = plain(rows.__getitems__(batch_indices))
 
         def summed_loss(collated):
             inputs = {name: tensor for name, tensor in collated.items() if name != "labels"}
@@ -340,3 +342,45 @@ def test_shape_bucket_batches_pad_to_their_bucket_and_keep_padding_out_of_the_lo
 
         with torch.no_grad():
             torch.testing.assert_close(summed_loss(batch), summed_loss(reference), rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("shape_buckets", [False, True])
+@pytest.mark.parametrize("with_model", [False, True])
+def test_collator_makes_the_batches_of_transformers_seq2seq_collator(
+    tokenizer, tokenized_validation, shape_buckets, with_model
+):
+    """The numpy padding of Arrow rows gives, bit for bit, what DataCollatorForSeq2Seq gave on per-row lists (the
+    collation training used before): the same keys in the same order, dtypes, shapes, values, and in shape
+    buckets the same filler rows (one end-of-sentence token, no label), for random batches."""
+    from transformers import DataCollatorForSeq2Seq
+
+    from hf_vanilla import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+    from hf_vanilla.tokenization import config_kwargs_from_tokenizer
+
+    model = (
+        VanillaTransformerForConditionalGeneration(
+            VanillaTransformerConfig.from_preset("tiny", **config_kwargs_from_tokenizer(tokenizer))
+        )
+        if with_model
+        else None
+    )
+    reference = DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100, return_tensors="pt")
+    sampler = ShapeBucketBatchSampler(example_lengths(tokenized_validation), 512, seed=4)
+    collator = make_collator(tokenizer, model, sampler if shape_buckets else None)
+    rows = TokenizedRows(tokenized_validation)
+    rng = np.random.default_rng(7)
+    batches = [rng.choice(len(rows), size=rng.integers(1, 40), replace=False).tolist() for _ in range(30)]
+    if shape_buckets:
+        batches = [*sampler, []]  # every bucket, its last batch with filler rows, a batch of filler only
+    for indices in batches:
+        features = [tokenized_validation[index] for index in indices]
+        if shape_buckets:
+            length = sampler.bucket_for(max((max(map(len, row.values())) for row in features), default=1))
+            filler = {"input_ids": [tokenizer.eos_token_id], "labels": [-100]}
+            features += [filler] * (sampler.rows_for(length) - len(features))
+            reference = dataclasses.replace(reference, padding="max_length", max_length=length)
+        expected, batch = reference(features), collator(rows.__getitems__(indices))
+        assert list(batch) == list(expected)
+        for name, tensor in expected.items():
+            assert batch[name].dtype == tensor.dtype, name
+            assert torch.equal(batch[name], tensor), name

@@ -119,6 +119,12 @@ class TrainingConfig:
         "auto (on a GPU, off on a CPU), yes or no: batches of a few fixed shapes (length buckets, fixed rows), "
         "which a GPU runs at its pace; the CPU keeps batches padded to their longest example",
     )
+    dataloader_workers: str = setting(
+        "auto",
+        "auto or N: processes that read and pad the training batches while the model trains (torch DataLoader "
+        "workers); auto: none on a CPU, whose cores train the model, and on a GPU one fewer than the machine's "
+        "cores per local process, at most 4",
+    )
     compile: str = setting(
         "auto",
         "auto (off: slower on a CPU; on a GPU 1.4x faster an update after ~100 s of compiling), yes or no: "
@@ -170,6 +176,8 @@ class TrainingConfig:
         for name in ("shape_buckets", "compile"):
             if getattr(self, name) not in ("auto", "yes", "no"):
                 raise TrainingError(f"{name} must be auto, yes or no, got {getattr(self, name)!r}")
+        if self.dataloader_workers != "auto" and not str(self.dataloader_workers).isdigit():
+            raise TrainingError(f"dataloader_workers must be auto or a whole number, got {self.dataloader_workers!r}")
         for name in ("max_tokens", "warmup", "log_interval", "tokenizer_vocab_size", "num_beams"):
             if getattr(self, name) <= 0:
                 raise TrainingError(f"{name} must be positive, got {getattr(self, name)}")

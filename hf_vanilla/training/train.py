@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import pickle
 import time
 from itertools import chain
@@ -35,7 +36,7 @@ from torch.utils.data import DataLoader
 from transformers import GenerationConfig, PreTrainedTokenizerBase
 
 from hf_vanilla.data import (
-    ShapeBucketCollator,
+    TokenizedRows,
     UpdateBatchSampler,
     clean_translation_pairs,
     example_lengths,
@@ -131,14 +132,20 @@ def _train(
     progress = _start_or_resume(config, accelerator, output_dir, resume)
     # Not prepared by accelerate: the sampler already shards, and batches are moved to the device by the loop.
     # Its own generator: drawing its base seed from the global one would shift dropout after a resume.
+    # Workers only pad: the sampler, and with it the order of the batches, stays in this process.
+    workers = _loader_workers(config, accelerator)
     loader = DataLoader(
-        train_data,
+        TokenizedRows(train_data),
         batch_sampler=sampler,
-        collate_fn=_collator(tokenizer, accelerator.unwrap_model(model), sampler),
+        collate_fn=make_collator(
+            tokenizer, accelerator.unwrap_model(model), sampler.samplers[0] if sampler.shape_buckets else None
+        ),
         generator=torch.Generator(),
+        num_workers=workers,
+        persistent_workers=workers > 0,  # not started again each epoch
         pin_memory=accelerator.device.type == "cuda",  # the loop's copies to the GPU then need not wait
     )
-    _log_plan(config, accelerator, model, sampler)
+    _log_plan(config, accelerator, model, sampler, workers)
     loss_function, how = training_loss_function(config.compile, config.rdrop_alpha)
     logger.info("Training step (compile=%s on %s): %s", config.compile, accelerator.device.type, how)
     Trainer(
@@ -164,18 +171,38 @@ def _train(
 
 
 def _log_plan(
-    config: TrainingConfig, accelerator: Accelerator, model: torch.nn.Module, sampler: UpdateBatchSampler
+    config: TrainingConfig,
+    accelerator: Accelerator,
+    model: torch.nn.Module,
+    sampler: UpdateBatchSampler,
+    loader_workers: int,
 ) -> None:
-    """The model's size and what one update and one epoch hold."""
+    """The model's size, what one update and one epoch hold, and who makes the batches."""
     logger.info(
-        "%d parameters; %d updates an epoch of %d batches x %d processes x %d accumulation steps, <= %d tokens each",
+        "%d parameters; %d updates an epoch of %d batches x %d processes x %d accumulation steps, <= %d tokens "
+        "each; %d data loader workers a process (dataloader_workers=%s on %s)",
         sum(parameter.numel() for parameter in model.parameters()),
         sampler.updates_per_epoch,
         accelerator.gradient_accumulation_steps * accelerator.num_processes,
         accelerator.num_processes,
         accelerator.gradient_accumulation_steps,
         config.max_tokens,
+        loader_workers,
+        config.dataloader_workers,
+        accelerator.device.type,
     )
+
+
+def _loader_workers(config: TrainingConfig, accelerator: Accelerator) -> int:
+    """The DataLoader worker processes of each training process: `config.dataloader_workers`, or for auto none on
+    a CPU (they would take the cores the model trains on) and on a GPU up to 4 within this process's share of the
+    machine's cores, one of which the process itself keeps."""
+    if config.dataloader_workers != "auto":
+        return int(config.dataloader_workers)
+    if accelerator.device.type == "cpu":
+        return 0
+    local_processes = int(os.environ.get("LOCAL_WORLD_SIZE", 1))  # torchrun and accelerate launch set it
+    return max(0, min(4, (os.cpu_count() or 1) // local_processes - 1))
 
 
 @contextlib.contextmanager
@@ -289,12 +316,6 @@ def _update_sampler(config: TrainingConfig, train_data, accelerator: Accelerator
             ", ".join(f"{rows}x{length}" for rows, length in shapes),
         )
     return sampler
-
-
-def _collator(tokenizer, model, sampler: UpdateBatchSampler):
-    """Pads each batch to its longest example, or to its bucket's fixed shape when batches come in buckets."""
-    collator = make_collator(tokenizer, model)
-    return ShapeBucketCollator(collator, sampler.samplers[0]) if sampler.shape_buckets else collator
 
 
 def _planned_updates(config: TrainingConfig, sampler: UpdateBatchSampler) -> int | None:

@@ -35,7 +35,7 @@ from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerBase
 
-from hf_vanilla.data import TokenBatchSampler, UpdateBatchSampler, make_collator
+from hf_vanilla.data import TokenBatchSampler, TokenizedRows, UpdateBatchSampler, make_collator
 from hf_vanilla.evaluation.scoring import score_translations
 from hf_vanilla.files import publish_directory, write_text_atomic
 from hf_vanilla.publishing import save_model_directory
@@ -554,7 +554,7 @@ def validate(
     totals = torch.zeros(2, dtype=torch.float64, device=accelerator.device)
     with torch.no_grad():
         for batch in DataLoader(
-            validation.tokenized, batch_sampler=sampler, collate_fn=make_collator(tokenizer, model)
+            TokenizedRows(validation.tokenized), batch_sampler=sampler, collate_fn=make_collator(tokenizer, model)
         ):
             batch = {name: tensor.to(accelerator.device) for name, tensor in batch.items()}
             totals[0] += label_smoothed_loss(model, batch, config.label_smoothing, 1).double()

@@ -157,6 +157,25 @@ def test_resume_after_a_kill_equals_an_uninterrupted_run(tiny_dataset, tokenizer
         torch.testing.assert_close(weights(killed / name), weights(uninterrupted / name), rtol=0, atol=0)
 
 
+def test_dataloader_workers_train_as_the_main_process_does(tiny_dataset, tokenizer_dir, tmp_path, caplog):
+    """Batches padded in 2 worker processes (in a GPU's shape buckets, over two epochs: the workers persist) give
+    the losses and weights of batches padded in the training process; auto keeps a CPU run's cores for the model."""
+    caplog.set_level(logging.INFO)
+    runs = {"0": tmp_path / "main", "2": tmp_path / "workers", "auto": tmp_path / "auto"}
+    two_epochs = {"max_steps": None, "max_epochs": 2, "save_interval_updates": None, "shape_buckets": "yes"}
+    for workers, output_dir in runs.items():
+        train(tiny_config(tiny_dataset, tokenizer_dir, output_dir, dataloader_workers=workers, **two_epochs))
+    plans = [record.getMessage() for record in caplog.records if "data loader workers" in record.getMessage()]
+    assert [re.search(r"; (\d+) data loader workers", plan).group(1) for plan in plans] == ["0", "2", "0"]
+    main, workers = training_losses(runs["0"]), training_losses(runs["2"])
+    assert main == workers == training_losses(runs["auto"])
+    torch.testing.assert_close(
+        weights(runs["2"] / "checkpoint_last"), weights(runs["0"] / "checkpoint_last"), rtol=0, atol=0
+    )
+    with pytest.raises(TrainingError, match="dataloader_workers must be auto or a whole number, got 'many'"):
+        train(tiny_config(tiny_dataset, tokenizer_dir, tmp_path / "bad", dataloader_workers="many"))
+
+
 def test_late_dropout_trains_without_dropout_then_switches_it_on(tiny_dataset, tokenizer_dir, tmp_path):
     no_dropout = {
         "attention_dropout": 0.0,
