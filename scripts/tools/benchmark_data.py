@@ -2,7 +2,8 @@
 
 For each N: trains the tokenizer and prepares the corpus (scripts/prepare_data.py with a training config, first
 on an empty cache, then again on the filled one), recording wall-clock seconds and the peak resident memory of
-the whole process tree; then times the training data loader (sampler, collator) as a training run builds it.
+the whole process tree; then times the training data loader (sampler, collator, worker processes) as a training
+run builds it.
 Writes JSON with the machine. The corpus is written under --work-dir and deleted unless --keep; never commit it.
 
 The corpus imitates WMT 2014 en-de's shape, not its text: Zipf-distributed pseudo-words from a 300k-word lexicon
@@ -10,10 +11,14 @@ a language (German's longer, with umlauts), lognormal sentence lengths around 23
 and then, 3,000 validation and test pairs, in the Hub's Parquet `translation` layout.
 
     python scripts/tools/benchmark_data.py --pairs 500000 1000000 4500000 --output docs/benchmarks/data-scale.json
+
+The loader is timed side by side in one process: the former collation (transformers' DataCollatorForSeq2Seq) and
+the current one (`hf_vanilla.data.BatchCollator`), each with every `--loader-workers` count of worker processes.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -30,9 +35,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from accelerate import PartialState
 from torch.utils.data import DataLoader
+from transformers import DataCollatorForSeq2Seq
 
 from hf_vanilla.cli import ArgumentParser, positive_int
-from hf_vanilla.data import UpdateBatchSampler, example_lengths, make_collator
+from hf_vanilla.data import TokenizedRows, UpdateBatchSampler, example_lengths, make_collator
 from hf_vanilla.tools.benchmark import environment, save_results
 from hf_vanilla.training.settings import load_training_config
 from hf_vanilla.training.train import load_inputs
@@ -48,6 +54,14 @@ SYLLABLES = {
     "de": "ba be bi bo bu da de di do fa fe ga ge ha he hi la le li lo ma me mi mo na ne ni no pa pe ra re ri "
     "sa se si ta te ti tu ä ö ü ei au ch sch st ng er en ung keit ß".split(),
 }
+
+
+def non_negative_int(text: str) -> int:
+    """An argparse type: a whole number of at least 0."""
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be at least 0, got {value}")
+    return value
 
 
 def _lexicon(lang: str, rng: np.random.Generator) -> np.ndarray:
@@ -154,21 +168,41 @@ def _report(stdout: str) -> dict:
     return json.loads(stdout[: stdout.rindex("}") + 1])
 
 
-def loader_pace(config, max_tokens: int, batches: int) -> dict:
-    """Batches and target tokens a second of the training loader (sampler, collator, one process as train.py
-    builds it: no worker processes) over its first `batches` batches of `max_tokens`, on the prepared data."""
+def loader_pace(config, max_tokens: int, batches: int, workers: list[int]) -> list[dict]:
+    """Batches and target tokens a second of the training loader over its first `batches` batches of `max_tokens`
+    after one to start on, on the prepared data, side by side in this process: the former collation
+    (transformers' DataCollatorForSeq2Seq on a dict of Python lists a row) and the current one (Arrow rows padded
+    with numpy, as train.py builds it), each with every number of DataLoader worker processes in `workers`."""
     tokenizer, _, (train_data, _) = load_inputs(config, PartialState())
     sampler = UpdateBatchSampler(example_lengths(train_data), max_tokens, 1, 1, 0, seed=1)
-    loader = DataLoader(train_data, batch_sampler=sampler, collate_fn=make_collator(tokenizer))
+    collations = {
+        "former": (train_data, DataCollatorForSeq2Seq(tokenizer, label_pad_token_id=-100, return_tensors="pt")),
+        "numpy": (TokenizedRows(train_data), make_collator(tokenizer)),
+    }
+    return [
+        {
+            "max_tokens": max_tokens,
+            "collation": name,
+            "workers": count,
+            **_pace(DataLoader(rows, batch_sampler=sampler, collate_fn=collator, num_workers=count), batches),
+        }
+        for count in workers
+        for name, (rows, collator) in collations.items()
+    ]
+
+
+def _pace(loader: DataLoader, batches: int) -> dict:
+    """`loader`'s batches and target tokens a second over `batches` batches, its first (workers starting) untimed."""
+    loaded = iter(loader)
+    next(loaded)
     started, count, target_tokens = time.perf_counter(), 0, 0
-    for batch in loader:
+    for batch in loaded:
         target_tokens += int((batch["labels"] != -100).sum())
         count += 1
         if count == batches:
             break
     seconds = time.perf_counter() - started
     return {
-        "max_tokens": max_tokens,
         "batches": count,
         "batches_per_second": round(count / seconds, 1),
         "target_tokens_per_second": round(target_tokens / seconds),
@@ -198,6 +232,7 @@ def measure(pairs: int, args, work_dir: Path) -> dict:
     loader_command = [
         sys.executable, __file__, "--time-loader", json.dumps(overrides), "--config", str(args.config),
         "--loader-batches", str(args.loader_batches), "--max-tokens", *map(str, args.max_tokens),
+        "--loader-workers", *map(str, args.loader_workers),
     ]  # fmt: skip
     loader = run_measured(loader_command, env)
     return {
@@ -231,6 +266,10 @@ def main() -> None:
         "--max-tokens", type=positive_int, nargs="+", default=[3125, 25000], help="loader batch sizes to time"
     )
     parser.add_argument("--loader-batches", type=positive_int, default=300, help="batches timed a batch size")
+    parser.add_argument(
+        "--loader-workers", type=non_negative_int, nargs="+", default=[0, 2],
+        help="DataLoader worker processes to time each collation with (training's dataloader_workers)",
+    )
     parser.add_argument("--work-dir", help="where the corpora and cache go (default: a temporary directory)")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     parser.add_argument("--output", default="data-scale.json", help="JSON results")
@@ -240,11 +279,12 @@ def main() -> None:
     args = parser.parse_args()
     if args.time_loader:
         config = load_training_config(args.config, **json.loads(args.time_loader))
-        print(
-            json.dumps(
-                [loader_pace(config, max_tokens, args.loader_batches) for max_tokens in args.max_tokens]
-            )
-        )
+        paces = [
+            pace
+            for max_tokens in args.max_tokens
+            for pace in loader_pace(config, max_tokens, args.loader_batches, args.loader_workers)
+        ]
+        print(json.dumps(paces))
         return
     work_dir = Path(args.work_dir or tempfile.mkdtemp(prefix="benchmark-data-"))
     results = {
