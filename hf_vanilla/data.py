@@ -25,6 +25,18 @@ from hf_vanilla.model.modeling_vanilla import shift_tokens_right
 
 logger = logging.getLogger(__name__)
 
+
+def _load_dataset_quietly(dataset: str, config_name: str | None) -> datasets.DatasetDict:
+    """`datasets.load_dataset`, without huggingface_hub's warning that a local copy's README.md has no Hub
+    metadata block (datasets reads it as a dataset card; nothing is wrong with the data)."""
+    card_logger = logging.getLogger("huggingface_hub.repocard")
+    level = card_logger.level
+    card_logger.setLevel(logging.ERROR)
+    try:
+        return datasets.load_dataset(dataset, config_name)
+    finally:
+        card_logger.setLevel(level)
+
 TRANSLATION_COLUMN = "translation"
 
 
@@ -40,7 +52,7 @@ def load_translation_split(
     if source_lang == target_lang:
         raise ValueError(f"Source and target language are both {source_lang!r}")
     try:
-        splits = datasets.load_dataset(dataset, config_name)
+        splits = _load_dataset_quietly(dataset, config_name)
     except (FileNotFoundError, ConnectionError) as err:
         raise FileNotFoundError(
             f"dataset {dataset!r} (config {config_name!r}) is no local path and could not be loaded from the Hub "
