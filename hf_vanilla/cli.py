@@ -99,7 +99,7 @@ def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
         default="dynamic",
         help="generate's key/value cache; static preallocates it, and on a GPU generate then compiles the "
         "decoding step (CUDA graphs) once per batch shape: measured on an H100 at one repeated shape, 3.1-3.4x "
-        "faster greedy, 0.7x with beam search (README); the same tokens in float32",
+        "faster greedy, 0.7x with beam search (docs/training.md); the same tokens in float32",
     )
 
 

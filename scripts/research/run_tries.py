@@ -5,7 +5,7 @@ OUTPUT/tries.md (a Markdown table, best first) and OUTPUT/tries.json; each run i
 OUTPUT/logs. Given again, every run resumes from its last checkpoint. Ctrl-C or SIGTERM stops every run with a save.
 --only runs some of the file's tries; the table keeps the rows of those an earlier call ran into OUTPUT.
 
-    python scripts/research/run_tries.py docs/research/tries/next-gpu.yaml --dataset ../shared/datasets/multi30k \\
+    python scripts/research/run_tries.py docs/research/tries/next-gpu.yaml --dataset PATH_TO_MULTI30K \\
         --parallel 4 --minutes 8 --output-dir outputs/tries
     python scripts/research/run_tries.py docs/research/tries/next-gpu.yaml --check   # the commands it would run, nothing else
     python scripts/research/run_tries.py docs/research/tries/next-gpu.yaml --only en-de-seed3 en-de-seed4 \\

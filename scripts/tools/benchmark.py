@@ -56,7 +56,8 @@ def main() -> None:
         "static-compiled (compiled on a CPU too, both models)",
     )
     parser.add_argument(
-        "--ctranslate2", nargs="*", default=["int8", "float32"], help="quantizations; none: skip"
+        "--ctranslate2", nargs="*", default=["int8", "float32"],
+        help="CTranslate2 quantizations to compare with, on a CPU; the flag with no values skips CTranslate2"
     )
     parser.add_argument("--compile", action="store_true", help="torch.compile our model (Marian stays eager)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")

@@ -5,7 +5,7 @@ takes each one's minutes from the run's log; writes time_to_quality.json and tim
 runs made side by side on one machine:
 
     python scripts/train.py --config configs/multi30k-small.yaml --output-dir RUN
-    python ../shared/tools/peer_marian.py PEER --src de --tgt en
+    # PEER: the saved model to compare with, e.g. a MarianMTModel of the same shape trained for the same minutes
     python scripts/tools/time_to_quality.py RUN --peer PEER --source-lang de --target-lang en
 """
 
