@@ -147,11 +147,60 @@ def evaluation_section(results: list[EvalResult] | None) -> str:
     return f"{EVALUATION_HEADING}\n\n| data | metric | score | sacreBLEU signature |\n|---|---|---|---|\n{rows}\n"
 
 
-def _training_lines(training: Mapping[str, Any] | None) -> str:
-    """The training settings a card lists, one line each."""
-    if not training:
-        return ""
-    return "".join(f"- {name}: {value}\n" for name, value in training.items())
+CARD_TEMPLATE = """---
+{metadata}
+---
+
+# {name}
+
+The Transformer of ["Attention Is All You Need"]({paper}) (Vaswani et al., 2017), trained with hf_vanilla to
+translate {source_lang} -> {target_lang} on {data}. {summary}
+
+## Model details
+
+- Architecture: the paper's encoder-decoder (post-LayerNorm, sinusoidal positions, ReLU feed-forward, one
+  embedding matrix shared by encoder input, decoder input and output projection); d_model {d_model},
+  d_ff {d_ff}, {heads} heads, {encoder_layers}+{decoder_layers} layers, a joint BPE vocabulary of {vocab_size} tokens.
+- Decoding defaults (generation_config.json): beam 4, length penalty 0.6, at most source length + 50 tokens.
+- License: Apache-2.0.
+
+## Intended uses and limitations
+
+Translation of single sentences {source_lang} -> {target_lang} in the domain of its training data, and research on
+the paper's model. {domain} It inherits the data's biases and has no safety filtering; do not use its output
+unchecked where errors matter.
+
+## How to use
+
+The directory carries its code; transformers runs it with `trust_remote_code=True` (model and tokenizer).
+
+```python
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
+
+translator = pipeline("{task}", model="PATH_OR_HUB_ID", trust_remote_code=True)
+translator(["..."])  # [{{"translation_text": "..."}}]
+
+tokenizer = AutoTokenizer.from_pretrained("PATH_OR_HUB_ID", trust_remote_code=True)
+model = AutoModelForSeq2SeqLM.from_pretrained("PATH_OR_HUB_ID", trust_remote_code=True)
+```
+
+## Training data
+
+{data}, {source_lang} -> {target_lang}, cleaned and tokenized with the checkpoint's joint BPE.
+
+## Training procedure
+
+The paper's recipe (section 5): Adam (0.9, 0.98, 1e-9) with warm-up and inverse square root decay, label
+smoothing 0.1, dropout on sublayer outputs and embeddings.
+{training}
+{evaluation}
+## Citation
+
+{citations}"""
+MULTI30K_DOMAIN = (
+    "Trained on image descriptions (Multi30k): short, literal sentences; expect poor output on news, dialogue or "
+    "long documents."
+)
 
 
 def model_card(
@@ -164,69 +213,36 @@ def model_card(
     validation_sentences: int | None = None,
     training: Mapping[str, Any] | None = None,
 ) -> ModelCard:
-    """A checkpoint's model card, on the Hub's conventions: metadata with model-index, model details, intended use
-    and limitations, how to use, training data and procedure (`training`: setting name -> value), evaluation
-    (validation scores while training; test scores once `record_results` adds them), citation."""
+    """A checkpoint's model card (`CARD_TEMPLATE`, the Hub's conventions): metadata with model-index, model details,
+    intended use and limitations, how to use, training data and procedure (`training`: setting name -> value),
+    evaluation (validation scores while training; test scores once `record_results` adds them), citation."""
     data = _card_metadata(
         source_lang, target_lang, dataset, _validation_results(dataset, validation, validation_sentences)
     )
     multi30k = "multi30k" in dataset_name(dataset).lower()
-    content = f"""---
-{data.to_yaml()}
----
-
-# {data.model_name}
-
-The Transformer of ["Attention Is All You Need"]({PAPER}) (Vaswani et al., 2017), trained with hf_vanilla to
-translate {source_lang} -> {target_lang} on {dataset_label(dataset)}. {summary}
-
-## Model details
-
-- Architecture: the paper's encoder-decoder (post-LayerNorm, sinusoidal positions, ReLU feed-forward, one
-  embedding matrix shared by encoder input, decoder input and output projection); d_model {config.d_model},
-  d_ff {config.d_ff}, {config.num_attention_heads} heads, {config.encoder_layers}+{config.decoder_layers} layers,
-  a joint BPE vocabulary of {config.vocab_size} tokens.
-- Decoding defaults (generation_config.json): beam 4, length penalty 0.6, at most source length + 50 tokens.
-- License: Apache-2.0.
-
-## Intended uses and limitations
-
-Translation of single sentences {source_lang} -> {target_lang} in the domain of its training data, and research on
-the paper's model. Trained on {"image descriptions (Multi30k): short, literal sentences; expect poor output on "
-"news, dialogue or long documents" if multi30k else "the data named above only"}. It inherits the data's biases
-and has no safety filtering; do not use its output unchecked where errors matter.
-
-## How to use
-
-The directory carries its code; transformers runs it with `trust_remote_code=True` (model and tokenizer).
-
-```python
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
-
-translator = pipeline("{TASK}", model="PATH_OR_HUB_ID", trust_remote_code=True)
-translator(["..."])  # [{{"translation_text": "..."}}]
-
-tokenizer = AutoTokenizer.from_pretrained("PATH_OR_HUB_ID", trust_remote_code=True)
-model = AutoModelForSeq2SeqLM.from_pretrained("PATH_OR_HUB_ID", trust_remote_code=True)
-```
-
-## Training data
-
-{dataset_label(dataset)}, {source_lang} -> {target_lang}, cleaned and tokenized with the checkpoint's joint BPE.
-
-## Training procedure
-
-The paper's recipe (section 5): Adam (0.9, 0.98, 1e-9) with warm-up and inverse square root decay, label
-smoothing 0.1, dropout on sublayer outputs and embeddings.
-{_training_lines(training)}
-{evaluation_section(data.eval_results)}
-## Citation
-
-```bibtex
-{CITATION}
-```
-{f"{chr(10)}```bibtex{chr(10)}{MULTI30K_CITATION}{chr(10)}```{chr(10)}" if multi30k else ""}"""
-    return ModelCard(content)
+    citations = [CITATION, MULTI30K_CITATION] if multi30k else [CITATION]
+    return ModelCard(
+        CARD_TEMPLATE.format(
+            metadata=data.to_yaml(),
+            name=data.model_name,
+            paper=PAPER,
+            source_lang=source_lang,
+            target_lang=target_lang,
+            data=dataset_label(dataset),
+            summary=summary,
+            d_model=config.d_model,
+            d_ff=config.d_ff,
+            heads=config.num_attention_heads,
+            encoder_layers=config.encoder_layers,
+            decoder_layers=config.decoder_layers,
+            vocab_size=config.vocab_size,
+            domain=MULTI30K_DOMAIN if multi30k else "Trained on the data named above only.",
+            task=TASK,
+            training="".join(f"- {name}: {value}\n" for name, value in (training or {}).items()),
+            evaluation=evaluation_section(data.eval_results),
+            citations="\n".join(f"```bibtex\n{citation}\n```\n" for citation in citations),
+        )
+    )
 
 
 def record_results(directory: str | os.PathLike, dataset: str, split: str, report: Mapping[str, Any]) -> ModelCard:

@@ -310,13 +310,22 @@ def average_run_checkpoints(
     return checkpoints
 
 
+# The training settings a checkpoint's card lists: what the recipe chose where the paper gives a value or a range.
+CARD_SETTINGS = (
+    "max_steps", "max_minutes", "max_tokens", "tokens_per_update", "warmup", "lr", "label_smoothing", "dropout",
+    "early_dropout_updates", "attention_dropout", "activation_dropout", "average_last", "mixed_precision", "seed",
+)  # fmt: skip
+
+
 def run_model_card(
     config: TrainingConfig,
     model_config: VanillaTransformerConfig,
     summary: str,
     metrics: dict[str, float] | None,
 ) -> ModelCard:
-    """The README.md of a checkpoint of this run, with its validation scores when it was validated."""
+    """The README.md of a checkpoint of this run, with its validation scores when it was validated and the
+    settings that made it (`CARD_SETTINGS`, those set)."""
+    settings = {name: getattr(config, name) for name in CARD_SETTINGS if getattr(config, name) is not None}
     return model_card(
         model_config,
         config.source_lang,
@@ -325,4 +334,5 @@ def run_model_card(
         summary,
         metrics,
         config.validation_max_sentences,
+        settings,
     )

@@ -13,6 +13,8 @@ from transformers import AutoTokenizer
 
 from hf_vanilla.data import load_translation_split
 from hf_vanilla.tokenization import tokenizer_fingerprint
+from hf_vanilla.training.run_directory import CONFIG_FILE
+from hf_vanilla.training.settings import load_training_config
 
 FRESH_PROCESS = """
 import json, sys
@@ -175,3 +177,10 @@ def test_every_checkpoint_records_its_tokenizers_fingerprint(trained_run):
         config = json.loads((trained_run / name / "config.json").read_text())
         tokenizer = AutoTokenizer.from_pretrained(trained_run / name)
         assert config["tokenizer_fingerprint"] == tokenizer_fingerprint(tokenizer)
+
+
+def test_a_checkpoints_card_lists_the_settings_that_trained_it(trained_run):
+    config = load_training_config(trained_run / CONFIG_FILE)
+    card = ModelCard.load(trained_run / "checkpoint_last" / "README.md")
+    for name in ("seed", "max_tokens", "label_smoothing", "warmup"):
+        assert f"- {name}: {getattr(config, name)}\n" in card.text
