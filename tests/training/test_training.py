@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -37,8 +38,8 @@ from hf_vanilla.training.schedule import (
     make_lr_scheduler,
     peak_learning_rate,
 )
-from hf_vanilla.training.settings import TrainingError, load_training_config
-from hf_vanilla.training.train import train
+from hf_vanilla.training.settings import TrainingConfig, TrainingError, load_training_config
+from hf_vanilla.training.train import _loader_workers, train
 from hf_vanilla.training.trainer import Trainer, TrainingStopped
 from hf_vanilla.translation import load_model_and_tokenizer, translate_sentences
 
@@ -174,6 +175,26 @@ def test_dataloader_workers_train_as_the_main_process_does(tiny_dataset, tokeniz
     )
     with pytest.raises(TrainingError, match="dataloader_workers must be auto or a whole number, got 'many'"):
         train(tiny_config(tiny_dataset, tokenizer_dir, tmp_path / "bad", dataloader_workers="many"))
+
+
+@pytest.mark.parametrize(
+    ("setting", "device", "cores", "local_processes", "expected"),
+    [
+        ("auto", "cpu", 16, 1, 0),
+        ("auto", "cuda", 16, 1, 4),
+        ("auto", "cuda", 16, 8, 1),
+        ("auto", "cuda", 8, 8, 0),
+        ("auto", "cuda", 2, 1, 1),
+        ("3", "cpu", 16, 1, 3),
+    ],
+)
+def test_dataloader_workers_auto_takes_a_gpu_process_share_of_the_cores(
+    monkeypatch, setting, device, cores, local_processes, expected
+):
+    monkeypatch.setattr(os, "cpu_count", lambda: cores)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", str(local_processes))
+    accelerator = SimpleNamespace(device=torch.device(device))
+    assert _loader_workers(TrainingConfig(dataloader_workers=setting), accelerator) == expected
 
 
 def test_late_dropout_trains_without_dropout_then_switches_it_on(tiny_dataset, tokenizer_dir, tmp_path):
