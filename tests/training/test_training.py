@@ -158,21 +158,40 @@ def test_resume_after_a_kill_equals_an_uninterrupted_run(tiny_dataset, tokenizer
         torch.testing.assert_close(weights(killed / name), weights(uninterrupted / name), rtol=0, atol=0)
 
 
-def test_dataloader_workers_train_as_the_main_process_does(tiny_dataset, tokenizer_dir, tmp_path, caplog):
-    """Batches padded in 2 worker processes (in a GPU's shape buckets, over two epochs: the workers persist) give
-    the losses and weights of batches padded in the training process; auto keeps a CPU run's cores for the model."""
+def test_dataloader_workers_train_as_the_main_process_does(
+    tiny_dataset, tokenizer_dir, tmp_path, caplog, monkeypatch
+):
+    """Batches padded in 2 worker processes (in a GPU's shape buckets, over two epochs: the workers persist, and
+    after a kill and a resume in the second epoch) give the losses and weights of batches padded in the training
+    process; auto keeps a CPU run's cores for the model."""
     caplog.set_level(logging.INFO)
     runs = {"0": tmp_path / "main", "2": tmp_path / "workers", "auto": tmp_path / "auto"}
-    two_epochs = {"max_steps": None, "max_epochs": 2, "save_interval_updates": None, "shape_buckets": "yes"}
+    two_epochs = {"max_steps": None, "max_epochs": 2, "save_interval_updates": 45, "shape_buckets": "yes"}
     for workers, output_dir in runs.items():
         train(tiny_config(tiny_dataset, tokenizer_dir, output_dir, dataloader_workers=workers, **two_epochs))
     plans = [record.getMessage() for record in caplog.records if "data loader workers" in record.getMessage()]
     assert [re.search(r"; (\d+) data loader workers", plan).group(1) for plan in plans] == ["0", "2", "0"]
     main, workers = training_losses(runs["0"]), training_losses(runs["2"])
-    assert main == workers == training_losses(runs["auto"])
-    torch.testing.assert_close(
-        weights(runs["2"] / "checkpoint_last"), weights(runs["0"] / "checkpoint_last"), rtol=0, atol=0
-    )
+    assert len(main) > 45 and main == workers == training_losses(runs["auto"])
+    killed = tmp_path / "killed"
+    real_update, calls = Trainer._update, []
+
+    def update_then_die(session, group):
+        if len(calls) == 60:  # after the checkpoint at update 45, in the second epoch
+            raise KeyboardInterrupt
+        calls.append(1)
+        return real_update(session, group)
+
+    monkeypatch.setattr(Trainer, "_update", update_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        train(tiny_config(tiny_dataset, tokenizer_dir, killed, dataloader_workers="2", **two_epochs))
+    monkeypatch.setattr(Trainer, "_update", real_update)
+    train(tiny_config(tiny_dataset, tokenizer_dir, killed, dataloader_workers="2", **two_epochs), resume=True)
+    assert training_losses(killed) == main
+    for run in (runs["2"], killed):
+        torch.testing.assert_close(
+            weights(run / "checkpoint_last"), weights(runs["0"] / "checkpoint_last"), rtol=0, atol=0
+        )
     with pytest.raises(TrainingError, match="dataloader_workers must be auto or a whole number, got 'many'"):
         train(tiny_config(tiny_dataset, tokenizer_dir, tmp_path / "bad", dataloader_workers="many"))
 
