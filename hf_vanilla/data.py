@@ -25,6 +25,8 @@ from hf_vanilla.model.modeling_vanilla import shift_tokens_right
 
 logger = logging.getLogger(__name__)
 
+TRANSLATION_COLUMN = "translation"
+
 
 def _load_dataset_quietly(dataset: str, config_name: str | None) -> datasets.DatasetDict:
     """`datasets.load_dataset`, without huggingface_hub's warning that a local copy's README.md has no Hub
@@ -36,8 +38,6 @@ def _load_dataset_quietly(dataset: str, config_name: str | None) -> datasets.Dat
         return datasets.load_dataset(dataset, config_name)
     finally:
         card_logger.setLevel(level)
-
-TRANSLATION_COLUMN = "translation"
 
 
 def load_translation_split(
