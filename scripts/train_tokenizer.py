@@ -12,8 +12,13 @@ from transformers import AutoTokenizer
 
 from hf_vanilla.cli import ArgumentParser, add_language_arguments, positive_int
 from hf_vanilla.data import load_translation_split
-from hf_vanilla.preparation import describe_tokenizer_training, train_tokenizer_on_pairs
-from hf_vanilla.tokenization import DEFAULT_VOCAB_SIZE, mean_tokens_per_sentence, round_trip_rate
+from hf_vanilla.tokenization import (
+    DEFAULT_VOCAB_SIZE,
+    describe_tokenizer_training,
+    mean_tokens_per_sentence,
+    round_trip_rate,
+    train_tokenizer_on_pairs,
+)
 
 
 def main() -> None:

@@ -17,9 +17,9 @@ import dataclasses
 import os
 import pickle
 import time
-from itertools import chain
 from pathlib import Path
 
+import datasets
 import torch
 import yaml
 from accelerate import Accelerator, DataLoaderConfiguration, PartialState
@@ -53,8 +53,7 @@ from hf_vanilla.precision import resolve_precision
 from hf_vanilla.tokenization import (
     check_tokenizer_matches_model,
     config_kwargs_from_tokenizer,
-    save_tokenizer,
-    train_tokenizer,
+    train_tokenizer_on_pairs,
 )
 from hf_vanilla.translation import TOKENIZER_FILE, load_tokenizer
 
@@ -406,11 +405,7 @@ def load_or_train_tokenizer(config: TrainingConfig) -> PreTrainedTokenizerBase:
             config.tokenizer_vocab_size,
             config.train_split,
         )
-        pairs = _load_split(config, config.train_split)
-        tokenizer = train_tokenizer(
-            chain(pairs["source"], pairs["target"]), vocab_size=config.tokenizer_vocab_size, length=2 * len(pairs)
-        )
-        save_tokenizer(tokenizer, path)
+        train_tokenizer_on_pairs(load_training_split(config, config.train_split), path, config.tokenizer_vocab_size)
     return _load_tokenizer(path)
 
 
@@ -421,7 +416,8 @@ def _load_tokenizer(path) -> PreTrainedTokenizerBase:
         raise TrainingError(f"tokenizer {path} cannot be loaded: {err}") from err
 
 
-def _load_split(config: TrainingConfig, split: str):
+def load_training_split(config: TrainingConfig, split: str) -> datasets.Dataset:
+    """The config's dataset's `split`, a bad name or language a TrainingError in one line."""
     try:
         return load_translation_split(
             config.dataset, config.source_lang, config.target_lang, split, config.dataset_config
@@ -433,7 +429,7 @@ def _load_split(config: TrainingConfig, split: str):
 def _cleaned_split(config: TrainingConfig, split: str, max_sentences: int | None = None):
     """The first `max_sentences` pairs of `split` (all without it), cleaned: the same rule for every split a run
     reads, so that validation, like training, never takes a pair of thousands of words cut to the model's length."""
-    pairs = _load_split(config, split)
+    pairs = load_training_split(config, split)
     if max_sentences:
         pairs = pairs.select(range(min(max_sentences, len(pairs))))
     pairs, _ = clean_translation_pairs(
