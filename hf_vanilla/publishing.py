@@ -98,26 +98,36 @@ EVALUATION_HEADING = "## Evaluation"
 TOKENIZED_BLEUS = ("tokenized_lowercased", "bleu_paper")  # report keys of the BLEUs on Moses tokens
 
 
-def _validation_results(dataset: str, validation, validation_sentences) -> list[EvalResult]:
-    """A checkpoint's validation scores during training (greedy decoding) as model-index rows."""
-    if not validation:
-        return []
+def _results(dataset: str, name: str, split: str, scores) -> list[EvalResult]:
+    """Model-index rows of `dataset`'s `split` (named `name` in the card): one for each (metric type, metric name,
+    value, sacreBLEU signature or None) of `scores`."""
     return [
         EvalResult(
             task_type="translation",
-            dataset_type=dataset if not is_local_dataset(dataset) else "local",
-            dataset_name=f"{dataset_name(dataset)} validation ({validation_sentences or 'all'} sentences)",
-            dataset_split="validation",
+            dataset_type="local" if is_local_dataset(dataset) else dataset,
+            dataset_name=name,
+            dataset_split=split,
             metric_type=metric,
-            metric_name=name,
-            metric_value=round(validation[key], 4),
+            metric_name=metric_name,
+            metric_value=value,
+            metric_config=signature,
         )
+        for metric, metric_name, value, signature in scores
+    ]
+
+
+def _validation_results(dataset: str, validation, validation_sentences) -> list[EvalResult]:
+    """A checkpoint's validation scores during training (greedy decoding) as model-index rows."""
+    scores = [
+        (metric, name, round(validation[key], 4), None)
         for key, metric, name in (
             ("val_bleu", "bleu", "sacreBLEU, greedy"),
             ("val_loss", "loss", "label-smoothed cross-entropy per target token"),
         )
-        if key in validation
+        if key in (validation or {})
     ]
+    name = f"{dataset_name(dataset)} validation ({validation_sentences or 'all'} sentences)"
+    return _results(dataset, name, "validation", scores)
 
 
 def _card_metadata(source_lang, target_lang, dataset, results: list[EvalResult]) -> ModelCardData:
@@ -264,19 +274,9 @@ def record_results(directory: str | os.PathLike, dataset: str, split: str, repor
         if key in report
     ]
     kept = [result for result in card.data.eval_results or [] if result.dataset_split != split]
-    card.data.eval_results = kept + [
-        EvalResult(
-            task_type="translation",
-            dataset_type=dataset if not is_local_dataset(dataset) else "local",
-            dataset_name=name,
-            dataset_split=split,
-            metric_type=metric,
-            metric_name=metric_name,
-            metric_value=round(value, 2),
-            metric_config=signature,
-        )
-        for metric, metric_name, value, signature in scores
-    ]
+    card.data.eval_results = kept + _results(
+        dataset, name, split, [(metric, label, round(value, 2), signature) for metric, label, value, signature in scores]
+    )
     head, _, rest = card.text.partition(EVALUATION_HEADING)
     tail = rest[rest.find("\n## ") :] if "\n## " in rest else "\n"
     card.text = head + evaluation_section(card.data.eval_results) + tail

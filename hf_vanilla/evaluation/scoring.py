@@ -145,14 +145,17 @@ class Runtime:
 
 @dataclass(frozen=True)
 class ScoreOptions:
-    """The scores beside cased and lowercased sacreBLEU and chrF: TER, and the papers' tokenized, lowercased BLEU
-    (`score_tokenized_lowercased`, needs sacremoses)."""
+    """The scores beside cased and lowercased sacreBLEU and chrF: TER, the papers' tokenized, lowercased BLEU
+    (`score_tokenized_lowercased`, needs sacremoses), and the Transformer paper's own BLEU (`paper_bleu_report`:
+    German and English targets, where sacremoses is installed)."""
 
     ter: bool = False
     tokenized_bleu: bool = False
+    paper_bleu: bool = True
 
 
 DEFAULT_RUNTIME, DEFAULT_SCORES = Runtime(), ScoreOptions()
+SACREBLEU_ONLY = ScoreOptions(paper_bleu=False)  # for rows that keep sacreBLEU's scores alone
 # The columns of `score_model`'s rows beside the model and its decoding settings (the same names, in its rows)
 ROW_SCORES = ("bleu", "bleu_lowercased", "chrf", "signature", "seconds")
 # One way of decoding: the settings it was decoded with (those that decode it again) and its translations.
@@ -234,8 +237,7 @@ def _translation_report(
             if scoring.tokenized_bleu
             else {}
         ),
-        # The paper's BLEU (get_ende_bleu.sh) beside sacreBLEU, for German and English targets.
-        **paper_bleu_report(hypotheses, references, target_lang),
+        **(paper_bleu_report(hypotheses, references, target_lang) if scoring.paper_bleu else {}),
     }
 
 
@@ -300,11 +302,11 @@ def score_model(
     """A saved model decoded on `pairs` (`source` / `target`) by `decoder` with each of `settings`: one row for
     each variant, with its settings, cased and lowercased BLEU, chrF, the BLEU signature and the seconds spent."""
     model, tokenizer = load_model_and_tokenizer(model_name_or_path, runtime.device, runtime.dtype)
+    sources, references = pairs["source"], pairs["target"]
     rows = []
     for setting in settings:
-        sources, references = pairs["source"], pairs["target"]
         evaluated = evaluate_translation(
-            model, tokenizer, sources, references, target_lang, runtime, DEFAULT_SCORES, decoder, **setting
+            model, tokenizer, sources, references, target_lang, runtime, SACREBLEU_ONLY, decoder, **setting
         )
         rows += [
             {
