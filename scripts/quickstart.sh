@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The main job on a fresh machine: install, train a Multi30k recipe, choose on validation, report sacreBLEU.
 #   bash scripts/quickstart.sh                # de->en, the 30-minute recipe (configs/multi30k-small.yaml)
-#   bash scripts/quickstart.sh en de          # en->de
+#   bash scripts/quickstart.sh en de          # en->de (also en fr, en cs: Multi30k has four languages)
 #   bash scripts/quickstart.sh de en best     # the no-time-limit recipe (configs/multi30k-best.yaml)
 # Trains configs/multi30k-RECIPE.yaml, chooses between the best, last and averaged checkpoints and the beam size /
 # length penalty on validation BLEU, then decodes test2016 once (sacreBLEU, with the papers' tokenized BLEU beside
@@ -21,6 +21,9 @@ if [ ! -f "$config" ]; then
     exit 2
 fi
 run=outputs/multi30k-$recipe-$source_lang-$target_lang
+# One joint BPE for each language pair, whichever direction (a tokenizer refuses a run of another pair).
+pair=$(printf '%s\n' "$source_lang" "$target_lang" | sort | paste -sd- -)
+tokenizer=$(sed -n 's/^tokenizer: *\([^ ]*\)-de-en.*/\1/p' "$config")-$pair
 dataset=${MULTI30K:-bentrevett/multi30k}
 if [ -n "${MULTI30K:-}" ] && [ ! -d "$MULTI30K" ]; then
     echo "quickstart: MULTI30K=$MULTI30K is not a directory; give a local copy of Multi30k in the Hub layout" >&2
@@ -38,7 +41,7 @@ python3 -m pip install --quiet -e ".[tensorboard,tokenized]"
 # An existing run directory is continued; train.py decides what in it can resume (and says so when nothing can).
 resume=
 if [ -d "$run" ]; then resume=--resume; fi
-python3 scripts/train.py --config "$config" --dataset "$dataset" \
+python3 scripts/train.py --config "$config" --dataset "$dataset" --tokenizer "$tokenizer" \
     --source-lang "$source_lang" --target-lang "$target_lang" --output-dir "$run" $resume
 python3 scripts/select_checkpoint.py "$run" --dataset "$dataset" \
     --source-lang "$source_lang" --target-lang "$target_lang" \

@@ -21,6 +21,8 @@ from hf_vanilla.training.train import train
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = REPO / "scripts"
+# The direction of the synthetic corpus, for the scripts' required --source-lang / --target-lang
+DE_EN = ("--source-lang", "de", "--target-lang", "en")
 MULTI30K = Path(os.environ.get("HF_VANILLA_MULTI30K", REPO.parent / "shared" / "datasets" / "multi30k"))
 
 
@@ -94,6 +96,8 @@ def tokenizer_dir(tiny_dataset, tmp_path_factory):
 def tiny_config(dataset, tokenizer, output_dir, **overrides):
     values = {
         "dataset": dataset,
+        "source_lang": "de",  # the synthetic corpus's pair
+        "target_lang": "en",
         "tokenizer": tokenizer,
         "tokenizer_vocab_size": 500,
         "output_dir": str(output_dir),

@@ -127,8 +127,8 @@ def test_train_script_names_the_unreadable_line_in_one_line(tmp_path, tokenizer_
     corpus = write_corpus(tmp_path / "corpus")
     replace_line(corpus / "train.jsonl", 3, UNREADABLE_LINES["not_utf8"][0])
     finished = run_script(
-        "train.py", "--dataset", corpus, "--tokenizer", tokenizer_dir, "--output-dir", tmp_path / "run",
-        "--max-steps", 2,
+        "train.py", "--dataset", corpus, "--source-lang", "de", "--target-lang", "en", "--tokenizer", tokenizer_dir,
+        "--output-dir", tmp_path / "run", "--max-steps", 2,
     )  # fmt: skip
     assert_one_error_line(finished, f"{corpus / 'train.jsonl'} line 3 is not UTF-8")
     assert not (tmp_path / "run").exists()
@@ -171,18 +171,20 @@ def test_vocab_size_check_passes_a_sound_model(model_dir):
     assert model.config.vocab_size == model.get_input_embeddings().num_embeddings
 
 
-# Item 6: averaging more checkpoints than the run will save is refused before the first update.
+# Averaging more checkpoints than the run saved averages those there are, and says so.
 
 
-def test_average_last_beyond_the_saves_fails_before_training(tmp_path, tokenizer_dir):
+def test_average_last_beyond_the_saves_averages_what_was_saved(tmp_path, tokenizer_dir, caplog):
     corpus = write_corpus(tmp_path / "corpus")
     output_dir = tmp_path / "run"
     config = run_config(
         corpus, tokenizer_dir, output_dir, max_steps=5, save_interval_updates=2, average_last=4
     )
-    with pytest.raises(TrainingError, match="average_last 4 .* 5 updates with a save every 2 make 3"):
-        train(config)
-    assert not any(output_dir.glob("checkpoint_*")) and not (output_dir / "train_log.jsonl").exists()
+    caplog.set_level(logging.INFO, logger="hf_vanilla.training.train")
+    train(config)
+    assert "average_last is 4 but the run saved 3 numbered checkpoints: averaging those 3" in caplog.text
+    assert "Averaged checkpoint_2, checkpoint_4, checkpoint_5" in caplog.text
+    assert (output_dir / "checkpoint_average" / "model.safetensors").is_file()
 
 
 def test_average_last_within_the_saves_trains(tmp_path, tokenizer_dir):
@@ -200,7 +202,7 @@ def test_overlong_validation_pair_is_dropped_and_counted(tmp_path, tokenizer_dir
     replace_line(corpus / "validation.jsonl", 2, json_line(" ".join(["Hund"] * 5000), "a dog"))
     caplog.set_level(logging.INFO, logger="hf_vanilla.data")
     train(run_config(corpus, tokenizer_dir, tmp_path / "run", max_steps=1))
-    assert "Cleaning kept 7 of 8 validation pairs; dropped 0 empty, 1 over 80 words" in caplog.text
+    assert "Cleaning kept 7 of 8 validation pairs; dropped 0 empty, 1 over 250 tokens" in caplog.text
     assert "Cleaning kept 80 of 80 train pairs" in caplog.text
 
 

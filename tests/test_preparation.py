@@ -12,7 +12,7 @@ from transformers import AutoTokenizer
 
 from hf_vanilla.corpus import load_translation_split
 from hf_vanilla.preparation import prepare_training_data
-from hf_vanilla.tokenization import sample_pairs, train_tokenizer_on_pairs
+from hf_vanilla.tokenization import PairsSource, sample_pairs, train_tokenizer_on_pairs
 from hf_vanilla.training.settings import TrainingError
 
 
@@ -59,7 +59,7 @@ def test_prepares_once_then_reads_the_cache(corpus_path, tmp_path):
             {"dataset_config": "de-en"},
             r"has no config 'de-en' \(BuilderConfig 'de-en' not found\. Available: \['default'\]\); pass one",
         ),
-        ({"clean_max_words": 2}, "no train pairs left in .* after cleaning"),
+        ({"clean_max_tokens": 1}, "no train pairs left in .* after cleaning"),
     ],
 )
 def test_bad_input_is_one_line_and_leaves_no_tokenizer_half_written(corpus_path, tmp_path, overrides, message):
@@ -86,7 +86,7 @@ def test_sample_is_random_the_same_for_a_seed_and_the_whole_split_when_smaller(c
 
 def test_tokenizer_from_a_sample_estimates_the_whole_corpus_linearly(corpus_path, tmp_path):
     pairs = load_translation_split(corpus_path, "en", "de", "train")
-    report = train_tokenizer_on_pairs(pairs, tmp_path / "bpe", vocab_size=300, max_sentences=200)
+    report = train_tokenizer_on_pairs(pairs, tmp_path / "bpe", 300, PairsSource(("de", "en")), max_sentences=200)
     assert (report["pairs"], report["corpus_pairs"], report["vocabulary"]) == (200, 800, 300)
     assert report["whole_corpus_seconds_estimate"] == pytest.approx(4 * report["seconds"], abs=0.2)
     assert len(AutoTokenizer.from_pretrained(tmp_path / "bpe")) == 300

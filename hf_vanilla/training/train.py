@@ -70,6 +70,7 @@ from .run_directory import (
     RunDirectoryInUse,
     acquire_lock,
     average_run_checkpoints,
+    numbered_checkpoints,
     read_progress,
     recover_interrupted_save,
     remove_run,
@@ -122,7 +123,6 @@ def _train(
     tokenizer, model_config, (train_data, validation, heldout) = loaded
     sampler = _update_sampler(config, train_data, accelerator)
     planned_updates = _planned_updates(config, sampler)
-    _check_enough_saves_to_average(config, planned_updates)
     _prepare_output_dir(
         config, output_dir, resume, overwrite_output_dir, model_config, tokenizer, accelerator
     )
@@ -168,8 +168,7 @@ def _train(
         loss_function,
     ).run(loader, sampler)
     if accelerator.is_main_process and config.average_last:
-        checkpoints = average_run_checkpoints(output_dir, config.average_last, config)
-        logger.info("Averaged %s into %s", ", ".join(path.name for path in checkpoints), output_dir / AVERAGE)
+        _average_what_was_saved(config, output_dir)
     accelerator.wait_for_everyone()
     accelerator.end_training()
     logger.info("Checkpoints in %s", output_dir)
@@ -182,6 +181,21 @@ def _check_bleu_available(target_lang: str) -> None:
         bleu_metric(target_lang)
     except ValueError as err:
         raise TrainingError(str(err)) from err
+
+
+def _average_what_was_saved(config: TrainingConfig, output_dir: Path) -> None:
+    """Average the last `average_last` numbered checkpoints, or all there are when the run saved fewer (a small
+    corpus, a short run), saying so."""
+    saved = len(numbered_checkpoints(output_dir))
+    if saved < config.average_last:
+        logger.warning(
+            "average_last is %d but the run saved %d numbered checkpoints: averaging those %d",
+            config.average_last,
+            saved,
+            saved,
+        )
+    checkpoints = average_run_checkpoints(output_dir, min(saved, config.average_last), config)
+    logger.info("Averaged %s into %s", ", ".join(path.name for path in checkpoints), output_dir / AVERAGE)
 
 
 def _log_plan(
@@ -336,23 +350,6 @@ def _planned_updates(config: TrainingConfig, sampler: UpdateBatchSampler) -> int
     """The updates the run will make, when a step or epoch budget says (the smaller when both do)."""
     budgets = [config.max_steps, config.max_epochs and config.max_epochs * sampler.updates_per_epoch]
     return min((budget for budget in budgets if budget), default=None)
-
-
-def _check_enough_saves_to_average(config: TrainingConfig, planned_updates: int | None) -> None:
-    """Refuse, before the first update, a run that will save fewer numbered checkpoints than `average_last`.
-
-    Without a save interval in minutes the saves are known: one every `save_interval_updates` and one at the end,
-    at most ceil(updates / interval) (fewer when `max_minutes` stops the run early, which only the end can tell).
-    """
-    if not config.average_last or planned_updates is None or config.save_interval_minutes is not None:
-        return
-    interval = config.save_interval_updates or planned_updates
-    saves = -(-planned_updates // interval)
-    if saves < config.average_last:
-        raise TrainingError(
-            f"average_last {config.average_last} needs as many numbered checkpoints, but {planned_updates} updates "
-            f"with a save every {interval} make {saves}; lower average_last or save_interval_updates"
-        )
 
 
 def _start_or_resume(config: TrainingConfig, accelerator: Accelerator, output_dir: Path, resume: bool):

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 import sacrebleu
 import torch
-from conftest import SCRIPTS
+from conftest import DE_EN, SCRIPTS
 from huggingface_hub import ModelCard
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
@@ -491,6 +491,7 @@ def test_select_checkpoint_script_prints_the_validation_table(tiny_model_dir, co
             str(tiny_model_dir),
             "--dataset",
             corpus_path,
+            *DE_EN,
         ]
         + ["--num-beams", "1", "2", "--max-sentences", "3", "--report-split", "--device", "cpu"]
         + ["--output-dir", str(tmp_path)],
@@ -508,7 +509,7 @@ def test_select_checkpoint_script_prints_tokenized_bleu_beside_sacrebleu(
     tiny_model_dir, corpus_path, tmp_path
 ):
     completed = subprocess.run(
-        [sys.executable, str(SCRIPTS / "select_checkpoint.py"), str(tiny_model_dir), "--dataset", corpus_path]
+        [sys.executable, str(SCRIPTS / "select_checkpoint.py"), str(tiny_model_dir), "--dataset", corpus_path, *DE_EN]
         + ["--num-beams", "1", "--max-sentences", "3", "--device", "cpu", "--tokenized-bleu"]
         + ["--output-dir", str(tmp_path)],
         capture_output=True,

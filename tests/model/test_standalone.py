@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import SCRIPTS
+from conftest import DE_EN, SCRIPTS
 from huggingface_hub import ModelCard
 from transformers import AutoTokenizer
 
@@ -128,7 +128,7 @@ def test_pipeline_translate_script_and_evaluate_script_give_the_same_translation
     (tmp_path / "input.de").write_text("".join(f"{source}\n" for source in sources))
     for command in (
         [SCRIPTS / "translate.py", checkpoint, "--input", tmp_path / "input.de", "--output", tmp_path / "out.en", "--quiet"],
-        [SCRIPTS / "evaluate_bleu.py", checkpoint, "--dataset", tiny_dataset, "--split", "validation",
+        [SCRIPTS / "evaluate_bleu.py", checkpoint, "--dataset", tiny_dataset, "--split", "validation", *DE_EN,
          "--output-dir", tmp_path / "evaluation"],
     ):  # fmt: skip
         finished = subprocess.run(

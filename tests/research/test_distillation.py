@@ -4,7 +4,7 @@ import sys
 
 import pytest
 import sacrebleu
-from conftest import SCRIPTS, tiny_config
+from conftest import DE_EN, SCRIPTS, tiny_config
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from hf_vanilla.corpus import load_translation_split
@@ -203,7 +203,7 @@ def test_a_damaged_saved_chunk_is_named(tiny_model_dir, tiny_dataset, tmp_path):
 
 def run_distill_script(model_dir, dataset, output_dir, *options):
     return subprocess.run(
-        [sys.executable, SCRIPTS / "research" / "distill.py", "--forward", model_dir, "--dataset", dataset]
+        [sys.executable, SCRIPTS / "research" / "distill.py", "--forward", model_dir, "--dataset", dataset, *DE_EN]
         + ["--output-dir", output_dir, "--device", "cpu", *options],
         capture_output=True,
         text=True,

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 import torch
-from conftest import SCRIPTS
+from conftest import DE_EN, SCRIPTS
 from test_ensemble import SOURCES
 from transformers import pipeline
 
@@ -293,6 +293,7 @@ def test_select_script_names_a_reranking_model_that_does_not_load(tiny_model_dir
         + [
             "--dataset",
             corpus_path,
+            *DE_EN,
             "--max-sentences",
             "2",
             "--device",
@@ -317,7 +318,7 @@ def test_select_script_prints_a_column_for_each_kind_of_reranking_weight(
         + ["--rerank-right-to-left", str(right_to_left_dir), "--right-to-left-weight", "0", "0.5"]
         + ["--rerank-language-model", str(language_model_dir), "--language-model-weight", "0.5"]
         + ["--word-bonus", "-0.1", "0.1"]
-        + ["--num-beams", "2", "--report-split", "--dataset", corpus_path, "--max-sentences", "2"]
+        + ["--num-beams", "2", "--report-split", "--dataset", corpus_path, *DE_EN, "--max-sentences", "2"]
         + ["--device", "cpu", "--output-dir", str(tmp_path)],
         capture_output=True,
         text=True,

@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import REPO, tiny_config
+from conftest import DE_EN, REPO, tiny_config
 from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
@@ -565,7 +565,7 @@ def test_unwritable_output_dir_and_missing_resume_are_errors(tiny_dataset, token
 def test_script_prints_known_errors_without_traceback(tmp_path):
     finished = subprocess.run(
         [sys.executable, str(REPO / "scripts" / "train.py"), "--dataset", str(tmp_path / "missing"),
-         "--tokenizer", str(tmp_path / "tok"), "--output-dir", str(tmp_path / "out"), "--max-steps", "1"],
+         *DE_EN, "--tokenizer", str(tmp_path / "tok"), "--output-dir", str(tmp_path / "out"), "--max-steps", "1"],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert finished.returncode != 0
@@ -656,7 +656,7 @@ def test_auto_precision_is_chosen_for_this_cpu_and_logged(tiny_dataset, tokenize
     # A process of its own: accelerate keeps one precision per process.
     finished = subprocess.run(
         [sys.executable, str(REPO / "scripts" / "train.py"), "--dataset", tiny_dataset, "--tokenizer", tokenizer_dir,
-         "--output-dir", str(tmp_path), "--model-preset", "tiny", "--max-tokens", "256", "--max-steps", "2",
+         *DE_EN, "--output-dir", str(tmp_path), "--model-preset", "tiny", "--max-tokens", "256", "--max-steps", "2",
          "--validation-split", "null", "--log-interval", "1", "--no-tensorboard"],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
