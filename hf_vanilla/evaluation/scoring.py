@@ -102,6 +102,12 @@ def score_tokenized_lowercased(
     Multi30k task files are prepared: that gives test2016's German references the 12,103 tokens of the
     fairseq transformer_tiny score (Wu et al., 2021). Its tokens differ from sacreBLEU's 13a ones (Moses
     splits English clitics, "isn 't"), so it is reported beside sacreBLEU, never instead.
+    Nor is it the WMT paper's tokenized BLEU (`paper_bleu.score_paper_bleu`, get_ende_bleu.sh). That one is cased
+    where this lowercases, HTML-escapes & ' " (this does not), replaces the hypotheses' unicode punctuation
+    (” -> ", ’ -> '; here ” stays a token of its own), splits the period off an abbreviation ending a line as
+    today's tokenizer.perl does (here "usw." stays whole, as in tokenizer.perl before 2018), splits compounds as
+    ##AT##-##AT## (here "E-Mail" is one token), and is multi-bleu.perl without smoothing (here sacreBLEU's
+    default exponential smoothing).
     Returns {"bleu", "bleu_signature"}.
     """
     def tokenized(sentences: Sequence[str]) -> list[str]:
