@@ -254,7 +254,7 @@ def summary_lines(report: dict) -> list[str]:
         lines.append(
             f"{environment_.get('gpu', 'no GPU')} (driver {environment_['driver']}), torch {environment_['torch']}, "
             f"transformers {environment_['transformers']}; {peak['dtype']} matmul peak "
-            f"{peak['flops_per_second'] / 1e12:.1f} TFLOP/s"
+            f"{peak['flops_per_second'] / 1e12:.3g} TFLOP/s"
         )
     for name, part in report["parts"].items():
         lines.append(f"{name:26} {part['status']:8} {part['seconds']:7.1f} s  {_figures(part)}")

@@ -68,13 +68,14 @@ if [ "$smoke" = 0 ] && ! "$python" -c 'import sys, torch; sys.exit(not torch.cud
 fi
 
 # A whole report starts a new record; --parts adds to the one in OUT_DIR.
-[ -n "$parts" ] || rm -f "$out_dir/parts.tsv" "$out_dir/commands.txt" "$out_dir/report.json"
+[ -n "$parts" ] || rm -f "$out_dir/parts.tsv" "$out_dir/commands.txt"
 printf -v command '%q ' bash scripts/tools/gpu_report.sh "${invocation[@]}"
 echo "${command% }" >> "$out_dir/commands.txt"
 deadline=$((SECONDS + minutes * 60))
 
 # run_part NAME KIND CAP OUTPUT CONFIG BUDGET COMMAND...: COMMAND under `timeout`, for at most CAP seconds and what
 # is left of the report's time, its output in logs/NAME.log; one line of parts.tsv records how it ended ("-": none).
+# OUTPUT, what the part writes (relative to OUT_DIR), goes first: a part skipped or failed leaves no older numbers.
 run_part() {
     local name=$1 kind=$2 cap=$3 output=$4 config=$5 budget=$6
     shift 6
@@ -82,6 +83,7 @@ run_part() {
     local log="logs/$name.log" left=$((deadline - SECONDS)) command status code=0 started ended limit began
     limit=$((cap < left ? cap : left))
     printf -v command '%q ' "$@"
+    [ "$output" = - ] || rm -rf "${out_dir:?}/$output"
     started=$(date +%s.%N)
     began=$SECONDS
     echo "$name (at most $limit s): $command"
@@ -121,15 +123,14 @@ fi
 benchmark+=(--attn sdpa --ctranslate2)  # one training case beside the decoding ones; CTranslate2 is for CPUs
 
 # train_part NAME CONFIG SECONDS FLAGS...: train.py with CONFIG for SECONDS (its --max-minutes, start-up included)
-# and FLAGS, in a run directory of its own. Only the final save is written, then deleted: the report keeps the log.
+# and FLAGS, in a new run directory. Only the final save is written, then deleted: the report keeps the log.
 train_part() {
     local name=$1 config=$2 seconds=$3 run="runs/$1"
     shift 3
     run_part "$name" train $((seconds + 90)) "$run" "$config" "$seconds" \
         "$python" scripts/train.py --config "$config" "${data_flags[@]}" "${size_flags[@]}" "$@" \
         --max-minutes "$(awk -v s="$seconds" 'BEGIN { print s / 60 }')" --save-interval-minutes null \
-        --save-interval-updates null --average-last null --tensorboard false --output-dir "$out_dir/$run" \
-        --overwrite-output-dir
+        --save-interval-updates null --average-last null --tensorboard false --output-dir "$out_dir/$run"
     rm -rf "$out_dir/$run"/checkpoint_*
 }
 
@@ -148,4 +149,4 @@ run_part decode_static decode 300 decode_static.json - - \
 
 assemble=("$python" -m hf_vanilla.tools.gpu_report assemble "$out_dir")
 [ "$smoke" = 0 ] || assemble+=(--smoke)
-timeout 120 "${assemble[@]}"
+timeout 300 "${assemble[@]}"
