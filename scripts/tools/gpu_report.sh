@@ -14,8 +14,8 @@
 #                    is left of the report's; a part that fails, times out or finds no time left is recorded as
 #                    such and the next one runs
 #   --parts A,B      run only these parts (names below), their records replacing earlier ones in OUT_DIR: a rerun
-#   --smoke          every part at a tiny size on whatever device there is, a CPU included, in about a minute: a
-#                    check of the plumbing whose numbers mean nothing
+#   --smoke          every part at a tiny size on whatever device there is, a CPU included, each in seconds past
+#                    its imports: a check of the plumbing whose numbers mean nothing
 #
 # PYTHON names the interpreter (default python3). The exit status is 1 when a part did not end ok.
 set -euo pipefail
