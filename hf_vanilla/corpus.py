@@ -170,7 +170,8 @@ def _hub_splits(dataset: str, config_name: str | None) -> datasets.DatasetDict:
     except (FileNotFoundError, ConnectionError) as err:
         raise CorpusError(
             f"dataset {dataset!r} (config {config_name!r}) is no local path and could not be loaded from the Hub "
-            f"({err}); check the name and your connection, or give a local copy instead: {ACCEPTED_FORMS}"
+            f"({err}); check the name and your connection, or give a local copy instead (--dataset PATH: "
+            f"{ACCEPTED_FORMS})"
         ) from err
     except (ValueError, DatasetGenerationError) as err:
         if str(err).startswith("BuilderConfig"):  # "BuilderConfig 'xx' not found. Available: [...]"

@@ -420,6 +420,8 @@ def load_or_train_tokenizer(config: TrainingConfig) -> PreTrainedTokenizerBase:
         )
         train_pairs, _ = training_pairs(config)
         train_tokenizer_on_pairs(train_pairs, path, config.tokenizer_vocab_size, pairs_source(config))
+    else:
+        load_training_split(config, config.train_split)  # a language the data lacks is named before the tokenizer's
     try:
         check_tokenizer_languages(path, config.source_lang, config.target_lang)
     except ValueError as err:

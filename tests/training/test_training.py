@@ -364,7 +364,8 @@ def test_right_to_left_run_trains_as_a_run_on_reversed_target_words(
     with monkeypatch.context() as patch:
         patch.setattr(
             "hf_vanilla.training.trainer.score_translations",
-            lambda translations, references: scored.append((translations, references)) or {"bleu": 0.0},
+            lambda translations, references, target_lang: scored.append((translations, references, target_lang))
+            or {"bleu": 0.0},
         )
         train(tiny_config(tiny_dataset, tokenizer_dir, tmp_path / "r2l", right_to_left=True, **settings))
     train(tiny_config(str(reversed_copy), tokenizer_dir, tmp_path / "copy", **settings))
@@ -379,7 +380,7 @@ def test_right_to_left_run_trains_as_a_run_on_reversed_target_words(
     rows = [json.loads(line)["translation"] for line in (Path(tiny_dataset) / "validation.jsonl").read_text().splitlines()]
     sources, references = [row["de"] for row in rows[:4]], [row["en"] for row in rows[:4]]
     translations = translate_sentences(model, tokenizer, sources, show_progress=False, num_beams=1, do_sample=False)
-    assert scored == [(translations, references)]
+    assert scored == [(translations, references, "en")]
 
 
 def test_time_budget_stops_and_saves_and_counts_across_resumes(tiny_dataset, tokenizer_dir, tmp_path):
