@@ -68,7 +68,7 @@ class MultiHeadAttention(nn.Module):
         super().__init__()
         self.config = config
         self.layer_idx = layer_idx
-        self.is_causal = is_causal  # read by sdpa when masking_utils skips an all-visible mask
+        self.is_causal = is_causal  # read by the kernels when masking_utils skips an all-visible causal mask
         self.is_cross_attention = is_cross_attention
         self.head_dim = config.head_dim
         self.scaling = self.head_dim**-0.5
