@@ -63,13 +63,18 @@ def legacy_checkpoint(request, tmp_path_factory):
     return root / "checkpoint", json.loads(completed.stdout.splitlines()[-1])
 
 
+@pytest.mark.parametrize("attn_implementation", ["sdpa", "eager"])  # torch's kernel; the model's own formula
 @pytest.mark.parametrize("trust_remote_code", [True, False])
-def test_checkpoint_of_an_earlier_version_translates_as_it_did(legacy_checkpoint, trust_remote_code):
+def test_checkpoint_of_an_earlier_version_translates_as_it_did(
+    legacy_checkpoint, trust_remote_code, attn_implementation
+):
     directory, expected = legacy_checkpoint
     assert {"configuration_vanilla.py", "modeling_vanilla.py", "model.safetensors"} <= {
         path.name for path in directory.iterdir()
     }
-    model = AutoModelForSeq2SeqLM.from_pretrained(directory, trust_remote_code=trust_remote_code).eval()
+    model = AutoModelForSeq2SeqLM.from_pretrained(
+        directory, trust_remote_code=trust_remote_code, attn_implementation=attn_implementation
+    ).eval()
     # With the package imported, both ways take today's classes (the registered model type wins over carried code).
     assert isinstance(model, hf_vanilla.VanillaTransformerForConditionalGeneration)
     input_ids = torch.tensor(expected["input_ids"])
