@@ -326,8 +326,8 @@ def test_shape_bucket_batches_pad_to_their_bucket_and_keep_padding_out_of_the_lo
     """Every batch has its bucket's rows x length; the labelled tokens are exactly the real targets, and a
     model's summed loss over them equals the one over the same examples padded to their longest."""
     from hf_vanilla import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-    from hf_vanilla.model.modeling_vanilla import label_smoothed_cross_entropy
     from hf_vanilla.tokenization import config_kwargs_from_tokenizer
+    from hf_vanilla.training.loss import label_smoothed_cross_entropy
 
     torch.manual_seed(0)
     model = VanillaTransformerForConditionalGeneration(

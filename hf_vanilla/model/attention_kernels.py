@@ -1,56 +1,22 @@
-"""3.2.1 Scaled Dot-Product Attention, and on CPU the faster of torch's fused kernel and plain matmuls.
+"""On CPU, the faster of torch's fused attention kernel and 3.2.1's plain matmuls, as two `attn_implementation`s.
 
-Shapes: B batch, H heads, T query length, S key length, K head size. The functions follow transformers'
-attention interface (`module, query, key, value, attention_mask, scaling, dropout`) and return the output
-(B,T,H,K) with the attention weights (B,H,T,S), or None where the kernel does not make them.
+Both take "sdpa"'s masks. MATMUL_ATTENTION is the model's own formula (modeling_vanilla's
+`scaled_dot_product_attention`, which registers it here); AUTO_ATTENTION chooses between it and torch's kernel by
+`matmuls_beat_fused_cpu_kernel`.
+A model's default stays "sdpa", torch's kernel, as for every model in transformers; hf_vanilla's training,
+evaluation and benchmark ask for AUTO_ATTENTION by name. Shapes: B batch, H heads, T query length, S key length,
+K head size.
 """
 
+from collections.abc import Callable
+
 import torch
-import torch.nn.functional as F
 from torch import nn
-from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
-from transformers.modeling_utils import AttentionInterface
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, AttentionInterface
 
-
-def scaled_dot_product_attention(
-    module: nn.Module,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    scaling: float,
-    dropout: float = 0.0,
-    **kwargs,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """3.2.1 softmax(QK^T / sqrt(d_k)) V: q (B,H,T,K), k/v (B,H,S,K), additive mask -> (B,T,H,K), (B,H,T,S)."""
-    scores = torch.matmul(query, key.transpose(2, 3)) * scaling
-    if attention_mask is not None:
-        scores = scores + attention_mask
-    weights = F.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
-    weights = F.dropout(weights, p=dropout, training=module.training)
-    return torch.matmul(weights, value).transpose(1, 2).contiguous(), weights
-
-
-def sdpa_by_matmuls(
-    module: nn.Module,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    scaling: float,
-    dropout: float = 0.0,
-    **kwargs,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The "sdpa" attention, same masks (boolean, or none with `module.is_causal`), by 3.2.1's matmuls: out, weights."""
-    query_length, key_length = query.shape[2], key.shape[2]
-    if attention_mask is None and module.is_causal and query_length > 1:
-        attention_mask = torch.ones(query_length, key_length, dtype=torch.bool, device=query.device)
-        attention_mask = attention_mask.tril(key_length - query_length)
-    if attention_mask is not None and attention_mask.dtype == torch.bool:
-        additive = torch.zeros_like(attention_mask, dtype=query.dtype)
-        attention_mask = additive.masked_fill_(~attention_mask, torch.finfo(query.dtype).min)
-    return scaled_dot_product_attention(module, query, key, value, attention_mask, scaling, dropout)
+MATMUL_ATTENTION, AUTO_ATTENTION = "vanilla_sdpa_matmuls", "vanilla_sdpa_auto"
+SDPA_MASKED = ("sdpa", MATMUL_ATTENTION, AUTO_ATTENTION)
 
 
 def matmuls_beat_fused_cpu_kernel(query: torch.Tensor, key: torch.Tensor) -> bool:
@@ -72,16 +38,13 @@ def sdpa_where_fastest(
     attention_mask: torch.Tensor | None,
     **kwargs,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """torch's SDPA, or sdpa_by_matmuls where matmuls_beat_fused_cpu_kernel says those are faster."""
-    attention = sdpa_by_matmuls if matmuls_beat_fused_cpu_kernel(query, key) else sdpa_attention_forward
-    return attention(module, query, key, value, attention_mask, **kwargs)
+    """torch's SDPA, or MATMUL_ATTENTION where matmuls_beat_fused_cpu_kernel says that is faster: q (B,H,T,K)."""
+    name = MATMUL_ATTENTION if matmuls_beat_fused_cpu_kernel(query, key) else "sdpa"
+    return ALL_ATTENTION_FUNCTIONS[name](module, query, key, value, attention_mask, **kwargs)
 
 
-# Two `attn_implementation` names next to transformers' own, both on "sdpa" masks. A model's default stays "sdpa",
-# torch's kernel, as for every model in transformers; hf_vanilla's training, evaluation and benchmark ask for
-# AUTO_ATTENTION by name.
-MATMUL_ATTENTION, AUTO_ATTENTION = "vanilla_sdpa_matmuls", "vanilla_sdpa_auto"
-for _name, _function in ((MATMUL_ATTENTION, sdpa_by_matmuls), (AUTO_ATTENTION, sdpa_where_fastest)):
-    AttentionInterface.register(_name, _function)
-    AttentionMaskInterface.register(_name, sdpa_mask)
-SDPA_MASKED = ("sdpa", MATMUL_ATTENTION, AUTO_ATTENTION)
+def register_cpu_attention(matmul_attention: Callable) -> None:
+    """Name `matmul_attention` (3.2.1 by matmuls, on "sdpa" masks) MATMUL_ATTENTION, sdpa_where_fastest AUTO_ATTENTION."""
+    for name, function in ((MATMUL_ATTENTION, matmul_attention), (AUTO_ATTENTION, sdpa_where_fastest)):
+        AttentionInterface.register(name, function)
+        AttentionMaskInterface.register(name, sdpa_mask)

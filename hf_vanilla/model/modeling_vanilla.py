@@ -1,14 +1,15 @@
-"""The Transformer of "Attention Is All You Need" (Vaswani et al., 2017), section by section.
+"""The Transformer of "Attention Is All You Need" (Vaswani et al., 2017), in the order of the paper's sections.
 
-Bottom-up in the paper's order: 3.2 attention, 3.3 feed-forward, 3.5 positional encoding, 3.4 embeddings, 3.1
-the residual connections, layers and stacks, 3 the encoder-decoder, 3.4 the pre-softmax projection with 5.4's
-loss. Imports only torch, transformers (with huggingface_hub, its own dependency) and the files beside it, so a
-saved model directory can carry them and load with `trust_remote_code=True`. Shapes: B batch, S source length,
-T target length, L either, D d_model, H heads, K head size, V vocabulary.
+3.2 attention: 3.2.1 the formula, 3.2.2 multi-head attention, 3.2.3 the masks as -inf; 3.3 the feed-forward
+layer; 3.4 the embeddings, 3.5 the positional encoding; 3.1 the residual connections, layers and stacks that
+assemble them; 3 the encoder-decoder, with 3.4's one matrix shared by both embeddings and the pre-softmax
+projection. Below the paper, the two CPU attention kernels' names (attention_kernels.py); the transformers
+versions' differences live in compat.py. Imports only torch, transformers (with huggingface_hub, its own
+dependency) and the files beside it, so a saved model directory can carry them and load with
+`trust_remote_code=True`. Shapes: B batch, S source length, T target length, L either, D d_model, H heads,
+K head size, V vocabulary.
 """
 
-import functools
-import inspect
 import math
 from collections.abc import Callable
 
@@ -29,36 +30,33 @@ from transformers.modeling_outputs import (
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
 from transformers.processing_utils import Unpack
 from transformers.utils import TransformersKwargs, can_return_tuple, is_torchdynamo_compiling
-from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
-from .attention_kernels import SDPA_MASKED, scaled_dot_product_attention, sdpa_by_matmuls
+from .attention_kernels import SDPA_MASKED, register_cpu_attention
+from .compat import CACHE_NAME, takes_cache_by_either_name
 from .configuration_vanilla import VanillaTransformerConfig
 from .hub import PipelineCodeAndCardMixin
 
-OUTPUT_LIMITS = ("max_length", "max_new_tokens")  # generate's two ways to bound a translation
 
-# transformers 5.24 renamed the key/value cache that `generate` hands to forward, and the masks and outputs take,
-# from `past_key_values` to `cache`. The model works with the name of the installed version.
-CACHE_NAME = "cache" if "cache" in inspect.signature(create_causal_mask).parameters else "past_key_values"
+def scaled_dot_product_attention(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float,
+    dropout: float = 0.0,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """3.2.1 Attention(Q, K, V) = softmax(QK^T / sqrt(d_k)) V: q (B,H,T,K), k/v (B,H,S,K) -> (B,T,H,K), (B,H,T,S).
 
-
-def takes_cache_by_either_name(forward: Callable) -> Callable:
-    """A forward that takes `cache`, also under the older name `past_key_values`.
-
-    Where `cache` is transformers' name, the older one warns as transformers' own models do (until 5.40); where
-    `past_key_values` still is (before 5.24), it is what `generate` passes, so it is taken silently.
+    The "eager" attention of transformers' interface; `attention_mask` as `mask_illegal_connections` takes it.
     """
-    if CACHE_NAME == "cache":
-        return deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")(forward)
-
-    @functools.wraps(forward)
-    def forward_taking_past_key_values(*args, past_key_values: Cache | None = None, **kwargs):
-        if past_key_values is not None:
-            kwargs["cache"] = past_key_values
-        return forward(*args, **kwargs)
-
-    return forward_taking_past_key_values
+    scores = torch.matmul(query, key.transpose(2, 3)) * scaling  # scaling = 1 / sqrt(d_k)
+    scores = mask_illegal_connections(scores, attention_mask, module.is_causal)
+    weights = F.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+    weights = F.dropout(weights, p=dropout, training=module.training)
+    return torch.matmul(weights, value).transpose(1, 2).contiguous(), weights
 
 
 class MultiHeadAttention(nn.Module):
@@ -70,7 +68,7 @@ class MultiHeadAttention(nn.Module):
         super().__init__()
         self.config = config
         self.layer_idx = layer_idx
-        self.is_causal = is_causal  # read by sdpa when masking_utils skips an all-visible mask
+        self.is_causal = is_causal  # read by the kernels when masking_utils skips an all-visible causal mask
         self.is_cross_attention = is_cross_attention
         self.head_dim = config.head_dim
         self.scaling = self.head_dim**-0.5
@@ -97,29 +95,15 @@ class MultiHeadAttention(nn.Module):
         cache: EncoderDecoderCache | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        if self.is_cross_attention:
-            (query,) = self._split_heads(self.q_proj(hidden_states), 1)
-            if cache is not None and cache.is_updated.get(self.layer_idx):
-                # The encoder output does not change while decoding: its keys and values are computed once.
-                layer = cache.cross_attention_cache.layers[self.layer_idx]
-                key, value = layer.keys, layer.values
-            else:
-                key, value = self._split_heads(self.kv_proj(key_value_states), 2)
-                if cache is not None:
-                    key, value = cache.cross_attention_cache.update(key, value, self.layer_idx)
-                    cache.is_updated[self.layer_idx] = True
-        else:
-            query, key, value = self._split_heads(self.qkv_proj(hidden_states), 3)
-            if cache is not None:
-                key, value = cache.self_attention_cache.update(key, value, self.layer_idx)
-
+        query, key, value = self._project(hidden_states, key_value_states, cache)  # Q W_i^Q, K W_i^K, V W_i^V
         implementation = self.config._attn_implementation
+        # "eager" is the formula above; "sdpa", flash and flex attention are transformers' kernels for it
         attention: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
             implementation, scaled_dot_product_attention
         )
         if implementation in SDPA_MASKED and kwargs.get("output_attentions", self.config.output_attentions):
-            attention = sdpa_by_matmuls  # the one "sdpa" path that returns the weights asked for
-        output, weights = attention(
+            attention = scaled_dot_product_attention  # the formula takes "sdpa" masks and returns the weights
+        heads, weights = attention(  # head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V) for all i: (B,T,H,K)
             self,
             query,
             key,
@@ -129,8 +113,55 @@ class MultiHeadAttention(nn.Module):
             scaling=self.scaling,
             **kwargs,
         )
-        output = output.reshape(*hidden_states.shape[:-1], -1)
-        return self.out_proj(output), weights
+        return self.out_proj(heads.reshape(*hidden_states.shape[:-1], -1)), weights  # Concat(heads) W^O
+
+    def _project(
+        self,
+        hidden_states: torch.Tensor,
+        key_value_states: torch.Tensor | None,
+        cache: EncoderDecoderCache | None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Queries (B,H,T,K) of `hidden_states`; keys and values (B,H,S,K) of `key_value_states` (cross-attention)
+        or `hidden_states`, after those of earlier decoding steps, which the cache keeps."""
+        if not self.is_cross_attention:
+            query, key, value = self._split_heads(self.qkv_proj(hidden_states), 3)
+            if cache is not None:
+                key, value = cache.self_attention_cache.update(key, value, self.layer_idx)
+            return query, key, value
+        (query,) = self._split_heads(self.q_proj(hidden_states), 1)
+        if cache is not None and cache.is_updated.get(self.layer_idx):
+            # The encoder output does not change while decoding: its keys and values are computed once.
+            layer = cache.cross_attention_cache.layers[self.layer_idx]
+            return query, layer.keys, layer.values
+        key, value = self._split_heads(self.kv_proj(key_value_states), 2)
+        if cache is not None:
+            key, value = cache.cross_attention_cache.update(key, value, self.layer_idx)
+            cache.is_updated[self.layer_idx] = True
+        return query, key, value
+
+
+def mask_illegal_connections(
+    scores: torch.Tensor, attention_mask: torch.Tensor | None, is_causal: bool
+) -> torch.Tensor:
+    """3.2.3 Set to -inf the scores of illegal connections, so that softmax gives them weight 0: (B,H,T,S).
+
+    Illegal are padding keys and, in the decoder's self-attention, the positions after the query's own.
+    `attention_mask` (B or 1, 1, T, S) comes from transformers' masking_utils: True where query t may see key s
+    (the "sdpa" masks), or already 0 or -inf to add (the "eager" masks); None where every key is visible, or
+    where the decoder's causal mask is left to `is_causal`.
+    """
+    query_length, key_length = scores.shape[-2:]
+    if attention_mask is None and is_causal and query_length > 1:
+        # The last T of S positions are the queries': query t sees the cached keys and its own and earlier ones.
+        attention_mask = torch.ones(query_length, key_length, dtype=torch.bool, device=scores.device)
+        attention_mask = attention_mask.tril(key_length - query_length)
+    if attention_mask is None:
+        return scores
+    if attention_mask.dtype == torch.bool:
+        # -inf as the dtype's lowest number, as transformers' "eager" masks have it: softmax gives it the same
+        # weight 0, and a query left with no key (a fully padded row) gets finite weights rather than NaN.
+        return scores.masked_fill(~attention_mask, torch.finfo(scores.dtype).min)
+    return scores + attention_mask
 
 
 class PositionwiseFeedForward(nn.Module):
@@ -146,32 +177,6 @@ class PositionwiseFeedForward(nn.Module):
         hidden_states = F.relu(self.fc1(hidden_states))
         hidden_states = F.dropout(hidden_states, p=self.activation_dropout, training=self.training)
         return self.fc2(hidden_states)
-
-
-def sinusoidal_positions(num_positions: int, d_model: int) -> torch.Tensor:
-    """3.5 PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(...): (num_positions, D)."""
-    position = torch.arange(num_positions, dtype=torch.float32).unsqueeze(1)
-    inverse_frequency = torch.exp(
-        torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model)
-    )
-    table = torch.zeros(num_positions, d_model)
-    table[:, 0::2] = torch.sin(position * inverse_frequency)
-    table[:, 1::2] = torch.cos(position * inverse_frequency)
-    return table
-
-
-class SinusoidalPositionalEncoding(nn.Module):
-    """3.5 Fixed (not learned, not saved) encodings for positions offset..offset+L-1: -> (L, D)."""
-
-    def __init__(self, config: VanillaTransformerConfig):
-        super().__init__()
-        self.register_buffer(
-            "table", sinusoidal_positions(config.max_position_embeddings, config.d_model), persistent=False
-        )
-
-    def forward(self, length: int, offset: int | torch.Tensor = 0) -> torch.Tensor:
-        # Indexed, not sliced: a static cache gives its length as a tensor, which must not become a Python int.
-        return self.table[torch.arange(length, device=self.table.device) + offset]
 
 
 class TokenEmbedding(nn.Module):
@@ -221,6 +226,32 @@ class TokenEmbedding(nn.Module):
                 f"sequence of {length} tokens is longer than max_position_embeddings="
                 f"{self.config.max_position_embeddings}; truncate the input or raise max_position_embeddings"
             )
+
+
+def sinusoidal_positions(num_positions: int, d_model: int) -> torch.Tensor:
+    """3.5 PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(...): (num_positions, D)."""
+    position = torch.arange(num_positions, dtype=torch.float32).unsqueeze(1)
+    inverse_frequency = torch.exp(
+        torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model)
+    )
+    table = torch.zeros(num_positions, d_model)
+    table[:, 0::2] = torch.sin(position * inverse_frequency)
+    table[:, 1::2] = torch.cos(position * inverse_frequency)
+    return table
+
+
+class SinusoidalPositionalEncoding(nn.Module):
+    """3.5 Fixed (not learned, not saved) encodings for positions offset..offset+L-1: -> (L, D)."""
+
+    def __init__(self, config: VanillaTransformerConfig):
+        super().__init__()
+        self.register_buffer(
+            "table", sinusoidal_positions(config.max_position_embeddings, config.d_model), persistent=False
+        )
+
+    def forward(self, length: int, offset: int | torch.Tensor = 0) -> torch.Tensor:
+        # Indexed, not sliced: a static cache gives its length as a tensor, which must not become a Python int.
+        return self.table[torch.arange(length, device=self.table.device) + offset]
 
 
 class ResidualConnection(nn.Module):
@@ -436,6 +467,16 @@ class VanillaTransformerDecoder(LayerStack):
         return BaseModelOutputWithPastAndCrossAttentions(last_hidden_state=hidden_states, **{CACHE_NAME: cache})
 
 
+def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
+    """3.1 The output embeddings offset by one position: decoder input t is label t-1, the first decoder_start.
+
+    -100 (an ignored label) becomes pad: (B,T) -> (B,T).
+    """
+    decoder_input_ids = labels.new_full(labels.shape, decoder_start_token_id)
+    decoder_input_ids[:, 1:] = labels[:, :-1]
+    return decoder_input_ids.masked_fill_(decoder_input_ids == -100, pad_token_id)
+
+
 class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
     """3 The encoder-decoder with one token embedding shared by both stacks: -> decoder states (B,T,D)."""
 
@@ -446,6 +487,10 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
 
     def __init__(self, config: VanillaTransformerConfig):
         super().__init__(config)
+        # 3.4 "we share the same weight matrix between the two embedding layers and the pre-softmax linear
+        # transformation": this one. The encoder's and decoder's `embed_tokens` and the `lm_head` of
+        # VanillaTransformerForConditionalGeneration are tied to it by `_tied_weights_keys`, which transformers
+        # applies after init and loading, and keeps through save_pretrained and resize_token_embeddings.
         self.shared = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
         self.encoder = VanillaTransformerEncoder(config)
         self.decoder = VanillaTransformerDecoder(config)
@@ -517,43 +562,10 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
         )
 
 
-def label_smoothed_cross_entropy(
-    logits: torch.Tensor, labels: torch.Tensor, smoothing: float, divisor: int | torch.Tensor
-) -> torch.Tensor:
-    """5.4 label-smoothed (0: plain) cross-entropy of logits (N, V), labels (N,), -100 ignored: summed, / divisor.
-
-    F.cross_entropy runs over the row blocks of `loss_block_rows`.
-    """
-    rows = loss_block_rows(logits)
-    total = sum(
-        F.cross_entropy(block.float(), target, ignore_index=-100, label_smoothing=smoothing, reduction="sum")
-        for block, target in zip(logits.split(rows), labels.split(rows), strict=True)
-    )
-    return total / divisor
-
-
-def loss_block_rows(logits: torch.Tensor) -> int:
-    """5.4 How many rows of logits (N, V) the loss over the vocabulary takes at once.
-
-    On CPU, float32 blocks of 1 MiB, whose log-probabilities and gradients stay in cache: 1.5-3x faster than one
-    call over 4k x 8k logits, for the same per-token values and gradients. Elsewhere, or compiled (inductor fuses
-    it all), every row at once.
-    """
-    if logits.device.type == "cpu" and not is_torchdynamo_compiling():
-        return max(1, (1 << 18) // logits.shape[-1])
-    return logits.shape[0]
-
-
-def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
-    """Teacher forcing: decoder input t is label t-1, starting from decoder_start; -100 becomes pad: (B,T)."""
-    decoder_input_ids = labels.new_full(labels.shape, decoder_start_token_id)
-    decoder_input_ids[:, 1:] = labels[:, :-1]
-    return decoder_input_ids.masked_fill_(decoder_input_ids == -100, pad_token_id)
-
-
 class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedModel, GenerationMixin):
     """3.4 The model plus the pre-softmax projection, the shared embedding matrix unless untied: -> logits (B,T,V)."""
 
+    # 3.4: the pre-softmax projection is the one shared matrix (with tie_word_embeddings, the default)
     _tied_weights_keys = {"lm_head.weight": "model.shared.weight"}
     accepts_loss_kwargs = True
 
@@ -611,12 +623,10 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         logits = self.lm_head(outputs.last_hidden_state[:, kept])
         loss = None
         if labels is not None:
-            loss = label_smoothed_cross_entropy(
-                logits.flatten(0, 1),
-                labels.flatten(),
-                0.0,
-                (labels != -100).sum() if num_items_in_batch is None else num_items_in_batch,
-            )
+            reduction = "mean" if num_items_in_batch is None else "sum"
+            loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), reduction=reduction)
+            if num_items_in_batch is not None:
+                loss = loss / num_items_in_batch
         return Seq2SeqLMOutput(
             loss=loss,
             logits=logits,
@@ -634,7 +644,8 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         than to transformers' default of 20 new tokens, which would cut most translations. (A limit saved in the
         generation config instead would make generate warn at every call that sets max_new_tokens.)"""
         settings = generation_config if generation_config is not None else self.generation_config
-        if all(kwargs.get(name) is None and getattr(settings, name, None) is None for name in OUTPUT_LIMITS):
+        limits = ("max_length", "max_new_tokens")  # generate's two ways to bound a translation
+        if all(kwargs.get(name) is None and getattr(settings, name, None) is None for name in limits):
             kwargs["max_length"] = self.config.max_position_embeddings
         return super().generate(*args, generation_config=generation_config, **kwargs)
 
@@ -643,6 +654,10 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             raise ValueError("config.pad_token_id is None: decoder inputs made from labels need a padding id")
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
+
+# Below the paper: 3.2.1's formula is also the matmul kernel on "sdpa" masks that CPUs may prefer
+# (attention_kernels.py).
+register_cpu_attention(scaled_dot_product_attention)
 
 __all__ = [
     "VanillaTransformerForConditionalGeneration",

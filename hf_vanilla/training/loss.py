@@ -7,8 +7,36 @@ import functools
 from collections.abc import Callable
 
 import torch
+import torch.nn.functional as F
+from transformers.utils import is_torchdynamo_compiling
 
-from hf_vanilla.model.modeling_vanilla import label_smoothed_cross_entropy, loss_block_rows
+
+def label_smoothed_cross_entropy(
+    logits: torch.Tensor, labels: torch.Tensor, smoothing: float, divisor: int | torch.Tensor
+) -> torch.Tensor:
+    """5.4 label-smoothed (0: plain) cross-entropy of logits (N, V), labels (N,), -100 ignored: summed, / divisor.
+
+    The target puts 1 - smoothing on the label and spreads `smoothing` evenly over the whole vocabulary (the
+    label included), as F.cross_entropy's label_smoothing does; it runs over the row blocks of `loss_block_rows`.
+    """
+    rows = loss_block_rows(logits)
+    total = sum(
+        F.cross_entropy(block.float(), target, ignore_index=-100, label_smoothing=smoothing, reduction="sum")
+        for block, target in zip(logits.split(rows), labels.split(rows), strict=True)
+    )
+    return total / divisor
+
+
+def loss_block_rows(logits: torch.Tensor) -> int:
+    """How many rows of logits (N, V) the loss over the vocabulary takes at once.
+
+    On CPU, float32 blocks of 1 MiB, whose log-probabilities and gradients stay in cache: 1.5-3x faster than one
+    call over 4k x 8k logits, for the same per-token values and gradients. Elsewhere, or compiled (inductor fuses
+    it all), every row at once.
+    """
+    if logits.device.type == "cpu" and not is_torchdynamo_compiling():
+        return max(1, (1 << 18) // logits.shape[-1])
+    return logits.shape[0]
 
 
 def label_smoothed_loss(

@@ -12,11 +12,10 @@ import torch
 import torch.nn.functional as F
 from conftest import REPO
 from torch.utils.flop_counter import FlopCounterMode
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from hf_vanilla import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-from hf_vanilla.model import attention_kernels
-from hf_vanilla.model.attention_kernels import AUTO_ATTENTION
-from hf_vanilla.model.modeling_vanilla import label_smoothed_cross_entropy
+from hf_vanilla.model.attention_kernels import AUTO_ATTENTION, MATMUL_ATTENTION
 from hf_vanilla.tools.benchmark import (
     BenchmarkSettings,
     PeakMemory,
@@ -29,6 +28,7 @@ from hf_vanilla.tools.benchmark import (
     training_batch,
     training_flops,
 )
+from hf_vanilla.training.loss import label_smoothed_cross_entropy
 
 # float32 and "auto": bf16 cases only where this CPU runs bf16 natively (elsewhere they would take minutes).
 DTYPES = ("float32", "auto")
@@ -170,10 +170,9 @@ def padded_batch(batch_size: int, vocab: int = 40) -> dict[str, torch.Tensor]:
 @pytest.fixture
 def matmul_path_calls(monkeypatch) -> list:
     calls = []
-    plain = attention_kernels.sdpa_by_matmuls
-    monkeypatch.setattr(
-        attention_kernels, "sdpa_by_matmuls", lambda *a, **k: calls.append(1) or plain(*a, **k)
-    )
+    registered = ALL_ATTENTION_FUNCTIONS._global_mapping
+    plain = registered[MATMUL_ATTENTION]
+    monkeypatch.setitem(registered, MATMUL_ATTENTION, lambda *a, **k: calls.append(1) or plain(*a, **k))
     return calls
 
 

@@ -1,8 +1,9 @@
-"""A checkpoint saved by hf_vanilla 0.1.0, before the package took its present layout, still loads and translates
-exactly as it did, whether or not the caller passes trust_remote_code.
+"""Checkpoints saved by earlier versions still load and translate exactly as they did, whether or not the caller
+passes trust_remote_code: hf_vanilla 0.1.0, before the package took its present layout, and 0.2.0, before the
+model file followed the paper (the attention formula and the shared matrix moved, the training loss left).
 
-The checkpoint is written at test time by 0.1.0's own model code (the two files a 0.1.0 checkpoint carries,
-kept in tests/fixtures/hf_vanilla_0.1.0), in a process that never imports today's package; no weights are kept."""
+Each checkpoint is written at test time by that version's own model code (the files its checkpoints carry, kept in
+tests/fixtures/hf_vanilla_<version>), in a process that never imports today's package; no weights are kept."""
 
 import json
 import shutil
@@ -16,9 +17,10 @@ from transformers import AutoModelForSeq2SeqLM
 
 import hf_vanilla  # registers the Auto classes
 
-LEGACY_CODE = Path(__file__).resolve().parents[1] / "fixtures" / "hf_vanilla_0.1.0"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
-# Builds, saves and runs a tiny 0.1.0 model: its greedy tokens and last-step logits go to stdout as JSON.
+# Builds, saves and runs a tiny model of the earlier version: its greedy tokens and last-step logits go to stdout
+# as JSON.
 SAVE_WITH_LEGACY_CODE = """
 import json, sys
 import torch
@@ -26,7 +28,7 @@ sys.path.insert(0, sys.argv[1])
 from legacy.configuration_vanilla import VanillaTransformerConfig
 from legacy.modeling_vanilla import VanillaTransformerForConditionalGeneration, VanillaTransformerModel
 
-VanillaTransformerConfig.register_for_auto_class()  # as 0.1.0's package __init__ did: config.json's auto_map
+VanillaTransformerConfig.register_for_auto_class()  # as the package's __init__ did: config.json's auto_map
 VanillaTransformerModel.register_for_auto_class("AutoModel")
 VanillaTransformerForConditionalGeneration.register_for_auto_class("AutoModelForSeq2SeqLM")
 torch.manual_seed(0)
@@ -39,18 +41,22 @@ with torch.no_grad():
         parameter.mul_(8.0)  # sharper than at initialisation, so that greedy tokens differ between inputs
 model.save_pretrained(sys.argv[2])
 input_ids = torch.randint(4, 120, (3, 7))
-with torch.no_grad():
-    generated = model.generate(input_ids=input_ids, num_beams=1, max_new_tokens=8)
-    logits = model(input_ids=input_ids, decoder_input_ids=generated[:, :4]).logits[:, -1]
-print(json.dumps({"input_ids": input_ids.tolist(), "generated": generated.tolist(), "logits": logits.tolist()}))
+outputs = {"input_ids": input_ids.tolist()}
+for implementation in ("sdpa", "eager"):
+    model.set_attn_implementation(implementation)
+    with torch.no_grad():
+        generated = model.generate(input_ids=input_ids, num_beams=1, max_new_tokens=8)
+        logits = model(input_ids=input_ids, decoder_input_ids=generated[:, :4]).logits[:, -1]
+    outputs[implementation] = {"generated": generated.tolist(), "logits": logits.tolist()}
+print(json.dumps(outputs))
 """
 
 
-@pytest.fixture(scope="module")
-def legacy_checkpoint(tmp_path_factory):
-    """(directory of a checkpoint 0.1.0 saved, what 0.1.0's model made of its inputs)."""
-    root = tmp_path_factory.mktemp("legacy")
-    shutil.copytree(LEGACY_CODE, root / "code" / "legacy")
+@pytest.fixture(scope="module", params=["0.1.0", "0.2.0"])
+def legacy_checkpoint(request, tmp_path_factory):
+    """(directory of a checkpoint the earlier version saved, what its model made of its inputs)."""
+    root = tmp_path_factory.mktemp(f"legacy-{request.param}")
+    shutil.copytree(FIXTURES / f"hf_vanilla_{request.param}", root / "code" / "legacy")
     (root / "code" / "legacy" / "__init__.py").touch()
     completed = subprocess.run(
         [sys.executable, "-c", SAVE_WITH_LEGACY_CODE, str(root / "code"), str(root / "checkpoint")],
@@ -61,16 +67,22 @@ def legacy_checkpoint(tmp_path_factory):
     return root / "checkpoint", json.loads(completed.stdout.splitlines()[-1])
 
 
+@pytest.mark.parametrize("attn_implementation", ["sdpa", "eager"])  # torch's kernel; the model's own formula
 @pytest.mark.parametrize("trust_remote_code", [True, False])
-def test_checkpoint_from_before_the_layout_translates_as_it_did(legacy_checkpoint, trust_remote_code):
+def test_checkpoint_of_an_earlier_version_translates_as_it_did(
+    legacy_checkpoint, trust_remote_code, attn_implementation
+):
     directory, expected = legacy_checkpoint
     assert {"configuration_vanilla.py", "modeling_vanilla.py", "model.safetensors"} <= {
         path.name for path in directory.iterdir()
     }
-    model = AutoModelForSeq2SeqLM.from_pretrained(directory, trust_remote_code=trust_remote_code).eval()
+    model = AutoModelForSeq2SeqLM.from_pretrained(
+        directory, trust_remote_code=trust_remote_code, attn_implementation=attn_implementation
+    ).eval()
     # With the package imported, both ways take today's classes (the registered model type wins over carried code).
     assert isinstance(model, hf_vanilla.VanillaTransformerForConditionalGeneration)
     input_ids = torch.tensor(expected["input_ids"])
+    expected = expected[attn_implementation]
     generated = model.generate(input_ids=input_ids, num_beams=1, max_new_tokens=8)
     assert generated.tolist() == expected["generated"]
     with torch.no_grad():
