@@ -86,7 +86,7 @@ def prepare(configs: list[str], overrides: dict, peak_seconds: float) -> dict:
     }
     for path in configs:
         config = load_training_config(path, **overrides)
-        _, model_config, (train_data, _) = load_inputs(config, PartialState())
+        _, model_config, (train_data, *_) = load_inputs(config, PartialState())
         prepared["configs"][path] = {
             "model_preset": config.model_preset,
             "vocab_size": model_config.vocab_size,

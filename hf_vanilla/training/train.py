@@ -383,10 +383,11 @@ def _start_or_resume(config: TrainingConfig, accelerator: Accelerator, output_di
 
 
 def load_inputs(config: TrainingConfig, state: PartialState | Accelerator):
-    """(tokenizer, model config, (training data, validation set)) of a run, each process's `state` saying which
-    process does the work: the main process trains the tokenizer if it is missing (one vocabulary for all), and
-    each node's first process cleans and tokenizes into its datasets cache while the node's other processes wait,
-    then read that cache; nodes without a shared file system thus prepare at once, not one after another."""
+    """(tokenizer, model config, (training data, validation set, {split: pairs held out})) of a run, each process's
+    `state` saying which process does the work: the main process trains the tokenizer if it is missing (one
+    vocabulary for all), and each node's first process cleans and tokenizes into its datasets cache while the node's
+    other processes wait, then read that cache; nodes without a shared file system thus prepare at once, not one
+    after another."""
     with state.main_process_first():
         tokenizer = load_or_train_tokenizer(config)
     model_config = _model_config(config, tokenizer)

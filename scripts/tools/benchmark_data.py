@@ -173,7 +173,7 @@ def loader_pace(config, max_tokens: int, batches: int, workers: list[int]) -> li
     after one to start on, on the prepared data, side by side in this process: the former collation
     (transformers' DataCollatorForSeq2Seq on a dict of Python lists a row) and the current one (Arrow rows padded
     with numpy, as train.py builds it), each with every number of DataLoader worker processes in `workers`."""
-    tokenizer, _, (train_data, _) = load_inputs(config, PartialState())
+    tokenizer, _, (train_data, *_) = load_inputs(config, PartialState())
     sampler = UpdateBatchSampler(example_lengths(train_data), max_tokens, 1, 1, 0, seed=1)
     collations = {
         "former": (train_data, DataCollatorForSeq2Seq(tokenizer, label_pad_token_id=-100, return_tensors="pt")),
