@@ -33,6 +33,7 @@ from hf_vanilla.model.decoding import (
     paper_decoding_defaults,
 )
 from hf_vanilla.translation import (
+    DecodingOptions,
     load_model_and_tokenizer,
     translate_sentences,
     write_lines_atomic,
@@ -87,6 +88,7 @@ def score_tokenized_lowercased(
     splits English clitics, "isn 't"), so it is reported beside sacreBLEU, never instead.
     Returns {"bleu", "bleu_signature"}.
     """
+
     def tokenized(sentences: Sequence[str]) -> list[str]:
         return moses_tokenized([sentence.lower() for sentence in sentences], target_lang, escape=False)
 
@@ -142,6 +144,12 @@ class Runtime:
     max_tokens: int = DEFAULT_MAX_TOKENS
     show_progress: bool = True
 
+    def decoding(self, settings: Mapping[str, Any]) -> DecodingOptions:
+        """`settings` (a variant's `translate_sentences` keywords) as decoding options batched as this runtime says."""
+        return DecodingOptions(max_tokens=self.max_tokens, show_progress=self.show_progress).replace(
+            **settings
+        )
+
 
 @dataclass(frozen=True)
 class ScoreOptions:
@@ -192,8 +200,7 @@ class BeamSearch:
     extra_models: Mapping[str, Sequence[str]] = field(default_factory=dict)
 
     def __call__(self, model, tokenizer, sources, settings, runtime: Runtime) -> list[Variant]:
-        batching = {"max_tokens": runtime.max_tokens, "show_progress": runtime.show_progress}
-        return [(dict(settings), translate_sentences(model, tokenizer, sources, **batching, **settings))]
+        return [(dict(settings), translate_sentences(model, tokenizer, sources, runtime.decoding(settings)))]
 
 
 BEAM_SEARCH = BeamSearch()
