@@ -88,7 +88,6 @@ def score_tokenized_lowercased(
     splits English clitics, "isn 't"), so it is reported beside sacreBLEU, never instead.
     Returns {"bleu", "bleu_signature"}.
     """
-
     def tokenized(sentences: Sequence[str]) -> list[str]:
         return moses_tokenized([sentence.lower() for sentence in sentences], target_lang, escape=False)
 
@@ -145,7 +144,7 @@ class Runtime:
     show_progress: bool = True
 
     def decoding(self, settings: Mapping[str, Any]) -> DecodingOptions:
-        """`settings` (a variant's `translate_sentences` keywords) as decoding options batched as this runtime says."""
+        """A variant's `settings` (`translate_sentences` keywords) as options batched as this runtime batches."""
         return DecodingOptions(max_tokens=self.max_tokens, show_progress=self.show_progress).replace(
             **settings
         )
