@@ -2,24 +2,21 @@
 huggingface_hub's InferenceClient and plain HTTP, the tiny model.
 
 Two servers start side by side once for the module: `quick` (the default 5 ms wait) for the answers; `patient`
-(a 2 s wait, so that requests sent together are certain to meet in one batch, and tight limits) for batching and
+(a 3 s wait, so that requests sent together are certain to meet in one batch, and tight limits) for batching and
 misuse, and, in the module's last test, SIGTERM. The model is sharpened, as a trained model's outputs are peaked: beam search then
 has clear winners, and a batch of another shape cannot flip one by float rounding, so answers are compared exactly.
 """
 
 import json
-import os
 import signal
 import socket
-import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 import requests
-from conftest import REPO, SCRIPTS, sharpened
+from conftest import sharpened
 from transformers import AutoModelForSeq2SeqLM
 
 from hf_vanilla.data import load_translation_split
@@ -30,41 +27,19 @@ pytest.importorskip("uvicorn", reason="the service needs pip install 'hf_vanilla
 import huggingface_hub  # noqa: E402
 from huggingface_hub import InferenceClient  # noqa: E402
 
-PATIENT = ["--max-wait-ms", "2000", "--max-queued-sentences", "6", "--max-sentences", "4"]
+from hf_vanilla.serving.process import ServerProcess  # noqa: E402
+
+PATIENT = ["--max-wait-ms", "3000", "--max-queued-sentences", "6", "--max-sentences", "4"]
 PATIENT += ["--max-characters", "300", "--max-beams", "4", "--max-new-tokens", "16"]
-STARTUP_SECONDS = 90  # two processes importing torch at once on a busy 2-core machine
+STARTUP_SECONDS = 180  # two processes importing torch at once on a busy 2-core machine (20 s when idle)
 BEAM = {"num_beams": 4, "length_penalty": 0.6}  # what the model's generation_config.json says
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-class Server:
-    """scripts/serve.py in its own process, its log in a file."""
+class Server(ServerProcess):
+    """scripts/serve.py in its own process, with the clients' side of the tests."""
 
     def __init__(self, model_dir: Path, log: Path, *flags: str):
-        self.url = f"http://127.0.0.1:{free_port()}"
-        self.log = log
-        command = [sys.executable, str(SCRIPTS / "serve.py"), str(model_dir), "--device", "cpu"]
-        command += ["--port", self.url.rsplit(":", 1)[1], *flags]
-        environment = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-        with log.open("w") as output:
-            self.process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=environment)
-
-    def wait_until_ready(self) -> None:
-        deadline = time.monotonic() + STARTUP_SECONDS
-        while time.monotonic() < deadline:
-            assert self.process.poll() is None, f"the server ended:\n{self.log.read_text()}"
-            try:
-                if requests.get(f"{self.url}/ready", timeout=5).status_code == 200:
-                    return
-            except requests.ConnectionError:
-                pass
-            time.sleep(0.2)
-        raise AssertionError(f"not ready after {STARTUP_SECONDS} s:\n{self.log.read_text()}")
+        super().__init__(model_dir, log, ("--device", "cpu", *flags))
 
     def stats(self) -> dict[str, int]:
         return requests.get(f"{self.url}/stats", timeout=5).json()
@@ -79,10 +54,7 @@ class Server:
         payload = {"inputs": inputs, "parameters": {"generate_parameters": generate_parameters}}
         return requests.post(self.url, json=payload, timeout=timeout)
 
-    def batch_lines(self) -> list[str]:
-        return [line for line in self.log.read_text().splitlines() if "batch: " in line]
-
-    def stop(self) -> None:
+    def kill(self) -> None:
         if self.process.poll() is None:
             self.process.kill()
             self.process.wait()
@@ -109,11 +81,11 @@ def servers(served_model_dir, tmp_path_factory):
     }
     try:
         for server in started.values():
-            server.wait_until_ready()
+            server.wait_until_ready(STARTUP_SECONDS)
         yield started
     finally:
         for server in started.values():
-            server.stop()
+            server.kill()
 
 
 @pytest.fixture(scope="module")
@@ -221,7 +193,7 @@ def test_a_full_queue_is_refused_at_once_with_retry_after(servers):
         patient.wait_for_queued(4)
         started = time.monotonic()
         refused = patient.translate(["Ein Hund", "Eine Frau", "Ein Mann"])
-        assert time.monotonic() - started < 1  # long before the 2 s wait of the queued ones is over
+        assert time.monotonic() - started < 1  # long before the 3 s wait of the queued ones is over
         assert refused.status_code == 503 and refused.headers["Retry-After"] == "1"
         assert "the queue is full: 4 sentences are waiting, at most 6 may" in refused.json()["error"]
         assert waiting.result().status_code == 200 and len(waiting.result().json()) == 4
