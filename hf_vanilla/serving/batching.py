@@ -2,7 +2,9 @@
 together in one `generate` call (through `translate_sentences`), sentences of other decoding options never mixed.
 
 The event loop hands sentences in (`Batcher.submit`) and awaits its request's answer; the worker takes a batch
-when one fills the token budget or when its oldest sentence has waited `max_wait_ms`. A batch is cut as evaluation
+when one fills the token budget or when its oldest sentence has waited `max_wait_ms` since it arrived or since the
+worker was last busy, whichever is later: the clients just answered send their next sentences in that time, and
+make the next batch full instead of the one after. A batch is cut as evaluation
 cuts them (sorted by length, sentences * longest source within `max_tokens`), and the one holding the oldest
 sentence goes first, so no sentence waits behind an endless stream of shorter ones.
 """
@@ -32,7 +34,7 @@ class BatchingSettings:
     refused at once)."""
 
     max_tokens: int = DEFAULT_MAX_TOKENS
-    max_wait_ms: float = 5.0
+    max_wait_ms: float = 10.0
     max_queued_sentences: int = 1024
 
 
@@ -116,6 +118,7 @@ class Batcher:
         self._tokenizer: PreTrainedTokenizerBase | None = None
         self._pending: dict[DecodingOptions, list[_Sentence]] = {}  # each in order of arrival
         self._queued = 0
+        self._free_since = 0.0  # time.monotonic() when the worker last finished a batch
         self._stopping = False
         self._condition = threading.Condition()
         self._worker = threading.Thread(target=self._run, name="translation-worker", daemon=True)
@@ -176,6 +179,7 @@ class Batcher:
         logger.info("model loaded and warm on %s", model.device)
         while (batch := self._next_batch()) is not None:
             self._decode(*batch)
+            self._free_since = time.monotonic()
 
     def _next_batch(self) -> tuple[DecodingOptions, list[_Sentence]] | None:
         """Wait for a batch that is due and take it out of the queue; None once stopping with nothing queued."""
@@ -194,17 +198,19 @@ class Batcher:
 
     def _is_due(self, group: list[_Sentence]) -> bool:
         """Stopping, waited long enough, or more than one batch's worth waiting."""
-        waited_ms = (time.monotonic() - group[0].arrived) * 1000
-        if self._stopping or waited_ms >= self.settings.max_wait_ms:
+        if self._stopping or time.monotonic() >= self._due_at(group):
             return True
         return len(group) * max(map(self._tokens, group)) > self.settings.max_tokens
 
+    def _due_at(self, group: list[_Sentence]) -> float:
+        """When the group's batch goes at the latest: `max_wait_ms` after its oldest sentence came or the worker
+        was last busy."""
+        return max(group[0].arrived, self._free_since) + self.settings.max_wait_ms / 1000
+
     def _seconds_to_next_due(self) -> float | None:
-        """Until the oldest waiting sentence is due (None: nothing waits, sleep until notified)."""
-        oldest = [group[0].arrived for group in self._pending.values() if group]
-        if not oldest:
-            return None
-        return max(0.0, min(oldest) + self.settings.max_wait_ms / 1000 - time.monotonic())
+        """Until the first group is due (None: nothing waits, sleep until notified)."""
+        due = [self._due_at(group) for group in self._pending.values() if group]
+        return max(0.0, min(due) - time.monotonic()) if due else None
 
     def _batch_with_oldest(self, group: list[_Sentence]) -> list[_Sentence]:
         """The group sorted by length and cut as `TokenBatchSampler` cuts (sentences * longest within

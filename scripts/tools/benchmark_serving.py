@@ -27,6 +27,7 @@ from hf_vanilla.cli import ArgumentParser, positive_int
 from hf_vanilla.data import load_translation_split
 from hf_vanilla.files import write_text_atomic
 from hf_vanilla.precision import cpu_description
+from hf_vanilla.serving.batching import DEFAULT_BATCHING
 from hf_vanilla.serving.process import ServerProcess
 from hf_vanilla.training.settings import PUBLIC_MULTI30K
 from hf_vanilla.translation import load_model_and_tokenizer, translate_sentences
@@ -59,9 +60,14 @@ def parse_args():
         "--threads", type=positive_int, default=2, help="torch threads of the server and offline"
     )
     parser.add_argument(
-        "--max-batch-tokens", type=positive_int, default=4096, help="the service's and offline's"
+        "--max-batch-tokens",
+        type=positive_int,
+        default=DEFAULT_BATCHING.max_tokens,
+        help="the service's and offline's",
     )
-    parser.add_argument("--max-wait-ms", type=float, default=5.0, help="the batching service's")
+    parser.add_argument(
+        "--max-wait-ms", type=float, default=DEFAULT_BATCHING.max_wait_ms, help="the batching service's"
+    )
     parser.add_argument("--output", default="docs/benchmarks/serving.json")
     return parser.parse_args()
 
