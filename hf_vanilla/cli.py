@@ -11,6 +11,7 @@ from typing import Any
 from hf_vanilla.model.decoding import DEFAULT_MAX_TOKENS, PAPER_EXTRA_OUTPUT_TOKENS, PAPER_GENERATION_KWARGS
 from hf_vanilla.training.settings import PUBLIC_MULTI30K
 
+from .corpus import ACCEPTED_FORMS, dataset_spec
 from .precision import DTYPE_NAMES
 
 
@@ -133,16 +134,21 @@ def add_tokenized_bleu_argument(parser: argparse.ArgumentParser) -> None:
 
 def add_language_arguments(parser: argparse.ArgumentParser) -> None:
     """The dataset (Hub name or local copy), its config and the translation direction."""
-    parser.add_argument("--dataset", default=PUBLIC_MULTI30K, help="Hub dataset name or local path")
+    parser.add_argument(
+        "--dataset",
+        nargs="+",
+        default=[PUBLIC_MULTI30K],
+        help="the data: " + ACCEPTED_FORMS + " (e.g. corpus.{lang}.gz validation=dev.tsv test=test.jsonl)",
+    )
     parser.add_argument("--dataset-config", default=None, help="Hub dataset config, e.g. de-en for wmt14")
-    parser.add_argument("--source-lang", default="de", help="source language code")
-    parser.add_argument("--target-lang", default="en", help="target language code")
+    parser.add_argument("--source-lang", required=True, help="source language code (a column or translation key)")
+    parser.add_argument("--target-lang", required=True, help="target language code")
 
 
 def dataset_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     """The dataset, direction and sentence-limit keywords of evaluation's `TranslationData`."""
     return {
-        "dataset": args.dataset,
+        "dataset": dataset_spec(args.dataset),
         "source_lang": args.source_lang,
         "target_lang": args.target_lang,
         "config_name": args.dataset_config,

@@ -1,23 +1,20 @@
-"""Parallel text: load a split, clean it, tokenize it, batch it by tokens (paper section 5.1)."""
+"""Parallel text: clean and tokenize it, batch it by tokens (paper section 5.1). `hf_vanilla.corpus` loads it."""
 
 from __future__ import annotations
 
 import bisect
 import copy
-import json
 import logging
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from itertools import chain, islice
-from pathlib import Path
 
 import datasets
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import torch
-from datasets.exceptions import DatasetGenerationError
 from transformers import PreTrainedTokenizerBase
 
 from hf_vanilla.model.decoding import reverse_words
@@ -25,162 +22,52 @@ from hf_vanilla.model.modeling_vanilla import shift_tokens_right
 
 logger = logging.getLogger(__name__)
 
-TRANSLATION_COLUMN = "translation"
+@dataclass(frozen=True)
+class CleaningRules:
+    """Moses clean-corpus-n's rules for the pairs a run learns and validates on, counted in the tokenizer's tokens
+    (as fairseq's prepare-wmt14en2de.sh and Marian clean after segmentation), so that they hold for scripts written
+    without spaces, where a whole sentence is one "word": a pair is dropped when either side is empty, either side
+    has more than `max_tokens` tokens, or one side more than `max_length_ratio` times the tokens of the other."""
+
+    max_tokens: int = 250
+    max_length_ratio: float = 9.0
 
 
-def _load_dataset_quietly(dataset: str, config_name: str | None) -> datasets.DatasetDict:
-    """`datasets.load_dataset`, without huggingface_hub's warning that a local copy's README.md has no Hub
-    metadata block (datasets reads it as a dataset card; nothing is wrong with the data)."""
-    card_logger = logging.getLogger("huggingface_hub.repocard")
-    level = card_logger.level
-    card_logger.setLevel(logging.ERROR)
-    try:
-        return datasets.load_dataset(dataset, config_name)
-    finally:
-        card_logger.setLevel(level)
-
-
-def load_translation_split(
-    dataset: str, source_lang: str, target_lang: str, split: str, config_name: str | None = None
-) -> datasets.Dataset:
-    """One split of a Hub dataset or local path as string columns `source` and `target`.
-
-    Accepts both Hub layouts: a `translation` dict column ({"en": ..., "de": ...}) and one column
-    per language. A local JSON-lines file that cannot be read (a line that is not JSON or not UTF-8, or lacks
-    a language) is a ValueError naming the file and line.
-    """
-    if source_lang == target_lang:
-        raise ValueError(f"Source and target language are both {source_lang!r}")
-    try:
-        splits = _load_dataset_quietly(dataset, config_name)
-    except (FileNotFoundError, ConnectionError) as err:
-        raise FileNotFoundError(
-            f"dataset {dataset!r} (config {config_name!r}) is no local path and could not be loaded from the Hub "
-            f"({err}); check the name and your connection, or give a local copy instead (train.py's --dataset PATH, "
-            "the quickstart's MULTI30K=PATH: a folder of split files with a `translation` column or one column "
-            "per language)"
-        ) from err
-    except (ValueError, DatasetGenerationError) as err:
-        if str(err).startswith("BuilderConfig"):  # "BuilderConfig 'xx' not found. Available: [...]"
-            raise ValueError(
-                f"dataset {dataset!r} has no config {config_name!r} ({err}); pass one of those as the dataset config"
-            ) from err
-        # datasets names neither the file nor the line (UnicodeDecodeError is a ValueError too).
-        raise ValueError(
-            _first_unreadable_line(dataset, config_name, (source_lang, target_lang)) or str(err)
-        ) from err
-    if split not in splits:
-        raise ValueError(f"Split {split!r} not in dataset {dataset!r}; available splits: {sorted(splits)}")
-    pairs = splits[split]
-    language_columns = _language_columns(pairs)
-    # One line without a language makes datasets read the whole `translation` column as untyped JSON.
-    unreadable = not language_columns and _first_unreadable_line(dataset, config_name, (source_lang, target_lang))
-    if unreadable:
-        raise ValueError(unreadable)
-    for lang in (source_lang, target_lang):
-        if lang not in language_columns:
-            raise ValueError(
-                f"Language {lang!r} not in dataset {dataset!r}; available languages: {sorted(language_columns)}"
-            )
-    pairs = (
-        pairs.flatten()
-        .select_columns([language_columns[source_lang], language_columns[target_lang]])
-        .rename_columns({language_columns[source_lang]: "source", language_columns[target_lang]: "target"})
-    )
-    try:
-        # Arrow takes bytes that are not UTF-8 into a text column; they would fail only when first read.
-        pairs.data.table.validate(full=True)
-    except pa.ArrowInvalid as err:
-        raise ValueError(
-            _first_unreadable_line(dataset, config_name, (source_lang, target_lang))
-            or f"split {split!r} of dataset {dataset!r}: {err}"
-        ) from err
-    return pairs
-
-
-def _first_unreadable_line(dataset: str, config_name: str | None, languages: Sequence[str]) -> str | None:
-    """The first line of a local dataset's JSON-lines files that is no UTF-8 JSON object with a text for each
-    of `languages`, as "FILE line N ...", or None when there is none (or the dataset is no local JSON lines)."""
-    if not Path(dataset).is_dir():
-        return None
-    builder = datasets.load_dataset_builder(dataset, config_name)
-    if builder.name != "json":
-        return None
-    for path in chain.from_iterable(builder.config.data_files.values()):
-        if Path(path).suffix in (".json", ".jsonl") and not _holds_json_array(path):
-            with open(path, "rb") as lines:
-                for number, line in enumerate(lines, 1):
-                    problem = _line_problem(line, languages)
-                    if problem:
-                        return f"{path} line {number} {problem}"
-    return None
-
-
-def _holds_json_array(path: str) -> bool:
-    """Whether a .json file is one JSON array rather than JSON lines."""
-    with open(path, "rb") as file:
-        return file.read(4096).lstrip().startswith(b"[")
-
-
-def _line_problem(line: bytes, languages: Sequence[str]) -> str:
-    """Why a JSON line gives no pair of `languages` texts ("" when it does, or when it is blank)."""
-    if not line.strip():
-        return ""
-    try:
-        row = json.loads(line.decode("utf-8").strip())
-    except UnicodeDecodeError as err:
-        return f"is not UTF-8 (byte {line[err.start]:#04x} at position {err.start})"
-    except json.JSONDecodeError as err:
-        return f"is not valid JSON ({err.msg}: column {err.colno})"
-    if not isinstance(row, dict):
-        return "is not a JSON object"
-    texts = row.get(TRANSLATION_COLUMN, row)
-    missing = [lang for lang in languages if not isinstance(texts, dict) or lang not in texts]
-    return f"has no {missing[0]!r} text" if missing else ""
-
-
-def _language_columns(pairs: datasets.Dataset) -> dict[str, str]:
-    """Map each language code to its column in `pairs.flatten()`."""
-    if TRANSLATION_COLUMN in pairs.column_names:
-        prefix = f"{TRANSLATION_COLUMN}."
-        return {
-            name.removeprefix(prefix): name
-            for name in pairs.flatten().column_names
-            if name.startswith(prefix)
-        }
-    return {
-        name: name
-        for name, feature in pairs.features.items()
-        if isinstance(feature, datasets.Value) and feature.dtype in ("string", "large_string")
-    }
-
-
-def clean_translation_pairs(
+def clean_and_tokenize(
     pairs: datasets.Dataset,
-    max_words: int = 80,
-    max_length_ratio: float = 9.0,
-    num_proc: int | None = None,
+    tokenizer: PreTrainedTokenizerBase,
+    rules: CleaningRules,
     name: str = "pairs",
+    reverse_target: bool = False,
+    num_proc: int | None = None,
 ) -> tuple[datasets.Dataset, Counter]:
-    """Moses clean-corpus-n for the data a training run reads: normalize white space, drop empty, long or
-    lopsided pairs.
+    """`pairs` with white space normalized, tokenized into `input_ids` (source) and `labels` (target, its words
+    reversed with `reverse_target`: a right-to-left model's), and cleaned by `rules`. `source` and `target` stay, in
+    reading order. Returns the kept pairs and the number dropped for each reason ("empty", "too_long",
+    "length_ratio"), which is also logged, the pairs called `name`. Test splits are not cleaned: their references
+    have to stay complete."""
 
-    A pair is dropped when either side is empty, either side has more than `max_words` words, or one
-    side has more than `max_length_ratio` times the words of the other. Returns the kept pairs and the
-    number dropped for each reason ("empty", "too_long", "length_ratio"), which is also logged, the pairs
-    called `name`. Test splits must not be cleaned: their references have to stay complete.
-    """
-
-    def normalize_and_judge(batch):
+    def normalize_tokenize_judge(batch):
         sources = [" ".join(text.split()) for text in batch["source"]]
         targets = [" ".join(text.split()) for text in batch["target"]]
+        encoded = tokenizer(
+            text=sources,
+            text_target=[reverse_words(text) for text in targets] if reverse_target else targets,
+            return_attention_mask=False,  # the collator makes it for the padded batch
+        )
         reasons = [
-            _drop_reason(len(source.split()), len(target.split()), max_words, max_length_ratio)
-            for source, target in zip(sources, targets, strict=True)
+            _drop_reason(len(source_ids) - 1, len(target_ids) - 1, rules)  # - 1: `</s>` is no text
+            for source_ids, target_ids in zip(encoded["input_ids"], encoded["labels"], strict=True)
         ]
-        return {"source": sources, "target": targets, "drop_reason": reasons}
+        return {"source": sources, "target": targets, **encoded, "drop_reason": reasons}
 
-    judged = pairs.map(normalize_and_judge, batched=True, num_proc=num_proc, desc="Cleaning pairs")
+    judged = pairs.map(
+        normalize_tokenize_judge,
+        batched=True,
+        num_proc=num_proc,
+        remove_columns=pairs.column_names,
+        desc=f"Tokenizing and cleaning {name}",
+    )
     dropped = Counter(reason for reason in judged["drop_reason"] if reason)
     kept = judged.filter(
         lambda reasons: [not reason for reason in reasons],
@@ -189,61 +76,29 @@ def clean_translation_pairs(
         num_proc=num_proc,
     )
     logger.info(
-        "Cleaning kept %d of %d %s; dropped %d empty, %d over %d words, %d with length ratio over %g",
+        "Cleaning kept %d of %d %s; dropped %d empty, %d over %d tokens, %d with length ratio over %g (in tokens)",
         len(kept),
         len(pairs),
         name,
         dropped["empty"],
         dropped["too_long"],
-        max_words,
+        rules.max_tokens,
         dropped["length_ratio"],
-        max_length_ratio,
+        rules.max_length_ratio,
     )
-    return kept.remove_columns("drop_reason"), dropped
+    # One table again, not the filter's index over the old one: the loader reads batches of rows at a time.
+    return kept.remove_columns("drop_reason").flatten_indices(num_proc=num_proc), dropped
 
 
-def _drop_reason(source_words: int, target_words: int, max_words: int, max_length_ratio: float) -> str:
-    """Why a pair with these word counts is dropped; "" when it is kept."""
-    if source_words == 0 or target_words == 0:
+def _drop_reason(source_tokens: int, target_tokens: int, rules: CleaningRules) -> str:
+    """Why a pair with these token counts is dropped; "" when it is kept."""
+    if source_tokens == 0 or target_tokens == 0:
         return "empty"
-    if max(source_words, target_words) > max_words:
+    if max(source_tokens, target_tokens) > rules.max_tokens:
         return "too_long"
-    if max(source_words, target_words) > max_length_ratio * min(source_words, target_words):
+    if max(source_tokens, target_tokens) > rules.max_length_ratio * min(source_tokens, target_tokens):
         return "length_ratio"
     return ""
-
-
-def reverse_target_words(pairs: datasets.Dataset, num_proc: int | None = None) -> datasets.Dataset:
-    """`pairs` with each target's words in reverse order: the data of a right-to-left model, which writes its
-    translations last word first (`TrainingConfig.right_to_left`; `hf_vanilla.research.reranking` scores with it)."""
-    return pairs.map(
-        lambda batch: {"target": [reverse_words(text) for text in batch["target"]]},
-        batched=True,
-        num_proc=num_proc,
-        desc="Reversing target words",
-    )
-
-
-def tokenize_pairs(
-    pairs: datasets.Dataset,
-    tokenizer: PreTrainedTokenizerBase,
-    max_length: int | None = None,
-    num_proc: int | None = None,
-) -> datasets.Dataset:
-    """Columns `input_ids` (source) and `labels` (target), truncated only when `max_length` is given."""
-
-    def tokenize(batch):
-        return tokenizer(
-            text=batch["source"],
-            text_target=batch["target"],
-            truncation=max_length is not None,
-            max_length=max_length,
-            return_attention_mask=False,  # the collator makes it for the padded batch
-        )
-
-    return pairs.map(
-        tokenize, batched=True, num_proc=num_proc, remove_columns=pairs.column_names, desc="Tokenizing"
-    )
 
 
 def example_lengths(tokenized: datasets.Dataset) -> np.ndarray:

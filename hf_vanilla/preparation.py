@@ -18,7 +18,7 @@ from accelerate import PartialState
 from hf_vanilla.data import example_lengths
 from hf_vanilla.tokenization import describe_tokenizer_training, train_tokenizer_on_pairs
 from hf_vanilla.training.settings import TrainingConfig, TrainingError
-from hf_vanilla.training.train import load_inputs, load_training_split
+from hf_vanilla.training.train import load_inputs, pairs_source, training_pairs
 
 logger = logging.getLogger(__name__)
 
@@ -40,14 +40,15 @@ def prepare_training_data(
         with state.main_process_first():
             if state.is_main_process:
                 training = train_tokenizer_on_pairs(
-                    load_training_split(config, config.train_split),
+                    training_pairs(config)[0],
                     config.tokenizer,
                     config.tokenizer_vocab_size,
+                    pairs_source(config),
                     tokenizer_max_sentences,
                 )
                 logger.info(describe_tokenizer_training(training))
                 report["tokenizer_training"] = training
-    tokenizer, _, (train_data, validation) = load_inputs(config, state)
+    tokenizer, _, (train_data, validation, heldout) = load_inputs(config, state)
     source_tokens, target_tokens = (int(total) for total in example_lengths(train_data).sum(axis=0))
     report.update(
         tokenizer=str(config.tokenizer or config.init_from),
@@ -55,6 +56,7 @@ def prepare_training_data(
         train_source_tokens=source_tokens,
         train_target_tokens=target_tokens,
         validation_pairs=0 if validation is None else len(validation.sources),
+        heldout_pairs={split: len(pairs) for split, pairs in heldout.items()},
         cache_files=sorted({Path(file["filename"]).name for file in train_data.cache_files}),
         cache_directory=str(Path(train_data.cache_files[0]["filename"]).parent) if train_data.cache_files else None,
         seconds=round(time.perf_counter() - started, 1),

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,7 @@ PAD_TOKEN, BOS_TOKEN, EOS_TOKEN, UNK_TOKEN = "<pad>", "<s>", "</s>", "<unk>"
 SPECIAL_TOKENS = (PAD_TOKEN, BOS_TOKEN, EOS_TOKEN, UNK_TOKEN)
 DEFAULT_VOCAB_SIZE = 8000
 DEFAULT_MODEL_MAX_LENGTH = 1024
+LEARNED_FROM_FILE = "learned_from.json"
 
 
 def train_tokenizer(
@@ -86,15 +89,56 @@ def _reported(texts: Iterable[str], length: int | None) -> Iterator[str]:
     logger.info("BPE: words counted; learning the merges (no progress shown)")
 
 
-def save_tokenizer(tokenizer: PreTrainedTokenizerFast, output_dir: str | os.PathLike) -> Path:
-    """`save_pretrained` into a temporary sibling directory, then rename it into place.
+def save_tokenizer(
+    tokenizer: PreTrainedTokenizerFast, output_dir: str | os.PathLike, learned_from: dict[str, Any] | None = None
+) -> Path:
+    """`save_pretrained` into a temporary sibling directory, then rename it into place; with `learned_from` (the
+    languages, data and fingerprint it learned from), also `learned_from.json` and a card (README.md) saying so.
 
     A crash leaves either the old directory or the new one, never a half-written one.
     """
     output_dir = Path(output_dir)
     with atomic_directory(output_dir) as staging:
         tokenizer.save_pretrained(staging)
+        if learned_from is not None:
+            (staging / LEARNED_FROM_FILE).write_text(json.dumps(learned_from, indent=2, ensure_ascii=False) + "\n")
+            (staging / "README.md").write_text(_tokenizer_card(tokenizer, learned_from), encoding="utf-8")
     return output_dir
+
+
+def _tokenizer_card(tokenizer: PreTrainedTokenizerFast, learned_from: dict[str, Any]) -> str:
+    languages = learned_from["languages"]
+    return (
+        "---\nlanguage:\n" + "".join(f"- {lang}\n" for lang in languages) + "library_name: transformers\n---\n\n"
+        f"# Joint byte-level BPE, {' + '.join(languages)}\n\n"
+        f"One vocabulary of {len(tokenizer):,} tokens for both languages (the paper's shared vocabulary, section "
+        f"5.1), learned from {learned_from['pairs']:,} pairs of `{learned_from['dataset']}` (split "
+        f"`{learned_from['split']}`, data fingerprint `{learned_from['fingerprint']}`). A training run of another "
+        "language pair refuses it.\n"
+    )
+
+
+def check_tokenizer_languages(directory: str | os.PathLike, source_lang: str, target_lang: str) -> None:
+    """Raise a ValueError of one line when the tokenizer in `directory` learned from another language pair than
+    `source_lang` and `target_lang` (either direction: the vocabulary is joint); a tokenizer that records none
+    (saved before it was recorded, or by other tools) is taken with a warning."""
+    record = Path(directory) / LEARNED_FROM_FILE
+    if not record.is_file():
+        logger.warning(
+            "tokenizer %s records no languages (%s is missing): make sure it learned %s and %s",
+            directory,
+            LEARNED_FROM_FILE,
+            source_lang,
+            target_lang,
+        )
+        return
+    learned = json.loads(record.read_text())["languages"]
+    if sorted(learned) != sorted((source_lang, target_lang)):
+        raise ValueError(
+            f"tokenizer {directory} learned {'+'.join(learned)}, but this run translates {source_lang}->"
+            f"{target_lang}: give a tokenizer folder of its own (e.g. --tokenizer {Path(directory).parent}/"
+            f"bpe-{'-'.join(sorted((source_lang, target_lang)))}, trained on first use)"
+        )
 
 
 # Pairs read from Arrow at a time while the BPE counts words: the texts never sit in memory as one Python list.
@@ -117,23 +161,41 @@ def _texts(pairs: datasets.Dataset) -> Iterator[str]:
         yield from batch["target"]
 
 
+@dataclass(frozen=True)
+class PairsSource:
+    """What a tokenizer's pairs are: their two languages, and the dataset and split they came from."""
+
+    languages: tuple[str, str]
+    dataset: str = ""
+    split: str = "train"
+
+
 def train_tokenizer_on_pairs(
     pairs: datasets.Dataset,
     output_dir: str | Path,
     vocab_size: int,
+    source: PairsSource,
     max_sentences: int | None = None,
     min_frequency: int = 2,
 ) -> dict[str, Any]:
     """Train the joint BPE on `pairs` (or a random `max_sentences` of them), with progress, and save it into
-    `output_dir` (atomically). Returns {"tokenizer", "pairs", "corpus_pairs", "seconds",
-    "whole_corpus_seconds_estimate"}: the last scales the time linearly to every pair, an estimate."""
+    `output_dir` (atomically) with what it learned from (`source`, the data's fingerprint). Returns {"tokenizer",
+    "pairs", "corpus_pairs", "seconds", "whole_corpus_seconds_estimate"}: the last scales the time linearly to
+    every pair, an estimate."""
     sample = sample_pairs(pairs, max_sentences)
     started = time.perf_counter()
     tokenizer = train_tokenizer(
         _texts(sample), vocab_size=vocab_size, min_frequency=min_frequency, length=2 * len(sample)
     )
     seconds = time.perf_counter() - started
-    save_tokenizer(tokenizer, output_dir)
+    learned_from = {
+        "languages": sorted(source.languages),
+        "dataset": source.dataset,
+        "split": source.split,
+        "pairs": len(sample),
+        "fingerprint": sample._fingerprint,
+    }
+    save_tokenizer(tokenizer, output_dir, learned_from)
     return {
         "tokenizer": str(output_dir),
         "vocabulary": len(tokenizer),

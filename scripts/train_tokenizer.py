@@ -1,19 +1,22 @@
 """Train the joint source/target BPE tokenizer on a translation dataset and save it for AutoTokenizer.
 
 Shows its progress; --max-sentences N learns from a random N pairs and says how long the whole corpus would take.
+The folder records the languages and data it learned from; a training run of another pair refuses it.
 
     python scripts/train_tokenizer.py --dataset wmt/wmt14 --dataset-config de-en --source-lang en --target-lang de \
         --vocab-size 37000 --max-sentences 1000000 --output-dir outputs/wmt14-en-de-bpe37k
 """
 
 import logging
+import sys
 
 from transformers import AutoTokenizer
 
-from hf_vanilla.cli import ArgumentParser, add_language_arguments, positive_int
-from hf_vanilla.data import load_translation_split
+from hf_vanilla.cli import ArgumentParser, add_language_arguments, dataset_kwargs, positive_int
+from hf_vanilla.corpus import CorpusError, load_translation_split
 from hf_vanilla.tokenization import (
     DEFAULT_VOCAB_SIZE,
+    PairsSource,
     describe_tokenizer_training,
     mean_tokens_per_sentence,
     round_trip_rate,
@@ -35,17 +38,21 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO)
 
-    def load(split):
-        return load_translation_split(
-            args.dataset, args.source_lang, args.target_lang, split, args.dataset_config
-        )
+    dataset = dataset_kwargs(args)["dataset"]
 
+    def load(split):
+        return load_translation_split(dataset, args.source_lang, args.target_lang, split, args.dataset_config)
+
+    try:
+        pairs, report_pairs = load(args.split), load(args.report_split)
+    except CorpusError as err:
+        sys.exit(f"error: {err}")
+    source = PairsSource((args.source_lang, args.target_lang), dataset, args.split)
     training = train_tokenizer_on_pairs(
-        load(args.split), args.output_dir, args.vocab_size, args.max_sentences, args.min_frequency
+        pairs, args.output_dir, args.vocab_size, source, args.max_sentences, args.min_frequency
     )
     print(f"saved {describe_tokenizer_training(training)}")
     tokenizer = AutoTokenizer.from_pretrained(args.output_dir)
-    report_pairs = load(args.report_split)
     for lang, column in ((args.source_lang, "source"), (args.target_lang, "target")):
         texts = list(report_pairs[column])
         print(

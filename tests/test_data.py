@@ -8,18 +8,17 @@ import pytest
 import torch
 from synthetic_corpus import SPLIT_SIZES
 
+from hf_vanilla.corpus import CorpusError, load_translation_split
 from hf_vanilla.data import (
+    CleaningRules,
     ShapeBucketBatchSampler,
     TokenBatchSampler,
     TokenizedRows,
-    clean_translation_pairs,
+    clean_and_tokenize,
     example_lengths,
-    load_translation_split,
     make_collator,
     padding_efficiency,
-    reverse_target_words,
     reverse_words,
-    tokenize_pairs,
 )
 from hf_vanilla.tokenization import train_tokenizer
 
@@ -38,7 +37,7 @@ def tokenizer(validation):
 
 @pytest.fixture(scope="module")
 def tokenized_validation(validation, tokenizer):
-    return tokenize_pairs(validation, tokenizer)
+    return clean_and_tokenize(validation, tokenizer, CleaningRules())[0].select_columns(["input_ids", "labels"])
 
 
 @pytest.fixture
@@ -107,61 +106,76 @@ def test_unknown_split_lists_available_splits(corpus_path):
 
 def test_missing_dataset_path_is_named(tmp_path):
     missing = str(tmp_path / "no_such_corpus")
-    with pytest.raises(FileNotFoundError, match="no_such_corpus"):
+    with pytest.raises(CorpusError, match="no_such_corpus"):
         load_translation_split(missing, "de", "en", "train")
 
 
 # Cleaning
 
 
-def test_cleaning_drops_and_counts_each_reason(caplog):
+def test_cleaning_drops_and_counts_each_reason_in_tokens(caplog, tokenizer):
+    def tokens(text):
+        return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    long_text = " ".join(["Ein Hund"] * 40)
     pairs = datasets.Dataset.from_dict(
         {
-            "source": ["  Ein   Hund. ", "", "   ", "w " * 81, "ein", "Zwei Katzen"],
-            "target": ["A dog.", "Text", "Text", "words", "a b c d e f g h i j", "\tTwo  cats\n"],
+            "source": ["  Ein   Hund. ", "", "   ", long_text, "ein", "Zwei Katzen"],
+            "target": ["A dog.", "Text", "Text", "words", "a b c d e f g h i j k l m n o", "\tTwo  cats\n"],
         }
     )
+    rules = CleaningRules(max_tokens=tokens(long_text) - 1, max_length_ratio=9)
     with caplog.at_level(logging.INFO, logger="hf_vanilla.data"):
-        kept, dropped = clean_translation_pairs(pairs, max_words=80, max_length_ratio=9)
+        kept, dropped = clean_and_tokenize(pairs, tokenizer, rules)
     assert dropped == {"empty": 2, "too_long": 1, "length_ratio": 1}
-    assert kept.to_list() == [
+    assert kept.select_columns(["source", "target"]).to_list() == [
         {"source": "Ein Hund.", "target": "A dog."},
         {"source": "Zwei Katzen", "target": "Two cats"},
     ]
-    assert "kept 2 of 6 pairs; dropped 2 empty, 1 over 80 words, 1 with length ratio over 9" in caplog.text
+    assert kept["input_ids"][0] == tokenizer("Ein Hund.")["input_ids"]
+    assert f"kept 2 of 6 pairs; dropped 2 empty, 1 over {rules.max_tokens} tokens, 1 with length ratio over 9" in (
+        caplog.text
+    )
 
 
-def test_cleaning_limits_are_configurable():
+def test_cleaning_counts_tokens_so_that_a_script_without_spaces_is_kept():
+    """A Chinese sentence is one white-space "word": counted in words, its pairs fall foul of the length ratio."""
+    from hf_vanilla.tokenization import train_tokenizer
+
+    english = ["A man is riding a bicycle down the street.", "Two dogs are playing in the snow together."]
+    chinese = ["一个男人正骑着自行车沿街而行。", "两只狗正在雪地里一起玩耍。"]
+    tokenizer = train_tokenizer(english + chinese, vocab_size=300, show_progress=False)
+    pairs = datasets.Dataset.from_dict({"source": english, "target": chinese})
+    kept, dropped = clean_and_tokenize(pairs, tokenizer, CleaningRules(max_length_ratio=1.5))
+    assert len(kept) == 2 and not dropped
+
+
+def test_cleaning_limits_are_configurable(tokenizer):
     pairs = datasets.Dataset.from_dict({"source": ["a b c", "a", "a b"], "target": ["x y z", "x y", "x y"]})
-    kept, dropped = clean_translation_pairs(pairs, max_words=2, max_length_ratio=1.5)
-    assert kept.to_list() == [{"source": "a b", "target": "x y"}]
+    lengths = [len(tokenizer(text, add_special_tokens=False)["input_ids"]) for text in ("a b", "x y")]
+    kept, dropped = clean_and_tokenize(pairs, tokenizer, CleaningRules(max(lengths), 1.5))
+    assert kept.select_columns(["source", "target"]).to_list() == [{"source": "a b", "target": "x y"}]
     assert dropped == {"too_long": 1, "length_ratio": 1}
 
 
 # Tokenizing and collating
 
 
-def test_reverse_target_words_reverses_only_the_targets_words():
+def test_reversed_targets_train_a_right_to_left_model_and_keep_the_text(tokenizer):
     pairs = datasets.Dataset.from_dict(
         {"source": ["Ein Mann  fährt.", "Hallo"], "target": ["A man\trides a bike.", "hello"]}
     )
-    reversed_pairs = reverse_target_words(pairs)
-    assert reversed_pairs["target"] == ["bike. a rides man A", "hello"]
-    assert reversed_pairs["source"] == pairs["source"]
+    reversed_pairs, _ = clean_and_tokenize(pairs, tokenizer, CleaningRules(), reverse_target=True)
+    assert reversed_pairs["labels"][0] == tokenizer("bike. a rides man A")["input_ids"]
+    assert reversed_pairs["target"] == ["A man rides a bike.", "hello"]
     assert reverse_words(reverse_words(" a  b c. ")) == "a b c."
 
 
-def test_tokenize_pairs_gives_ids_and_labels_ending_in_eos(tokenized_validation):
+def test_tokenized_pairs_give_ids_and_labels_ending_in_eos(tokenized_validation):
     assert tokenized_validation.column_names == ["input_ids", "labels"]
     row = tokenized_validation[0]
     assert row["input_ids"][-1] == 2 and row["labels"][-1] == 2
     assert all(isinstance(token, int) for token in row["input_ids"] + row["labels"])
-
-
-def test_tokenize_pairs_truncates_only_when_asked(validation, tokenizer, tokenized_validation):
-    truncated = tokenize_pairs(validation, tokenizer, max_length=5)
-    assert {len(ids) for ids in truncated["input_ids"]} == {5}
-    assert max(len(ids) for ids in tokenized_validation["labels"]) > 5
 
 
 def test_example_lengths_follow_row_order(tokenized_validation):

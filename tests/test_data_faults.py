@@ -16,7 +16,7 @@ from synthetic_corpus import synthetic_pairs
 from transformers import AutoTokenizer
 
 from hf_vanilla import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-from hf_vanilla.data import load_translation_split
+from hf_vanilla.corpus import load_translation_split
 from hf_vanilla.tokenization import config_kwargs_from_tokenizer, save_tokenizer, train_tokenizer
 from hf_vanilla.training.settings import TrainingError
 from hf_vanilla.training.train import train

@@ -10,7 +10,7 @@ import pytest
 from conftest import SCRIPTS, tiny_config
 from transformers import AutoTokenizer
 
-from hf_vanilla.data import load_translation_split
+from hf_vanilla.corpus import load_translation_split
 from hf_vanilla.preparation import prepare_training_data
 from hf_vanilla.tokenization import sample_pairs, train_tokenizer_on_pairs
 from hf_vanilla.training.settings import TrainingError

@@ -5,7 +5,7 @@ from types import SimpleNamespace
 import pytest
 from transformers import AutoTokenizer
 
-from hf_vanilla.data import load_translation_split
+from hf_vanilla.corpus import load_translation_split
 from hf_vanilla.tokenization import (
     check_tokenizer_matches_model,
     config_kwargs_from_tokenizer,

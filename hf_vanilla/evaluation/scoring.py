@@ -19,8 +19,10 @@ from transformers import (
     set_seed,
 )
 
-from hf_vanilla.data import load_translation_split
+from hf_vanilla.corpus import load_translation_split
 from hf_vanilla.evaluation.paper_bleu import (
+    PAPER_BLEU_LANGUAGES,
+    PAPER_BLEU_NAME,
     moses_signature,
     moses_tokenized,
     paper_bleu_report,
@@ -40,6 +42,21 @@ from hf_vanilla.translation import (
 )
 
 logger = logging.getLogger(__name__)
+
+
+TEST_SPLIT = "test"
+
+
+def bleu_metric(target_lang: str = "", lowercase: bool = False) -> BLEU:
+    """sacreBLEU's BLEU with the tokenizer of `target_lang` (zh, ja and ko have their own; 13a otherwise), which its
+    signature names; a ValueError of one line where that tokenizer needs a package not installed (ja, ko: MeCab)."""
+    try:
+        return BLEU(lowercase=lowercase, trg_lang=target_lang)
+    except RuntimeError as err:  # sacreBLEU's several lines: "... requires extra dependencies ... pip install"
+        raise ValueError(
+            f"BLEU of a {target_lang!r} target uses sacreBLEU's {target_lang} tokenizer, which needs MeCab: "
+            f"pip install 'sacrebleu[{target_lang}]'"
+        ) from err
 
 
 def _require_pairs(hypotheses: Sequence[str], references: Sequence[str]) -> None:
@@ -65,7 +82,7 @@ def score_translations(
     """
     _require_pairs(hypotheses, references)
     metrics = {
-        "bleu": BLEU(lowercase=lowercase, trg_lang=target_lang),
+        "bleu": bleu_metric(target_lang, lowercase),
         "chrf": CHRF(lowercase=lowercase),
     }
     if ter:
@@ -228,11 +245,29 @@ def _check_evaluation_input(sources: Sequence[str], references: Sequence[str | N
     return blank_sources
 
 
+# Scripts written without spaces between words, which the Moses tokenizer leaves whole.
+UNSPLIT_BY_MOSES = ("zh", "ja", "ko", "th", "my", "km", "lo")
+
+
 def _translation_report(
     hypotheses: Sequence[str], references: Sequence[str], target_lang: str, scoring: ScoreOptions
 ) -> dict[str, Any]:
-    """The scores of `evaluate_translation`'s report."""
+    """The scores of `evaluate_translation`'s report; a score not defined for the target says so in one line."""
     ter = scoring.ter
+    tokenized_bleu = scoring.tokenized_bleu and target_lang not in UNSPLIT_BY_MOSES
+    if scoring.tokenized_bleu and not tokenized_bleu:
+        logger.info(
+            "tokenized BLEU left out: the Moses tokenizer leaves %s text unsplit, so it would score whole sentences; "
+            "sacreBLEU's own %s tokenizer (in its signature) is the score to read",
+            target_lang,
+            target_lang,
+        )
+    if scoring.paper_bleu and target_lang not in PAPER_BLEU_LANGUAGES:
+        logger.info(
+            "%s left out: it is defined for the WMT 2014 English-German targets (de, en), not %s",
+            PAPER_BLEU_NAME,
+            target_lang,
+        )
     return {
         "cased": score_translations(hypotheses, references, ter=ter, target_lang=target_lang),
         "lowercased": score_translations(
@@ -240,7 +275,7 @@ def _translation_report(
         ),
         **(
             {"tokenized_lowercased": score_tokenized_lowercased(hypotheses, references, target_lang)}
-            if scoring.tokenized_bleu
+            if tokenized_bleu
             else {}
         ),
         **(paper_bleu_report(hypotheses, references, target_lang) if scoring.paper_bleu else {}),

@@ -22,6 +22,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import AutoConfig, PreTrainedModel, PreTrainedTokenizerBase
 
+from hf_vanilla.corpus import split_names
 from hf_vanilla.evaluation.scoring import DEFAULT_RUNTIME, Runtime, TranslationData, score_translations
 from hf_vanilla.files import atomic_directory, write_text_atomic
 from hf_vanilla.translation import (
@@ -77,7 +78,7 @@ def _check_request(teachers: Teachers, saved: SavedTranslations, output_dir: Pat
 def _load_splits(data: TranslationData, train_split: str) -> dict[str, datasets.Dataset]:
     """Every split's pairs, the training split first: its loading names a missing dataset, split or language."""
     pairs = {train_split: data.pairs(train_split)}
-    for split in datasets.load_dataset(data.dataset, data.config_name):
+    for split in split_names(data.dataset, data.config_name):
         if split != train_split:
             pairs[split] = data.pairs(split)
     return pairs

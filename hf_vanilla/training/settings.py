@@ -17,6 +17,7 @@ from pathlib import Path
 import yaml
 from transformers import HfArgumentParser
 
+from hf_vanilla.corpus import dataset_spec
 from hf_vanilla.precision import MIXED_PRECISION_DTYPES
 
 PUBLIC_MULTI30K = "bentrevett/multi30k"
@@ -38,17 +39,27 @@ class TrainingConfig:
     """Everything a run needs. Defaults are the paper's recipe (section 5) for the base model."""
 
     # Data
-    dataset: str = setting(PUBLIC_MULTI30K, "Hub dataset name or local path (datasets.load_dataset)")
+    dataset: str = setting(
+        PUBLIC_MULTI30K,
+        "the data: a Hub id or folder, a file (.jsonl .json .csv .tsv .parquet, compressed or not; FILE#en=3,fr=4 "
+        "for a TSV/CSV without a header), or two aligned text files as PATTERN.{lang}; a file alone is the "
+        "training split, SPLIT=FILE names another (several words on the command line, or a mapping in YAML)",
+    )
     dataset_config: str | None = setting(None, "Hub dataset config, e.g. de-en for wmt/wmt14")
-    source_lang: str = setting("de", "source language code (a column or translation key of the dataset)")
-    target_lang: str = setting("en", "target language code")
+    source_lang: str = setting("", "source language code (a column or translation key of the dataset)")
+    target_lang: str = setting("", "target language code")
     train_split: str = setting("train", "split to train on")
     validation_split: str | None = setting("validation", "split to validate on at each save; null: none")
-    clean_max_words: int = setting(
-        80, "drop training and validation pairs with a side longer than this many words (Moses)"
+    holdout: float | None = setting(
+        None,
+        "where the data has no validation or test split, hold out this many training pairs for each (a share when "
+        "below 1), by seed, into RUN/heldout/; null: 1,000 or a tenth, whichever is fewer; 0: hold out none",
+    )
+    clean_max_tokens: int = setting(
+        250, "drop training and validation pairs with a side longer than this many tokens (fairseq's 250)"
     )
     clean_max_length_ratio: float = setting(
-        9.0, "drop training and validation pairs whose word counts differ more than this"
+        9.0, "drop training and validation pairs whose token counts differ more than this (Moses' 9)"
     )
     right_to_left: bool = setting(
         False,
@@ -157,7 +168,7 @@ class TrainingConfig:
 
     def _check_required(self) -> None:
         """The keys a run cannot do without: its data, tokenizer (unless fine-tuning), output and budget."""
-        required = ("dataset", "output_dir") if self.init_from else ("dataset", "tokenizer", "output_dir")
+        required = ("dataset", "source_lang", "target_lang", "output_dir", *(() if self.init_from else ("tokenizer",)))
         for name in required:
             if not getattr(self, name):
                 raise TrainingError(f"{name} is required")
@@ -178,7 +189,7 @@ class TrainingConfig:
                 raise TrainingError(f"{name} must be auto, yes or no, got {getattr(self, name)!r}")
         if self.dataloader_workers != "auto" and not str(self.dataloader_workers).isdigit():
             raise TrainingError(f"dataloader_workers must be auto or a whole number, got {self.dataloader_workers!r}")
-        for name in ("max_tokens", "warmup", "log_interval", "tokenizer_vocab_size", "num_beams"):
+        for name in ("max_tokens", "warmup", "log_interval", "tokenizer_vocab_size", "num_beams", "clean_max_tokens"):
             if getattr(self, name) <= 0:
                 raise TrainingError(f"{name} must be positive, got {getattr(self, name)}")
         for name in (
@@ -197,6 +208,8 @@ class TrainingConfig:
         ):
             if getattr(self, name) is not None and getattr(self, name) <= 0:
                 raise TrainingError(f"{name} must be positive or null, got {getattr(self, name)}")
+        if self.holdout is not None and self.holdout < 0:
+            raise TrainingError(f"holdout must be 0 or more (pairs, or a share below 1), got {self.holdout}")
         if self.early_dropout_updates < 0:
             raise TrainingError(f"early_dropout_updates must be 0 or more, got {self.early_dropout_updates}")
         if not 0 <= self.early_dropout < 1:  # the model config checks the other dropout values
@@ -242,6 +255,8 @@ def load_training_config(path: str | os.PathLike | None = None, **overrides) -> 
         if not isinstance(values, dict):
             raise TrainingError(f"config file {path} must hold a mapping of keys to values")
     values.update(overrides)
+    if "dataset" in values and not isinstance(values["dataset"], str | None):
+        values["dataset"] = dataset_spec(values["dataset"])  # a mapping of split -> file, or a flag's words
     types_of = typing.get_type_hints(TrainingConfig)
     unknown = sorted(set(values) - set(types_of))
     if unknown:
@@ -288,6 +303,8 @@ def training_argument_parser(**parser_kwargs) -> HfArgumentParser:
         if action.dest not in types_of:
             continue
         action.default = argparse.SUPPRESS
+        if action.dest == "dataset":
+            action.nargs = "+"
         if types_of[action.dest] is not bool:
             action.type = str if types_of[action.dest] is str else yaml.safe_load
             action.metavar = action.dest.upper()

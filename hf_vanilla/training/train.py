@@ -35,28 +35,31 @@ from accelerate.utils.other import load as load_tensors
 from torch.utils.data import DataLoader
 from transformers import GenerationConfig, PreTrainedTokenizerBase
 
+from hf_vanilla.corpus import CorpusError, load_translation_split, split_names
 from hf_vanilla.data import (
+    CleaningRules,
     TokenizedRows,
     UpdateBatchSampler,
-    clean_translation_pairs,
+    clean_and_tokenize,
     example_lengths,
-    load_translation_split,
     make_collator,
-    reverse_target_words,
-    tokenize_pairs,
 )
+from hf_vanilla.evaluation.scoring import TEST_SPLIT, bleu_metric
 from hf_vanilla.files import write_text_atomic
 from hf_vanilla.model.attention_kernels import AUTO_ATTENTION
 from hf_vanilla.model.configuration_vanilla import SIZE_FIELDS, VanillaTransformerConfig
 from hf_vanilla.model.modeling_vanilla import VanillaTransformerForConditionalGeneration
 from hf_vanilla.precision import resolve_precision
 from hf_vanilla.tokenization import (
+    PairsSource,
+    check_tokenizer_languages,
     check_tokenizer_matches_model,
     config_kwargs_from_tokenizer,
     train_tokenizer_on_pairs,
 )
 from hf_vanilla.translation import TOKENIZER_FILE, load_tokenizer
 
+from .heldout import hold_out, write_heldout
 from .loss import training_loss_function
 from .run_directory import (
     AVERAGE,
@@ -93,6 +96,8 @@ def train(config: TrainingConfig, resume: bool = False, overwrite_output_dir: bo
     nothing half-written is left.
     """
     config.check()
+    if config.validation_bleu and config.validation_split:
+        _check_bleu_available(config.target_lang)
     if resume and overwrite_output_dir:
         raise TrainingError("pass --resume or --overwrite-output-dir, not both")
     run_started = time.monotonic()
@@ -114,13 +119,15 @@ def _train(
 ) -> Path:
     """`train` from what `load_inputs` `loaded` on, with the run directory locked."""
     output_dir = Path(config.output_dir)
-    tokenizer, model_config, (train_data, validation) = loaded
+    tokenizer, model_config, (train_data, validation, heldout) = loaded
     sampler = _update_sampler(config, train_data, accelerator)
     planned_updates = _planned_updates(config, sampler)
     _check_enough_saves_to_average(config, planned_updates)
     _prepare_output_dir(
         config, output_dir, resume, overwrite_output_dir, model_config, tokenizer, accelerator
     )
+    if heldout and accelerator.is_main_process:
+        logger.info("Held-out pairs in %s", write_heldout(output_dir, heldout, config.source_lang, config.target_lang))
 
     model = _initial_model(config, model_config)
     model.generation_config = generation_config(config, model_config)
@@ -167,6 +174,14 @@ def _train(
     accelerator.end_training()
     logger.info("Checkpoints in %s", output_dir)
     return output_dir
+
+
+def _check_bleu_available(target_lang: str) -> None:
+    """Fail before training, not at the first validation, where the target's BLEU needs a package missing here."""
+    try:
+        bleu_metric(target_lang)
+    except ValueError as err:
+        raise TrainingError(str(err)) from err
 
 
 def _log_plan(
@@ -384,7 +399,8 @@ def load_inputs(config: TrainingConfig, state: PartialState | Accelerator):
 
 
 def load_or_train_tokenizer(config: TrainingConfig) -> PreTrainedTokenizerBase:
-    """The tokenizer of `init_from`, else the one at `tokenizer`, trained on the training split if missing."""
+    """The tokenizer of `init_from`, else the one at `tokenizer`, trained on the training pairs if missing; one
+    learned from another language pair is refused (`check_tokenizer_languages`)."""
     if config.init_from:
         try:
             tokenizer = load_tokenizer(config.init_from)
@@ -405,8 +421,18 @@ def load_or_train_tokenizer(config: TrainingConfig) -> PreTrainedTokenizerBase:
             config.tokenizer_vocab_size,
             config.train_split,
         )
-        train_tokenizer_on_pairs(load_training_split(config, config.train_split), path, config.tokenizer_vocab_size)
+        train_pairs, _ = training_pairs(config)
+        train_tokenizer_on_pairs(train_pairs, path, config.tokenizer_vocab_size, pairs_source(config))
+    try:
+        check_tokenizer_languages(path, config.source_lang, config.target_lang)
+    except ValueError as err:
+        raise TrainingError(str(err)) from err
     return _load_tokenizer(path)
+
+
+def pairs_source(config: TrainingConfig) -> PairsSource:
+    """What the run's training pairs are, for the tokenizer learned from them."""
+    return PairsSource((config.source_lang, config.target_lang), config.dataset, config.train_split)
 
 
 def _load_tokenizer(path) -> PreTrainedTokenizerBase:
@@ -422,52 +448,59 @@ def load_training_split(config: TrainingConfig, split: str) -> datasets.Dataset:
         return load_translation_split(
             config.dataset, config.source_lang, config.target_lang, split, config.dataset_config
         )
-    except (FileNotFoundError, ValueError) as err:
+    except CorpusError as err:
         raise TrainingError(str(err)) from err
 
 
-def _cleaned_split(config: TrainingConfig, split: str, max_sentences: int | None = None):
-    """The first `max_sentences` pairs of `split` (all without it), cleaned: the same rule for every split a run
-    reads, so that validation, like training, never takes a pair of thousands of words cut to the model's length."""
-    pairs = load_training_split(config, split)
-    if max_sentences:
-        pairs = pairs.select(range(min(max_sentences, len(pairs))))
-    pairs, _ = clean_translation_pairs(
-        pairs,
-        max_words=config.clean_max_words,
-        max_length_ratio=config.clean_max_length_ratio,
-        num_proc=config.preprocessing_workers,
-        name=f"{split} pairs",
+def heldout_splits(config: TrainingConfig) -> list[str]:
+    """The validation and test splits the dataset lacks, which the run holds out of its training pairs."""
+    try:
+        available = split_names(config.dataset, config.dataset_config)
+    except CorpusError as err:
+        raise TrainingError(str(err)) from err
+    wanted = [split for split in (config.validation_split, TEST_SPLIT) if split and split not in available]
+    return wanted if config.holdout != 0 else []
+
+
+def training_pairs(config: TrainingConfig) -> tuple[datasets.Dataset, dict[str, datasets.Dataset]]:
+    """(the pairs to train on, {split: pairs held out of them} for the splits the dataset lacks)."""
+    pairs = load_training_split(config, config.train_split)
+    splits = heldout_splits(config)
+    return hold_out(pairs, splits, config.holdout, config.seed) if splits else (pairs, {})
+
+
+def _cleaned(config: TrainingConfig, pairs, tokenizer: PreTrainedTokenizerBase, name: str, max_length: int):
+    """`pairs` tokenized and cleaned (`clean_and_tokenize`), no side longer than the model's `max_length` positions:
+    the same rule for every split a run reads, so that validation, like training, never takes a pair of thousands
+    of tokens. A right-to-left run learns on reversed target words (`config.right_to_left`)."""
+    rules = CleaningRules(min(config.clean_max_tokens, max_length - 1), config.clean_max_length_ratio)
+    cleaned, _ = clean_and_tokenize(
+        pairs, tokenizer, rules, name, config.right_to_left, num_proc=config.preprocessing_workers
     )
-    if len(pairs) == 0:
-        raise TrainingError(f"no {split} pairs left in {config.dataset} after cleaning")
-    return pairs
-
-
-def _in_training_order(config: TrainingConfig, pairs):
-    """`pairs` as the model learns them: a right-to-left run's targets with their words reversed."""
-    if config.right_to_left:
-        return reverse_target_words(pairs, num_proc=config.preprocessing_workers)
-    return pairs
+    if len(cleaned) == 0:
+        raise TrainingError(f"no {name} left in {config.dataset} after cleaning")
+    return cleaned
 
 
 def _load_data(config: TrainingConfig, tokenizer: PreTrainedTokenizerBase, max_length: int):
-    """The cleaned training split and validation slice, tokenized and cut to `max_length`. A right-to-left run
-    learns and is validated on reversed target words, and scores BLEU in reading order, in which its model's
-    translations come back (`config.right_to_left`)."""
-    train_data = tokenize_pairs(
-        _in_training_order(config, _cleaned_split(config, config.train_split)),
-        tokenizer,
-        max_length=max_length,
-        num_proc=config.preprocessing_workers,
-    )
+    """(the cleaned training pairs, tokenized; the validation set or None; {split: pairs held out of training}).
+    A right-to-left run learns and is validated on reversed target words, and scores BLEU in reading order, in
+    which its model's translations come back (`config.right_to_left`)."""
+    train_pairs, heldout = training_pairs(config)
+    train_data = _cleaned(config, train_pairs, tokenizer, f"{config.train_split} pairs", max_length)
     if config.validation_split is None:
-        return train_data, None
-    pairs = _cleaned_split(config, config.validation_split, config.validation_max_sentences)
-    tokenized = tokenize_pairs(_in_training_order(config, pairs), tokenizer, max_length=max_length)
-    return train_data, ValidationSet(
-        tokenized, example_lengths(tokenized), list(pairs["source"]), list(pairs["target"])
+        return train_data, None, heldout
+    if config.validation_split in heldout:
+        pairs = heldout[config.validation_split]
+    else:
+        pairs = load_training_split(config, config.validation_split)
+    if config.validation_max_sentences:
+        pairs = pairs.select(range(min(config.validation_max_sentences, len(pairs))))
+    tokenized = _cleaned(config, pairs, tokenizer, f"{config.validation_split} pairs", max_length)
+    validation = ValidationSet(
+        tokenized, example_lengths(tokenized), list(tokenized["source"]), list(tokenized["target"])
     )
+    return train_data, validation, heldout
 
 
 def _model_config(config: TrainingConfig, tokenizer: PreTrainedTokenizerBase) -> VanillaTransformerConfig:

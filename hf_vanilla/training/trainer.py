@@ -574,5 +574,7 @@ def validate(
             do_sample=False,
         )
         indexed = sorted(gather_object(list(zip(share, translations, strict=True))))
-        metrics["val_bleu"] = score_translations([text for _, text in indexed], validation.references)["bleu"]
+        metrics["val_bleu"] = score_translations(
+            [text for _, text in indexed], validation.references, target_lang=config.target_lang
+        )["bleu"]
     return metrics

@@ -20,6 +20,7 @@ from hf_vanilla.cli import (
     decoding_kwargs,
     runtime_kwargs,
 )
+from hf_vanilla.corpus import dataset_spec
 from hf_vanilla.evaluation.scoring import Runtime, TranslationData
 from hf_vanilla.research.distillation import SavedTranslations, Teachers, distill_dataset
 
@@ -50,7 +51,7 @@ def main() -> None:
 
     try:
         provenance = distill_dataset(
-            TranslationData(args.dataset, args.source_lang, args.target_lang, args.dataset_config),
+            TranslationData(dataset_spec(args.dataset), args.source_lang, args.target_lang, args.dataset_config),
             args.output_dir,
             Teachers(args.forward, args.backward, args.keep_original),
             Runtime(**runtime_kwargs(args), show_progress=not args.quiet),

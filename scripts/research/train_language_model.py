@@ -13,7 +13,7 @@ import sys
 from transformers import AutoTokenizer
 
 from hf_vanilla.cli import ArgumentParser, add_language_arguments, positive_int
-from hf_vanilla.data import load_translation_split
+from hf_vanilla.corpus import dataset_spec, load_translation_split
 from hf_vanilla.research.language_model import RECORD_FILE, LanguageModelTraining, train_language_model
 
 
@@ -43,7 +43,7 @@ def main() -> None:
         tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
         splits = {
             split: load_translation_split(
-                args.dataset, args.source_lang, args.target_lang, split, args.dataset_config
+                dataset_spec(args.dataset), args.source_lang, args.target_lang, split, args.dataset_config
             )["target"]
             for split in ("train", "validation")
         }

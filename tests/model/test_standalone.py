@@ -11,7 +11,7 @@ from conftest import SCRIPTS
 from huggingface_hub import ModelCard
 from transformers import AutoTokenizer
 
-from hf_vanilla.data import load_translation_split
+from hf_vanilla.corpus import load_translation_split
 from hf_vanilla.tokenization import tokenizer_fingerprint
 from hf_vanilla.training.run_directory import CONFIG_FILE
 from hf_vanilla.training.settings import load_training_config

@@ -7,7 +7,7 @@ import sacrebleu
 from conftest import SCRIPTS, tiny_config
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-from hf_vanilla.data import load_translation_split
+from hf_vanilla.corpus import load_translation_split
 from hf_vanilla.evaluation.scoring import Runtime, TranslationData
 from hf_vanilla.research import distillation
 from hf_vanilla.research.distillation import PROVENANCE_FILE, SavedTranslations, Teachers, distill_dataset

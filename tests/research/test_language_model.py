@@ -10,7 +10,7 @@ import torch
 from conftest import SCRIPTS, TINY_LANGUAGE_MODEL
 from transformers import AutoTokenizer
 
-from hf_vanilla.data import load_translation_split
+from hf_vanilla.corpus import load_translation_split
 from hf_vanilla.research.language_model import (
     RECORD_FILE,
     LanguageModelTraining,
