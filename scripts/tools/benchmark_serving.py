@@ -24,7 +24,7 @@ import requests
 import torch
 
 from hf_vanilla.cli import ArgumentParser, positive_int
-from hf_vanilla.data import load_translation_split
+from hf_vanilla.corpus import load_translation_split
 from hf_vanilla.files import write_text_atomic
 from hf_vanilla.precision import cpu_description
 from hf_vanilla.serving.batching import DEFAULT_BATCHING

@@ -19,7 +19,7 @@ import requests
 from conftest import sharpened
 from transformers import AutoModelForSeq2SeqLM
 
-from hf_vanilla.data import load_translation_split
+from hf_vanilla.corpus import load_translation_split
 from hf_vanilla.translation import load_model_and_tokenizer, translate_sentences
 
 pytest.importorskip("fastapi", reason="the service needs pip install 'hf_vanilla[serve]'")
