@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +52,53 @@ MODEL_DIRECTORY_FILES = ("config.json", WEIGHTS_FILE, TOKENIZER_FILE, "tokenizer
 BatchLogitsProcessors = Callable[[Mapping[str, torch.Tensor]], Sequence[LogitsProcessor]]
 
 
+@dataclass(frozen=True)
+class DecodingOptions:
+    """How sentences are decoded and batched: the one object `translate_sentences`, evaluation and the service share.
+
+    `num_beams`, `length_penalty`, `max_new_tokens` and `cache_implementation` go to `generate`; None leaves the
+    model's generation config to decide, and a None `max_new_tokens` gives each sentence its source length +
+    `extra_output_tokens` (section 6.1). `other_generate_kwargs`: any other `generate` keyword (do_sample...).
+    `max_tokens`: source tokens a batch (sentences * longest source); `skip_long_lines`: translate a source longer
+    than the model's positions to "" rather than cut it. Frozen and hashable, so options can key batches."""
+
+    num_beams: int | None = None
+    length_penalty: float | None = None
+    max_new_tokens: int | None = None
+    cache_implementation: str | None = None
+    extra_output_tokens: int = PAPER_EXTRA_OUTPUT_TOKENS
+    skip_long_lines: bool = False
+    max_tokens: int = DEFAULT_MAX_TOKENS
+    show_progress: bool = True
+    # Left out of the hash (a dict has none) but not of equality, so equal options still hash alike.
+    other_generate_kwargs: Mapping[str, Any] = field(default_factory=dict, hash=False)
+
+    def replace(self, **settings) -> DecodingOptions:
+        """These options with `settings` over them: fields by name, any other name a `generate` keyword."""
+        names = {option.name for option in dataclasses.fields(self)} - {"other_generate_kwargs"}
+        own = {name: value for name, value in settings.items() if name in names}
+        others = {name: value for name, value in settings.items() if name not in names}
+        return dataclasses.replace(
+            self, **own, other_generate_kwargs={**self.other_generate_kwargs, **others}
+        )
+
+    def generate_kwargs(self) -> dict[str, Any]:
+        """The keywords `generate` takes from these options: those set, and the others."""
+        chosen = {
+            "num_beams": self.num_beams,
+            "length_penalty": self.length_penalty,
+            "max_new_tokens": self.max_new_tokens,
+            "cache_implementation": self.cache_implementation,
+        }
+        return {
+            **{name: value for name, value in chosen.items() if value is not None},
+            **self.other_generate_kwargs,
+        }
+
+
+DEFAULT_DECODING = DecodingOptions()
+
+
 def _encode_within_positions(
     model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, sources: Sequence[str], skip_long_lines: bool
 ) -> dict[int, list[int]]:
@@ -83,31 +132,30 @@ def _generate_in_batches(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
     sources: Sequence[str],
-    max_tokens: int = DEFAULT_MAX_TOKENS,
-    extra_output_tokens: int = PAPER_EXTRA_OUTPUT_TOKENS,
-    show_progress: bool = True,
-    skip_long_lines: bool = False,
+    options: DecodingOptions,
     logits_processors: BatchLogitsProcessors | None = None,
-    **generate_kwargs,
 ) -> Iterator[tuple[list[int], Any]]:
     """`generate`'s output for each batch of the nonblank `sources`, with the indices in `sources` of its
     sentences (`translate_sentences` says how sentences are batched, cut and limited)."""
+    generate_kwargs = options.generate_kwargs()
     if generate_kwargs.get("max_new_tokens", 0) > (room := max_new_tokens_room(model)):
         raise ValueError(
             f"max_new_tokens={generate_kwargs['max_new_tokens']} is more than the decoder has positions for: at "
             f"most {room} (max_position_embeddings {model.config.max_position_embeddings} less the start token)"
         )
-    to_translate = _encode_within_positions(model, tokenizer, sources, skip_long_lines)
+    to_translate = _encode_within_positions(model, tokenizer, sources, options.skip_long_lines)
     if not to_translate:
         return
     indices, input_ids = list(to_translate), list(to_translate.values())
-    sampler = TokenBatchSampler([len(ids) for ids in input_ids], max_tokens, shuffle=False)
+    sampler = TokenBatchSampler([len(ids) for ids in input_ids], options.max_tokens, shuffle=False)
     model_was_training = model.training
     model.eval()
     try:
         with (
             torch.inference_mode(),
-            tqdm(total=len(indices), unit="sent", desc="Translating", disable=not show_progress) as progress,
+            tqdm(
+                total=len(indices), unit="sent", desc="Translating", disable=not options.show_progress
+            ) as progress,
         ):
             for batch in sampler:
                 batch_ids = [input_ids[position] for position in batch]
@@ -115,7 +163,7 @@ def _generate_in_batches(
                 limit = (
                     {}
                     if "max_new_tokens" in generate_kwargs
-                    else paper_length_limit(model, encoded["attention_mask"], extra_output_tokens)
+                    else paper_length_limit(model, encoded["attention_mask"], options.extra_output_tokens)
                 )
                 processors = (
                     {"logits_processor": LogitsProcessorList(logits_processors(encoded))}
@@ -135,21 +183,19 @@ def translate_sentences(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
     sources: Sequence[str],
-    max_tokens: int = DEFAULT_MAX_TOKENS,
-    extra_output_tokens: int = PAPER_EXTRA_OUTPUT_TOKENS,
-    show_progress: bool = True,
-    skip_long_lines: bool = False,
+    options: DecodingOptions = DEFAULT_DECODING,
     logits_processors: BatchLogitsProcessors | None = None,
-    **generate_kwargs,
+    **settings,
 ) -> list[str]:
-    """Translate `sources` and return the detokenized translations in the order of `sources`.
+    """Translate `sources` with `options` and return the detokenized translations in the order of `sources`.
 
-    Sentences are sorted by length and batched so that sentences * longest source stays within
-    `max_tokens` (beam search multiplies the memory by num_beams). Unless `max_new_tokens` is among
-    `generate_kwargs`, each sentence may produce up to its source length + `extra_output_tokens` new
+    `settings` (fields of `DecodingOptions` or other `generate` keywords) go over `options`, as `generate`'s
+    keywords go over its generation config. Sentences are sorted by length and batched so that sentences *
+    longest source stays within `max_tokens` (beam search multiplies the memory by num_beams). Unless
+    `max_new_tokens` is set, each sentence may produce up to its source length + `extra_output_tokens` new
     tokens (section 6.1), capped by the model's max_position_embeddings, whatever it is batched with.
-    `generate_kwargs` (num_beams, length_penalty, do_sample...) go to `model.generate`, over the model's
-    generation config: pass num_beams=1 for greedy search whatever the saved model says.
+    The `generate` options (num_beams, length_penalty, do_sample...) go over the model's generation config:
+    pass num_beams=1 for greedy search whatever the saved model says.
     Blank or empty sources translate to "" without running the model; a line break inside a
     translation becomes a space, so one line in gives one line out. A source longer than the model's
     positions (`max_position_embeddings`) is cut to fit, or with `skip_long_lines` translates to "";
@@ -159,17 +205,7 @@ def translate_sentences(
     own (temperature, top-k...) act on `model`'s scores before them.
     """
     translations = [""] * len(sources)
-    batches = _generate_in_batches(
-        model,
-        tokenizer,
-        sources,
-        max_tokens,
-        extra_output_tokens,
-        show_progress,
-        skip_long_lines,
-        logits_processors,
-        **generate_kwargs,
-    )
+    batches = _generate_in_batches(model, tokenizer, sources, options.replace(**settings), logits_processors)
     for indices, outputs in batches:
         for index, text in zip(
             indices, decode_translations(tokenizer, outputs, writes_right_to_left(model)), strict=True
@@ -183,27 +219,27 @@ def translate_nbest(
     tokenizer: PreTrainedTokenizerBase,
     sources: Sequence[str],
     num_beams: int,
-    **options,
+    options: DecodingOptions = DEFAULT_DECODING,
+    logits_processors: BatchLogitsProcessors | None = None,
+    **settings,
 ) -> list[list[tuple[str, float]]]:
     """Each source's `num_beams` best translations from beam search, best first, with the score beam search
-    ranked them by (sum of token log-probabilities / length ** length_penalty); `options` and everything else as
-    `translate_sentences`, whose first translations these are. A blank source gets [("", 0.0)]; greedy search
+    ranked them by (sum of token log-probabilities / length ** length_penalty); `options`, `settings` and
+    everything else as `translate_sentences`, whose first translations these are. A blank source gets [("", 0.0)]; greedy search
     (`num_beams` 1) gives each source its one translation, scored 0.
 
     Keeping the scores costs one (rows, vocab) tensor per decoding step until a batch ends: lower `max_tokens`
     if that does not fit."""
     nbest = [[("", 0.0)] for _ in sources]
     beam_search = num_beams > 1  # greedy search returns no sequence scores
-    batches = _generate_in_batches(
-        model,
-        tokenizer,
-        sources,
+    nbest_options = options.replace(
+        **settings,
         num_beams=num_beams,
         num_return_sequences=num_beams,
         return_dict_in_generate=True,
         output_scores=beam_search,
-        **options,
     )
+    batches = _generate_in_batches(model, tokenizer, sources, nbest_options, logits_processors)
     for indices, outputs in batches:
         texts = decode_translations(tokenizer, outputs.sequences, writes_right_to_left(model))
         scores = outputs.sequences_scores.tolist() if beam_search else [0.0] * len(texts)

@@ -45,6 +45,15 @@ def test_nothing_outside_research_imports_it():
         assert not offending, f"{path.relative_to(PACKAGE)} imports {sorted(offending)}"
 
 
+def test_nothing_outside_serving_imports_it():
+    """The service's web stack is an optional extra: the core must import without it."""
+    for path in PACKAGE.rglob("*.py"):
+        if "serving" in path.relative_to(PACKAGE).parts:
+            continue
+        offending = {m for m in imported_modules(path) if m.startswith("hf_vanilla.serving")}
+        assert not offending, f"{path.relative_to(PACKAGE)} imports {sorted(offending)}"
+
+
 def test_the_boundary_check_resolves_relative_imports():
     """The check itself can fail: relative and absolute imports of research are both seen from evaluation."""
     source = "from ..research.reranking import x\nfrom .scoring import y\nimport hf_vanilla.research.ensemble\n"

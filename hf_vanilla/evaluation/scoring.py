@@ -35,6 +35,7 @@ from hf_vanilla.model.decoding import (
     paper_decoding_defaults,
 )
 from hf_vanilla.translation import (
+    DecodingOptions,
     load_model_and_tokenizer,
     translate_sentences,
     write_lines_atomic,
@@ -165,6 +166,12 @@ class Runtime:
     max_tokens: int = DEFAULT_MAX_TOKENS
     show_progress: bool = True
 
+    def decoding(self, settings: Mapping[str, Any]) -> DecodingOptions:
+        """A variant's `settings` (`translate_sentences` keywords) as options batched as this runtime batches."""
+        return DecodingOptions(max_tokens=self.max_tokens, show_progress=self.show_progress).replace(
+            **settings
+        )
+
 
 @dataclass(frozen=True)
 class ScoreOptions:
@@ -215,8 +222,7 @@ class BeamSearch:
     extra_models: Mapping[str, Sequence[str]] = field(default_factory=dict)
 
     def __call__(self, model, tokenizer, sources, settings, runtime: Runtime) -> list[Variant]:
-        batching = {"max_tokens": runtime.max_tokens, "show_progress": runtime.show_progress}
-        return [(dict(settings), translate_sentences(model, tokenizer, sources, **batching, **settings))]
+        return [(dict(settings), translate_sentences(model, tokenizer, sources, runtime.decoding(settings)))]
 
 
 BEAM_SEARCH = BeamSearch()

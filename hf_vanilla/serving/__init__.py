@@ -1,0 +1,8 @@
+"""A translation service over one saved model (`scripts/serve.py`): the Hugging Face Inference API's translation
+task on FastAPI, requests batched on the fly. Needs `pip install 'hf_vanilla[serve]'`; nothing in the core imports
+it."""
+
+from .app import RequestLimits, create_app
+from .batching import BatchingSettings
+
+__all__ = ["BatchingSettings", "RequestLimits", "create_app"]

@@ -1,0 +1,93 @@
+"""Serve a saved model over HTTP: the Hugging Face Inference API's translation task, requests batched on the fly.
+
+    pip install 'hf_vanilla[serve]'
+    python scripts/serve.py outputs/multi30k-small/final --port 8000
+    curl -s localhost:8000 -H 'Content-Type: application/json' -d '{"inputs": "Ein Hund läuft."}'
+
+Decodes with the checkpoint's generation_config.json (beam size, length penalty) unless a request's
+generate_parameters say otherwise, within the limits set here. GET /health, /ready, /stats; /docs is the API.
+SIGTERM stops accepting, answers every accepted request and exits 0 (docs/serving.md).
+"""
+
+import logging
+import signal
+
+import uvicorn
+
+from hf_vanilla.cli import ArgumentParser, positive_int
+from hf_vanilla.precision import DTYPE_NAMES
+from hf_vanilla.serving import BatchingSettings, RequestLimits, create_app
+
+BATCHING, LIMITS = BatchingSettings(), RequestLimits()
+
+
+def parse_args():
+    parser = ArgumentParser(description=__doc__)
+    parser.add_argument("model", help="saved model directory (with its tokenizer)")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:1... (auto: the GPU if present)")
+    parser.add_argument("--dtype", default="float32", choices=["auto", *DTYPE_NAMES])
+    parser.add_argument(
+        "--cache-implementation",
+        choices=["dynamic", "static"],
+        default="dynamic",
+        help="generate's key/value cache",
+    )
+    parser.add_argument(
+        "--max-batch-tokens",
+        type=positive_int,
+        default=BATCHING.max_tokens,
+        help="source tokens a batch (sentences * longest source); 1 decodes each sentence alone",
+    )
+    parser.add_argument(
+        "--max-wait-ms",
+        type=float,
+        default=BATCHING.max_wait_ms,
+        help="how long the oldest waiting sentence waits for others before its batch goes",
+    )
+    parser.add_argument(
+        "--max-queued-sentences",
+        type=positive_int,
+        default=BATCHING.max_queued_sentences,
+        help="sentences that may wait; more are refused at once (503, Retry-After)",
+    )
+    parser.add_argument("--max-sentences", type=positive_int, default=LIMITS.max_sentences, help="a request")
+    parser.add_argument(
+        "--max-characters", type=positive_int, default=LIMITS.max_characters, help="a request"
+    )
+    parser.add_argument("--max-beams", type=positive_int, default=LIMITS.max_beams, help="a request")
+    parser.add_argument(
+        "--max-new-tokens",
+        type=positive_int,
+        default=None,
+        help="a request (default: the decoder's positions)",
+    )
+    parser.add_argument(
+        "--access-log", action="store_true", help="a log line a request (default: a line a batch)"
+    )
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    app = create_app(
+        args.model,
+        args.device,
+        args.dtype,
+        BatchingSettings(args.max_batch_tokens, args.max_wait_ms, args.max_queued_sentences),
+        RequestLimits(args.max_sentences, args.max_characters, args.max_beams, args.max_new_tokens),
+        "static" if args.cache_implementation == "static" else None,
+    )
+    # uvicorn answers the accepted requests on SIGTERM, then raises the signal again under the handler it found:
+    # this one, so that a drained shutdown exits 0 (as training does on preemption) instead of dying by the signal.
+    for stop in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(stop, lambda signum, frame: logging.info("stopped by %s", signal.Signals(signum).name))
+    uvicorn.run(
+        app, host=args.host, port=args.port, access_log=args.access_log, timeout_graceful_shutdown=None
+    )
+
+
+if __name__ == "__main__":
+    main()

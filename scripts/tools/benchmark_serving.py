@@ -1,0 +1,232 @@
+"""Load benchmark of the translation service: N concurrent clients on 127.0.0.1 send a dataset's source sentences,
+one sentence a request, for a fixed count of requests; sentences/s, latency percentiles and errors, against
+
+  (a) the same service with batching off (each sentence its own `generate` call),
+  (b) offline `translate_sentences` of the same sentences, in length-sorted batches (the ceiling),
+  (c) CTranslate2's `translate_batch` on the exported model, where ctranslate2 is installed.
+
+    python scripts/tools/benchmark_serving.py outputs/multi30k-small/final --requests 10000 --clients 32
+
+Writes a JSON report (the command, the CPU, the settings, each run) to --output.
+"""
+
+import json
+import shlex
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import requests
+import torch
+
+from hf_vanilla.cli import ArgumentParser, positive_int
+from hf_vanilla.corpus import load_translation_split
+from hf_vanilla.files import write_text_atomic
+from hf_vanilla.precision import cpu_description
+from hf_vanilla.serving.batching import DEFAULT_BATCHING
+from hf_vanilla.serving.process import ServerProcess
+from hf_vanilla.training.settings import PUBLIC_MULTI30K
+from hf_vanilla.translation import load_model_and_tokenizer, translate_sentences
+
+STARTUP_SECONDS = 300
+UNBATCHED = ("--max-batch-tokens", "1", "--max-wait-ms", "0")  # each sentence alone
+
+
+def parse_args():
+    parser = ArgumentParser(description=__doc__)
+    parser.add_argument("model", help="saved model directory (with its tokenizer)")
+    parser.add_argument("--dataset", default=PUBLIC_MULTI30K, help="Hub dataset name or local path")
+    parser.add_argument("--source-lang", default="de")
+    parser.add_argument("--target-lang", default="en")
+    parser.add_argument("--split", default="test")
+    parser.add_argument("--sentences", type=positive_int, default=None, help="the split's first N only")
+    parser.add_argument(
+        "--requests", type=positive_int, default=10_000, help="requests to the batching service"
+    )
+    parser.add_argument(
+        "--unbatched-requests",
+        type=positive_int,
+        default=1000,
+        help="requests to the service with batching off",
+    )
+    parser.add_argument("--clients", type=positive_int, default=32, help="concurrent clients")
+    parser.add_argument("--num-beams", type=positive_int, default=4)
+    parser.add_argument("--length-penalty", type=float, default=0.6)
+    parser.add_argument(
+        "--threads", type=positive_int, default=2, help="torch threads of the server and offline"
+    )
+    parser.add_argument(
+        "--max-batch-tokens",
+        type=positive_int,
+        default=DEFAULT_BATCHING.max_tokens,
+        help="the service's and offline's",
+    )
+    parser.add_argument(
+        "--max-wait-ms", type=float, default=DEFAULT_BATCHING.max_wait_ms, help="the batching service's"
+    )
+    parser.add_argument("--output", default="docs/benchmarks/serving.json")
+    return parser.parse_args()
+
+
+def latency_summary(seconds: list[float], wall: float, sentences: int) -> dict:
+    milliseconds = np.asarray(seconds) * 1000
+    return {
+        "sentences_per_second": round(sentences / wall, 2),
+        "seconds": round(wall, 2),
+        **{f"p{q}_ms": round(float(np.percentile(milliseconds, q)), 1) for q in (50, 95, 99)},
+    }
+
+
+def load(
+    url: str, sentences: list[str], requests_count: int, clients: int, generate_parameters: dict
+) -> dict:
+    """`clients` threads, each with its own keep-alive session, send request i = sentence i mod len until
+    `requests_count` are sent: errors (a status other than 200 or an answer not of one translation) and lost
+    requests (no HTTP answer at all) counted apart."""
+    counter, lock = iter(range(requests_count)), threading.Lock()
+    latencies: list[float] = []
+    errors, lost = [], []
+
+    def client() -> None:
+        session = requests.Session()
+        while True:
+            with lock:
+                index = next(counter, None)
+            if index is None:
+                return
+            payload = {
+                "inputs": sentences[index % len(sentences)],
+                "parameters": {"generate_parameters": generate_parameters},
+            }
+            started = time.perf_counter()
+            try:
+                answer = session.post(url, json=payload, timeout=600)
+            except requests.RequestException as err:
+                lost.append(f"{type(err).__name__}: {err}")
+                continue
+            latencies.append(time.perf_counter() - started)
+            if answer.status_code != 200 or len(answer.json()) != 1:
+                errors.append(f"{answer.status_code}: {answer.text[:200]}")
+
+    started = time.perf_counter()
+    with ThreadPoolExecutor(clients) as pool:
+        for running in [pool.submit(client) for _ in range(clients)]:
+            running.result()
+    wall = time.perf_counter() - started
+    return {
+        "requests": requests_count,
+        **latency_summary(latencies, wall, len(latencies) - len(errors)),
+        "errors": len(errors),
+        "lost": len(lost),
+        "first_problems": (errors + lost)[:5],
+    }
+
+
+def serve_and_load(
+    args, sentences, flags: tuple[str, ...], requests_count: int, workdir: Path, name: str
+) -> dict:
+    """Start the service with `flags`, load it, stop it with SIGTERM; the run with the service's batch log."""
+    server = ServerProcess(
+        args.model, workdir / f"{name}.log", ("--device", "cpu", *flags), threads=args.threads
+    )
+    try:
+        server.wait_until_ready(STARTUP_SECONDS)
+        beam = {"num_beams": args.num_beams, "length_penalty": args.length_penalty}
+        run = load(server.url, sentences, requests_count, args.clients, beam)
+    finally:
+        exit_status = server.stop()
+    sizes = [int(line.split("batch: ")[1].split()[0]) for line in server.batch_lines()]
+    return {
+        **run,
+        "server_flags": list(flags),
+        "exit_status": exit_status,
+        "batches": len(sizes),
+        "mean_batch_sentences": round(float(np.mean(sizes)), 2),
+    }
+
+
+def offline(args, sentences: list[str]) -> dict:
+    """`translate_sentences` of the sentences, all at once, in length-sorted batches."""
+    torch.set_num_threads(args.threads)
+    model, tokenizer = load_model_and_tokenizer(args.model, "cpu")
+    settings = {"num_beams": args.num_beams, "length_penalty": args.length_penalty}
+    translate_sentences(
+        model, tokenizer, sentences[:8], show_progress=False, **settings
+    )  # warm, as the service
+    started = time.perf_counter()
+    translate_sentences(
+        model, tokenizer, sentences, max_tokens=args.max_batch_tokens, show_progress=False, **settings
+    )
+    wall = time.perf_counter() - started
+    return {
+        "sentences": len(sentences),
+        "sentences_per_second": round(len(sentences) / wall, 2),
+        "seconds": round(wall, 2),
+    }
+
+
+def ctranslate2_run(args, sentences: list[str], workdir: Path) -> dict | str:
+    """CTranslate2 (float32) on the exported model, the same sentences in token-budget batches."""
+    try:
+        import ctranslate2
+    except ImportError:
+        return "skipped: ctranslate2 is not installed (pip install 'hf_vanilla[ct2]')"
+    from hf_vanilla.tools.export import convert_to_ctranslate2, export_to_marian
+
+    marian_dir = export_to_marian(args.model, workdir / "marian")
+    translator = ctranslate2.Translator(
+        str(convert_to_ctranslate2(marian_dir, workdir / "ct2", "float32")),
+        device="cpu",
+        intra_threads=args.threads,
+    )
+    _, tokenizer = load_model_and_tokenizer(args.model, "cpu")
+    tokens = [tokenizer.convert_ids_to_tokens(ids) for ids in tokenizer(sentences)["input_ids"]]
+    options = {"beam_size": args.num_beams, "length_penalty": args.length_penalty, "batch_type": "tokens"}
+    translator.translate_batch(tokens[:8], **options)
+    started = time.perf_counter()
+    translator.translate_batch(tokens, max_batch_size=args.max_batch_tokens, **options)
+    wall = time.perf_counter() - started
+    return {
+        "sentences": len(sentences),
+        "sentences_per_second": round(len(sentences) / wall, 2),
+        "seconds": round(wall, 2),
+    }
+
+
+def main() -> None:
+    args = parse_args()
+    split = load_translation_split(args.dataset, args.source_lang, args.target_lang, args.split)
+    sentences = list(split["source"])[: args.sentences]
+    batched_flags = ("--max-batch-tokens", str(args.max_batch_tokens), "--max-wait-ms", str(args.max_wait_ms))
+    with tempfile.TemporaryDirectory() as scratch:
+        workdir = Path(scratch)
+        runs = {
+            "batched": serve_and_load(args, sentences, batched_flags, args.requests, workdir, "batched"),
+            "unbatched": serve_and_load(
+                args, sentences, UNBATCHED, args.unbatched_requests, workdir, "unbatched"
+            ),
+            "offline": offline(args, sentences),
+            "ctranslate2": ctranslate2_run(args, sentences, workdir),
+        }
+    rate = {name: run["sentences_per_second"] for name, run in runs.items() if isinstance(run, dict)}
+    report = {
+        "command": shlex.join(["python", *sys.argv]),
+        "cpu": cpu_description(),
+        "threads": args.threads,
+        "clients": args.clients,
+        "num_beams": args.num_beams,
+        "dataset": f"{args.dataset} {args.split} ({args.source_lang}), {len(sentences)} sentences",
+        "batched_over_unbatched": round(rate["batched"] / rate["unbatched"], 2),
+        "batched_over_offline": round(rate["batched"] / rate["offline"], 2),
+        **runs,
+    }
+    write_text_atomic(args.output, json.dumps(report, indent=2) + "\n")
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
