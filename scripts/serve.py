@@ -25,9 +25,12 @@ def parse_args():
     parser = ArgumentParser(description=__doc__)
     parser.add_argument("model", help="saved model directory (with its tokenizer)")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
-    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--port", type=int, default=8000, help="port to listen on")
     parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:1... (auto: the GPU if present)")
-    parser.add_argument("--dtype", default="float32", choices=["auto", *DTYPE_NAMES])
+    parser.add_argument(
+        "--dtype", default="float32", choices=["auto", *DTYPE_NAMES], help="weights and activations (auto: bfloat16 "
+        "where the hardware runs it natively, float16 on a GPU without it, else float32)"
+    )
     parser.add_argument(
         "--cache-implementation",
         choices=["dynamic", "static"],

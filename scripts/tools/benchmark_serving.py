@@ -23,13 +23,12 @@ import numpy as np
 import requests
 import torch
 
-from hf_vanilla.cli import ArgumentParser, positive_int
+from hf_vanilla.cli import ArgumentParser, add_language_arguments, dataset_kwargs, positive_int
 from hf_vanilla.corpus import load_translation_split
 from hf_vanilla.files import write_text_atomic
 from hf_vanilla.precision import cpu_description
 from hf_vanilla.serving.batching import DEFAULT_BATCHING
 from hf_vanilla.serving.process import ServerProcess
-from hf_vanilla.training.settings import PUBLIC_MULTI30K
 from hf_vanilla.translation import load_model_and_tokenizer, translate_sentences
 
 STARTUP_SECONDS = 300
@@ -39,10 +38,8 @@ UNBATCHED = ("--max-batch-tokens", "1", "--max-wait-ms", "0")  # each sentence a
 def parse_args():
     parser = ArgumentParser(description=__doc__)
     parser.add_argument("model", help="saved model directory (with its tokenizer)")
-    parser.add_argument("--dataset", default=PUBLIC_MULTI30K, help="Hub dataset name or local path")
-    parser.add_argument("--source-lang", default="de")
-    parser.add_argument("--target-lang", default="en")
-    parser.add_argument("--split", default="test")
+    add_language_arguments(parser)
+    parser.add_argument("--split", default="test", help="the split whose sources the clients send")
     parser.add_argument("--sentences", type=positive_int, default=None, help="the split's first N only")
     parser.add_argument(
         "--requests", type=positive_int, default=10_000, help="requests to the batching service"
@@ -54,8 +51,8 @@ def parse_args():
         help="requests to the service with batching off",
     )
     parser.add_argument("--clients", type=positive_int, default=32, help="concurrent clients")
-    parser.add_argument("--num-beams", type=positive_int, default=4)
-    parser.add_argument("--length-penalty", type=float, default=0.6)
+    parser.add_argument("--num-beams", type=positive_int, default=4, help="beam size of every request")
+    parser.add_argument("--length-penalty", type=float, default=0.6, help="length penalty of every request")
     parser.add_argument(
         "--threads", type=positive_int, default=2, help="torch threads of the server and offline"
     )
@@ -68,7 +65,7 @@ def parse_args():
     parser.add_argument(
         "--max-wait-ms", type=float, default=DEFAULT_BATCHING.max_wait_ms, help="the batching service's"
     )
-    parser.add_argument("--output", default="docs/benchmarks/serving.json")
+    parser.add_argument("--output", default="docs/benchmarks/serving.json", help="the JSON report (the CPU named in it)")
     return parser.parse_args()
 
 
@@ -199,7 +196,8 @@ def ctranslate2_run(args, sentences: list[str], workdir: Path) -> dict | str:
 
 def main() -> None:
     args = parse_args()
-    split = load_translation_split(args.dataset, args.source_lang, args.target_lang, args.split)
+    dataset = dataset_kwargs(args)["dataset"]
+    split = load_translation_split(dataset, args.source_lang, args.target_lang, args.split, args.dataset_config)
     sentences = list(split["source"])[: args.sentences]
     batched_flags = ("--max-batch-tokens", str(args.max_batch_tokens), "--max-wait-ms", str(args.max_wait_ms))
     with tempfile.TemporaryDirectory() as scratch:
@@ -219,7 +217,7 @@ def main() -> None:
         "threads": args.threads,
         "clients": args.clients,
         "num_beams": args.num_beams,
-        "dataset": f"{args.dataset} {args.split} ({args.source_lang}), {len(sentences)} sentences",
+        "dataset": f"{dataset} {args.split} ({args.source_lang}), {len(sentences)} sentences",
         "batched_over_unbatched": round(rate["batched"] / rate["unbatched"], 2),
         "batched_over_offline": round(rate["batched"] / rate["offline"], 2),
         **runs,
