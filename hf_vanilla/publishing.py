@@ -18,6 +18,7 @@ import torch
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from hf_vanilla.corpus import TRAIN_SPLIT, parse_dataset
 from hf_vanilla.model.configuration_vanilla import VanillaTransformerConfig
 from hf_vanilla.model.hub import CARD_FILE
 from hf_vanilla.model.modeling_vanilla import (
@@ -65,18 +66,22 @@ def save_model_directory(
 
 
 def is_local_dataset(dataset: str) -> bool:
-    """Whether training read `dataset` from a directory of this machine rather than the Hub."""
-    return Path(dataset).exists()
+    """Whether training read `dataset` from this machine (a folder or files) rather than from the Hub."""
+    base, files = parse_dataset(dataset)
+    return bool(files) or base is None or Path(base).exists()
 
 
 def dataset_name(dataset: str) -> str:
-    """The data's own name: a Hub id's last part, a local copy's folder name."""
-    return (Path(dataset).resolve() if is_local_dataset(dataset) else Path(dataset)).name
+    """The data's own name: a Hub id's last part, a local copy's folder name, or the training file's name."""
+    base, files = parse_dataset(dataset)
+    if base is None:
+        return Path(files.get(TRAIN_SPLIT, next(iter(files.values()))).path).name
+    return (Path(base).resolve() if Path(base).exists() else Path(base)).name
 
 
 def dataset_label(dataset: str) -> str:
-    """How a card names the training data: a Hub id as given, a local copy by its folder's name only (a card is
-    published; the training machine's paths are nobody's business)."""
+    """How a card names the training data: a Hub id as given, a local copy by its folder's or file's name only (a
+    card is published; the training machine's paths are nobody's business)."""
     return f"a local copy of {dataset_name(dataset)}" if is_local_dataset(dataset) else dataset
 
 
