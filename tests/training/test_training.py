@@ -464,7 +464,7 @@ def launch_two_processes(dataset, tokenizer_dir, output_dir, settings: dict, *fl
     command = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
         str(REPO / "scripts" / "train.py"),
-        f"--dataset={dataset}", f"--tokenizer={tokenizer_dir}", f"--output-dir={output_dir}",
+        f"--dataset={dataset}", *DE_EN, f"--tokenizer={tokenizer_dir}", f"--output-dir={output_dir}",
         "--model-preset=tiny", "--max-tokens=256", "--tokens-per-update=512", "--lr=3e-3", "--warmup=10",
         "--log-interval=1", "--no-tensorboard", "--mixed-precision=no", *flags,
     ]  # fmt: skip
