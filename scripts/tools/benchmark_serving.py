@@ -23,8 +23,8 @@ import numpy as np
 import requests
 import torch
 
-from hf_vanilla.cli import ArgumentParser, add_language_arguments, dataset_kwargs, positive_int
-from hf_vanilla.corpus import load_translation_split
+from hf_vanilla.cli import ArgumentParser, add_language_arguments, positive_int
+from hf_vanilla.corpus import dataset_spec, load_translation_split
 from hf_vanilla.files import write_text_atomic
 from hf_vanilla.precision import cpu_description
 from hf_vanilla.serving.batching import DEFAULT_BATCHING
@@ -196,7 +196,7 @@ def ctranslate2_run(args, sentences: list[str], workdir: Path) -> dict | str:
 
 def main() -> None:
     args = parse_args()
-    dataset = dataset_kwargs(args)["dataset"]
+    dataset = dataset_spec(args.dataset)
     split = load_translation_split(dataset, args.source_lang, args.target_lang, args.split, args.dataset_config)
     sentences = list(split["source"])[: args.sentences]
     batched_flags = ("--max-batch-tokens", str(args.max_batch_tokens), "--max-wait-ms", str(args.max_wait_ms))
