@@ -202,9 +202,13 @@ def _build(path: str, builder: str, columns: tuple[tuple[str, int], ...]) -> dat
         # Every field a string as written: no "NA" read as missing, no "1990" read as a number.
         options = {"keep_default_na": False}
         if columns:
-            options.update(header=None, usecols=[number - 1 for _, number in columns], column_names=[
-                lang for lang, _ in columns
-            ], features=datasets.Features({lang: datasets.Value("string") for lang, _ in columns}))
+            languages = [lang for lang, _ in columns]
+            options.update(
+                header=None,
+                usecols=[number - 1 for _, number in columns],
+                column_names=languages,
+                features=datasets.Features({lang: datasets.Value("string") for lang in languages}),
+            )
     try:
         rows = _read(path, "text" if builder == "tsv" else builder, **options)
     except DatasetGenerationError as err:
@@ -232,16 +236,18 @@ def _tsv_columns(lines: datasets.Dataset, path: str, columns: tuple[tuple[str, i
         columns = tuple((name, number) for number, name in enumerate(header, 1))
         lines = lines.select(range(1, len(lines)))
     fields = len(header) if header else None
+    needed = max(number for _, number in columns)
     first_line = 2 if header else 1
 
     def split_fields(batch, indices):
         split = pc.split_pattern(pa.array(batch["text"], pa.large_string()), "\t")
         counts = pc.list_value_length(split).to_numpy()
-        short = [i for i, count in enumerate(counts) if count < max(n for _, n in columns) or (fields and count != fields)]
-        if short:
-            line = indices[short[0]] + first_line
-            expected = fields or f"at least {max(n for _, n in columns)}"
-            raise CorpusError(f"{path} line {line} has {counts[short[0]]} tab-separated fields, not {expected}")
+        wrong = [row for row, count in enumerate(counts) if count != fields] if fields else (counts < needed).nonzero()[0]
+        if len(wrong):
+            expected = fields or f"at least {needed}"
+            raise CorpusError(
+                f"{path} line {indices[wrong[0]] + first_line} has {counts[wrong[0]]} tab-separated fields, not {expected}"
+            )
         return {lang: pc.list_element(split, number - 1).to_pylist() for lang, number in columns}
 
     return lines.map(
