@@ -453,13 +453,15 @@ def load_training_split(config: TrainingConfig, split: str) -> datasets.Dataset:
 
 
 def heldout_splits(config: TrainingConfig) -> list[str]:
-    """The validation and test splits the dataset lacks, which the run holds out of its training pairs."""
+    """The validation and test splits the dataset lacks, which the run holds out of its training pairs (none with
+    `holdout: 0`)."""
+    if config.holdout == 0:
+        return []
     try:
         available = split_names(config.dataset, config.dataset_config)
     except CorpusError as err:
         raise TrainingError(str(err)) from err
-    wanted = [split for split in (config.validation_split, TEST_SPLIT) if split and split not in available]
-    return wanted if config.holdout != 0 else []
+    return [split for split in (config.validation_split, TEST_SPLIT) if split and split not in available]
 
 
 def training_pairs(config: TrainingConfig) -> tuple[datasets.Dataset, dict[str, datasets.Dataset]]:
