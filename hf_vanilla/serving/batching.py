@@ -242,8 +242,6 @@ class Batcher:
             for request in {id(sentence.request): sentence.request for sentence in batch}.values():
                 request.fail(err)
             return
-        for sentence, translation in zip(batch, translations, strict=True):
-            sentence.request.deliver(sentence.index, translation)
         tokens = [self._tokens(sentence) for sentence in batch]
         logger.info(
             "batch: %d sentences, %d source tokens (%d padded), num_beams %s, %.0f ms",
@@ -256,3 +254,6 @@ class Batcher:
         self.stats.batches += 1
         self.stats.sentences += len(batch)
         self.stats.largest_batch = max(self.stats.largest_batch, len(batch))
+        # Counted before the answers go out, so that a client who has its answer sees its batch in /stats.
+        for sentence, translation in zip(batch, translations, strict=True):
+            sentence.request.deliver(sentence.index, translation)
