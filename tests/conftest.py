@@ -1,5 +1,12 @@
+import contextlib
+import io
 import json
+import logging
 import os
+import runpy
+import subprocess
+import sys
+import traceback
 
 # The tests use local data only: no Hub look-ups (each would retry for ~30 s on a machine without network).
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -9,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from accelerate.state import AcceleratorState
 from synthetic_corpus import write_synthetic_corpus
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
@@ -39,6 +47,46 @@ def multi30k_path() -> str:
 def corpus_path(tmp_path_factory) -> str:
     """A small synthetic de-en corpus in the Hub `translation` layout, for every test of the data path."""
     return str(write_synthetic_corpus(tmp_path_factory.mktemp("synthetic_corpus")))
+
+
+def run_script(script: str, *args, stdin: str = "", check: bool = False) -> subprocess.CompletedProcess:
+    """`python scripts/SCRIPT ARGS` run in this process, without a new process's ~8 s of imports: its exit status
+    and what it wrote to stdout and stderr, log records included, as `subprocess.run(..., text=True)` returns
+    them. The tests of what only a new process shows (imports, signals, several processes) start one."""
+    argv = [str(SCRIPTS / script), *map(str, args)]
+    stdout, stderr = io.StringIO(), io.StringIO()
+    root, threads = logging.getLogger(), torch.get_num_threads()
+    saved = root.handlers[:], root.level, sys.argv, sys.stdin
+    # Without handlers, the script's logging.basicConfig writes to the stderr captured here, at its level.
+    root.handlers, sys.argv = [], argv
+    sys.stdin = io.TextIOWrapper(io.BytesIO(stdin.encode()), encoding="utf-8")
+    try:
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+            returncode = _exit_status(lambda: runpy.run_path(argv[0], run_name="__main__"), stderr)
+    finally:
+        root.handlers, root.level, sys.argv, sys.stdin = saved
+        torch.set_num_threads(threads)
+        # A training script's Accelerator fixes the process-wide precision; later tests make their own.
+        AcceleratorState._reset_state(reset_partial_state=True)
+    completed = subprocess.CompletedProcess(argv, returncode, stdout.getvalue(), stderr.getvalue())
+    if check:
+        completed.check_returncode()
+    return completed
+
+
+def _exit_status(run, stderr) -> int:
+    """What the interpreter would exit with after `run`, writing to `stderr` what it would print."""
+    try:
+        run()
+    except SystemExit as stop:
+        if stop.code is None or isinstance(stop.code, int):
+            return stop.code or 0
+        print(stop.code, file=stderr)
+        return 1
+    except Exception:
+        stderr.write(traceback.format_exc())
+        return 1
+    return 0
 
 
 def pytest_configure(config):

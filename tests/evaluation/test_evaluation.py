@@ -1,14 +1,12 @@
 import importlib.util
 import json
 import shutil
-import subprocess
-import sys
 from types import SimpleNamespace
 
 import pytest
 import sacrebleu
 import torch
-from conftest import DE_EN, SCRIPTS
+from conftest import DE_EN, run_script
 from huggingface_hub import ModelCard
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
@@ -321,14 +319,10 @@ def test_lines_round_trip_through_files(tmp_path):
 def test_translate_script_keeps_lines_in_order(tiny_model_dir, tiny_model_and_tokenizer, cache):
     """With either cache (static: the one generate compiles on a GPU), the dynamic cache's translations."""
     lines = ["Ein Hund rennt.", "", "Zwei Katzen schlafen auf dem Sofa.", "Kinder."]
-    completed = subprocess.run(
-        [sys.executable, str(SCRIPTS / "translate.py"), str(tiny_model_dir), "--num-beams", "2"]
-        + ["--max-new-tokens", "4", "--device", "cpu", "--quiet", "--cache-implementation", cache],
-        input="\n".join(lines) + "\n",
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+    completed = run_script(
+        "translate.py", tiny_model_dir, "--num-beams", "2", "--max-new-tokens", "4", "--device", "cpu", "--quiet",
+        "--cache-implementation", cache, stdin="\n".join(lines) + "\n", check=True,
+    )  # fmt: skip
     model, tokenizer = tiny_model_and_tokenizer
     expected = translate_sentences(
         model, tokenizer, lines, show_progress=False, num_beams=2, max_new_tokens=4
@@ -484,21 +478,10 @@ def test_selection_names_a_directory_that_holds_no_model(tmp_path, corpus_path):
 
 
 def test_select_checkpoint_script_prints_the_validation_table(tiny_model_dir, corpus_path, tmp_path):
-    completed = subprocess.run(
-        [
-            sys.executable,
-            str(SCRIPTS / "select_checkpoint.py"),
-            str(tiny_model_dir),
-            "--dataset",
-            corpus_path,
-            *DE_EN,
-        ]
-        + ["--num-beams", "1", "2", "--max-sentences", "3", "--report-split", "--device", "cpu"]
-        + ["--output-dir", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+    completed = run_script(
+        "select_checkpoint.py", tiny_model_dir, "--dataset", corpus_path, *DE_EN, "--num-beams", "1", "2",
+        "--max-sentences", "3", "--report-split", "--device", "cpu", "--output-dir", tmp_path, check=True,
+    )  # fmt: skip
     table = completed.stdout.splitlines()
     assert table[0].startswith("validation (3 sentences), nrefs:1|case:mixed")
     assert len(table) == 2 + 2 and sum("<- chosen" in line for line in table) == 1
@@ -508,14 +491,10 @@ def test_select_checkpoint_script_prints_the_validation_table(tiny_model_dir, co
 def test_select_checkpoint_script_prints_tokenized_bleu_beside_sacrebleu(
     tiny_model_dir, corpus_path, tmp_path
 ):
-    completed = subprocess.run(
-        [sys.executable, str(SCRIPTS / "select_checkpoint.py"), str(tiny_model_dir), "--dataset", corpus_path, *DE_EN]
-        + ["--num-beams", "1", "--max-sentences", "3", "--device", "cpu", "--tokenized-bleu"]
-        + ["--output-dir", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+    completed = run_script(
+        "select_checkpoint.py", tiny_model_dir, "--dataset", corpus_path, *DE_EN, "--num-beams", "1",
+        "--max-sentences", "3", "--device", "cpu", "--tokenized-bleu", "--output-dir", tmp_path, check=True,
+    )  # fmt: skip
     report = json.loads((tmp_path / "test.de-en.json").read_text())
     assert completed.stdout.splitlines()[-1] == (
         f"test: cased BLEU {report['cased']['bleu']:.2f}, lowercased {report['lowercased']['bleu']:.2f}, "
@@ -561,13 +540,10 @@ def test_translate_script_writes_every_line_of_a_file_with_a_2000_word_line(tiny
     outputs = {}
     for flags in ([], ["--skip_long_lines"]):
         output = tmp_path / f"output{len(flags)}.en"
-        completed = subprocess.run(
-            [sys.executable, str(SCRIPTS / "translate.py"), str(tiny_model_dir), "--input", str(source)]
-            + ["--output", str(output), "--num-beams", "1", "--max-new-tokens", "3", "--quiet", *flags],
-            capture_output=True,
-            text=True,
-            check=True,
-        )
+        completed = run_script(
+            "translate.py", tiny_model_dir, "--input", source, "--output", output, "--num-beams", "1",
+            "--max-new-tokens", "3", "--quiet", *flags, check=True,
+        )  # fmt: skip
         assert "1 of 3 lines are longer than the model's 1024 positions" in completed.stderr
         assert "line 2" in completed.stderr and "Traceback" not in completed.stderr
         outputs[len(flags)] = output.read_text().split("\n")
@@ -578,12 +554,7 @@ def test_translate_script_writes_every_line_of_a_file_with_a_2000_word_line(tiny
 @pytest.mark.parametrize("script", ["translate.py", "evaluate_bleu.py"])
 @pytest.mark.parametrize("beams", ["0", "-2"])
 def test_scripts_reject_a_beam_size_below_one_in_one_line(script, beams, tiny_model_dir):
-    completed = subprocess.run(
-        [sys.executable, str(SCRIPTS / script), str(tiny_model_dir), "--num-beams", beams],
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-    )
+    completed = run_script(script, tiny_model_dir, "--num-beams", beams)
     assert completed.returncode == 2
     assert completed.stderr.splitlines()[-1] == (
         f"{script}: error: argument --num-beams/--num_beams: must be at least 1, got {beams}"
@@ -597,12 +568,7 @@ def test_a_truncated_weights_file_is_named_in_one_line(tiny_model_dir, tmp_path)
     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
     with pytest.raises(ValueError, match=f"{weights} is truncated or corrupt .*re-save or re-download it"):
         load_model_and_tokenizer(tmp_path / "model")
-    completed = subprocess.run(
-        [sys.executable, str(SCRIPTS / "translate.py"), str(tmp_path / "model"), "--quiet"],
-        input="Ein Hund.\n",
-        capture_output=True,
-        text=True,
-    )
+    completed = run_script("translate.py", tmp_path / "model", "--quiet", stdin="Ein Hund.\n")
     assert completed.returncode == 1
     assert completed.stderr.splitlines()[-1].startswith(f"error: {weights} is truncated or corrupt")
     assert "Traceback" not in completed.stderr

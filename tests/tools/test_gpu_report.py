@@ -1,5 +1,6 @@
-"""scripts/tools/gpu_report.sh at its smoke size on the CPU: every part runs, and report.json holds what they
-measured; a part that fails is recorded as failed while the others stand."""
+"""scripts/tools/gpu_report.sh at its smoke size on the CPU: the parts run, and report.json holds what they
+measured; a part that fails is recorded as failed while the others stand. The default suite runs one part of each
+kind (each part is a process of some seconds of imports); the slow suite runs the whole report."""
 
 import json
 import os
@@ -24,6 +25,7 @@ TRAINING = {
 DECODING = {"decode_dynamic": "cached", "decode_static": "static"}
 # The smoke size: 6 updates logged every 2; --quick decoding at batch 4 and 1.
 SMOKE_UPDATES, SMOKE_LOG_INTERVAL, SMOKE_BATCH_SIZES = 6, 2, (4, 1)
+ONE_OF_EACH_KIND = ("prepare", "train_small_compile_no", "decode_static")
 
 
 def gpu_report(out_dir, *flags) -> subprocess.CompletedProcess:
@@ -34,22 +36,34 @@ def gpu_report(out_dir, *flags) -> subprocess.CompletedProcess:
     return subprocess.run(command, capture_output=True, text=True, env=env, timeout=1800)
 
 
-@pytest.fixture(scope="module")
-def smoke_run(tiny_dataset, tiny_model_dir, tmp_path_factory):
-    out_dir = tmp_path_factory.mktemp("gpu-report")
+def smoke_report(out_dir, tiny_dataset, tiny_model_dir, parts=()):
     flags = ("--smoke", "--data", tiny_dataset, "--tokenizer", str(tiny_model_dir))
+    flags += ("--parts", ",".join(parts)) if parts else ()
     finished = gpu_report(out_dir, *flags)
     assert finished.returncode == 0, finished.stdout[-4000:] + finished.stderr[-4000:]
     return out_dir, flags, finished.stdout
 
 
-def test_smoke_report_runs_every_part_and_holds_its_measures(smoke_run):
-    out_dir, flags, stdout = smoke_run
+@pytest.fixture(scope="module")
+def smoke_run(tiny_dataset, tiny_model_dir, tmp_path_factory):
+    return smoke_report(tmp_path_factory.mktemp("gpu-report"), tiny_dataset, tiny_model_dir, ONE_OF_EACH_KIND)
+
+
+def test_smoke_parts_run_and_hold_their_measures(smoke_run):
+    check_smoke_report(*smoke_run, ONE_OF_EACH_KIND)
+
+
+@pytest.mark.slow
+def test_smoke_report_runs_every_part_and_holds_its_measures(tiny_dataset, tiny_model_dir, tmp_path):
+    check_smoke_report(*smoke_report(tmp_path, tiny_dataset, tiny_model_dir), ["prepare", *TRAINING, *DECODING])
+
+
+def check_smoke_report(out_dir, flags, stdout, parts):
     report = json.loads((out_dir / "report.json").read_text())
     assert report["smoke"] is True
     command = ["bash", "scripts/tools/gpu_report.sh", str(out_dir), *flags, "--minutes", "30"]
-    assert report["commands"] == [shlex.join(command)]
-    assert list(report["parts"]) == ["prepare", *TRAINING, *DECODING]
+    assert [shlex.split(line) for line in report["commands"]] == [command]  # bash's %q quoting, as a shell reads it
+    assert list(report["parts"]) == list(parts)
     for name, part in report["parts"].items():
         assert (part["status"], part["exit_code"]) == ("ok", 0), (name, part)
         assert part["seconds"] > 0 and (out_dir / part["log"]).stat().st_size > 0
@@ -59,6 +73,8 @@ def test_smoke_report_runs_every_part_and_holds_its_measures(smoke_run):
     peak = environment["matmul_peak"]["flops_per_second"]
     assert peak > 0 and environment["device"] == "cpu"
     for name, config in TRAINING.items():
+        if name not in parts:
+            continue
         part = report["parts"][name]
         assert (part["config"], part["updates"], part["first_log_step"]) == (config, SMOKE_UPDATES, SMOKE_LOG_INTERVAL)
         assert part["log_records"] == SMOKE_UPDATES // SMOKE_LOG_INTERVAL
@@ -73,6 +89,8 @@ def test_smoke_report_runs_every_part_and_holds_its_measures(smoke_run):
         assert not list((out_dir / "runs" / name).glob("checkpoint_*"))  # the report keeps logs, not weights
     assert report["parts"]["train_small_compile_no"]["training_step"].startswith("Training step (compile=no")
     for name, cache in DECODING.items():
+        if name not in parts:
+            continue
         part = report["parts"][name]
         cases = {(case["batch_size"], case["num_beams"], case["cache"]) for case in part["cases"]}
         assert cases == {(batch, beams, cache) for batch in SMOKE_BATCH_SIZES for beams in (1, 4)}
@@ -92,5 +110,6 @@ def test_a_failed_part_is_recorded_and_a_rerun_replaces_only_its_own_record(smok
     big = report["parts"]["train_big"]
     assert big["status"] == "failed" and big["exit_code"] not in (0, None)
     assert "training records" in big["error"] and "error" in (out_dir / big["log"]).read_text()
+    assert list(report["parts"]) == [*ONE_OF_EACH_KIND, "train_big"]
     assert all(part["status"] == "ok" for name, part in report["parts"].items() if name != "train_big")
     assert (out_dir / PREPARED_FILE).exists()
