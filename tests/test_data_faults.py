@@ -3,15 +3,13 @@
 
 import json
 import logging
-import os
 import shutil
 import subprocess
-import sys
 from itertools import chain
 from pathlib import Path
 
 import pytest
-from conftest import REPO, SCRIPTS, tiny_config
+from conftest import run_script, tiny_config
 from synthetic_corpus import synthetic_pairs
 from transformers import AutoTokenizer
 
@@ -65,17 +63,6 @@ def run_config(dataset, tokenizer, output_dir, **overrides):
     """conftest's tiny run, two updates long, without validation BLEU or periodic saves unless asked."""
     settings = {"max_steps": 2, "validation_bleu": False, "save_interval_updates": None, **overrides}
     return tiny_config(str(dataset), str(tokenizer), output_dir, **settings)
-
-
-def run_script(name: str, *args) -> subprocess.CompletedProcess:
-    this_checkout = {**os.environ, "PYTHONPATH": str(REPO)}  # not an installed copy elsewhere
-    return subprocess.run(
-        [sys.executable, str(SCRIPTS / name), *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=this_checkout,
-    )
 
 
 def assert_one_error_line(finished: subprocess.CompletedProcess, *expected: str) -> None:

@@ -1,10 +1,8 @@
 import json
-import subprocess
-import sys
 
 import pytest
 import sacrebleu
-from conftest import DE_EN, SCRIPTS, tiny_config
+from conftest import DE_EN, run_script, tiny_config
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from hf_vanilla.corpus import load_translation_split
@@ -202,12 +200,10 @@ def test_a_damaged_saved_chunk_is_named(tiny_model_dir, tiny_dataset, tmp_path):
 
 
 def run_distill_script(model_dir, dataset, output_dir, *options):
-    return subprocess.run(
-        [sys.executable, SCRIPTS / "research" / "distill.py", "--forward", model_dir, "--dataset", dataset, *DE_EN]
-        + ["--output-dir", output_dir, "--device", "cpu", *options],
-        capture_output=True,
-        text=True,
-    )
+    return run_script(
+        "research/distill.py", "--forward", model_dir, "--dataset", dataset, *DE_EN, "--output-dir", output_dir,
+        "--device", "cpu", *options,
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize(

@@ -2,12 +2,10 @@
 
 import json
 import math
-import subprocess
-import sys
 
 import pytest
 import torch
-from conftest import SCRIPTS
+from conftest import run_script
 from transformers import AutoModelForSeq2SeqLM, LogitsProcessorList
 
 from hf_vanilla.evaluation.scoring import Runtime, TranslationData, evaluate_bleu
@@ -133,18 +131,9 @@ def test_translate_script_names_a_member_that_does_not_fit(tiny_model_dir, tmp_p
     model.save_pretrained(other)
     for name in ("tokenizer.json", "tokenizer_config.json"):
         (other / name).write_bytes((tiny_model_dir / name).read_bytes())
-    completed = subprocess.run(
-        [
-            sys.executable,
-            str(SCRIPTS / "translate.py"),
-            str(tiny_model_dir),
-            "--ensemble",
-            str(tiny_model_dir),
-        ]
-        + [str(other), "--device", "cpu", "--quiet"],
-        input="Ein Hund rennt.\n",
-        capture_output=True,
-        text=True,
+    completed = run_script(
+        "translate.py", tiny_model_dir, "--ensemble", tiny_model_dir, other, "--device", "cpu", "--quiet",
+        stdin="Ein Hund rennt.\n",
     )
     assert completed.returncode == 1 and completed.stdout == ""
     last_line = completed.stderr.splitlines()[-1]

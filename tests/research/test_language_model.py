@@ -2,12 +2,10 @@
 saved whole or not at all, scoring each sentence by its per-token log-likelihood."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 import torch
-from conftest import SCRIPTS, TINY_LANGUAGE_MODEL
+from conftest import TINY_LANGUAGE_MODEL, run_script
 from transformers import AutoTokenizer
 
 from hf_vanilla.corpus import load_translation_split
@@ -88,12 +86,10 @@ def test_nothing_is_written_without_training_sentences(tiny_model_dir, tmp_path)
 def test_the_script_trains_on_the_target_side_and_names_a_missing_tokenizer(
     corpus_path, tiny_model_dir, tmp_path
 ):
-    command = [sys.executable, str(SCRIPTS / "research" / "train_language_model.py"), "--dataset", corpus_path]
-    command += ["--source-lang", "en", "--target-lang", "de", "--epochs", "1", "--device", "cpu", "--quiet"]
-    missing = subprocess.run(
-        command + ["--tokenizer", str(tmp_path / "none"), "--output-dir", str(tmp_path / "lm")],
-        capture_output=True,
-        text=True,
-    )
+    missing = run_script(
+        "research/train_language_model.py", "--dataset", corpus_path, "--source-lang", "en", "--target-lang", "de",
+        "--epochs", "1", "--device", "cpu", "--quiet", "--tokenizer", tmp_path / "none", "--output-dir",
+        tmp_path / "lm",
+    )  # fmt: skip
     assert missing.returncode == 1 and missing.stderr.splitlines()[-1].startswith("error: ")
     assert "Traceback" not in missing.stderr and not (tmp_path / "lm").exists()

@@ -2,12 +2,10 @@
 right-to-left models."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 import torch
-from conftest import DE_EN, SCRIPTS
+from conftest import DE_EN, run_script
 from test_ensemble import SOURCES
 from transformers import pipeline
 
@@ -282,28 +280,10 @@ def test_selection_chooses_the_weights_and_the_test_decoding_uses_them(
 
 def test_select_script_names_a_reranking_model_that_does_not_load(tiny_model_dir, corpus_path, tmp_path):
     missing = tmp_path / "no-such-model"
-    completed = subprocess.run(
-        [
-            sys.executable,
-            str(SCRIPTS / "select_checkpoint.py"),
-            str(tiny_model_dir),
-            "--rerank-with",
-            str(missing),
-        ]
-        + [
-            "--dataset",
-            corpus_path,
-            *DE_EN,
-            "--max-sentences",
-            "2",
-            "--device",
-            "cpu",
-            "--output-dir",
-            str(tmp_path),
-        ],
-        capture_output=True,
-        text=True,
-    )
+    completed = run_script(
+        "select_checkpoint.py", tiny_model_dir, "--rerank-with", missing, "--dataset", corpus_path, *DE_EN,
+        "--max-sentences", "2", "--device", "cpu", "--output-dir", tmp_path,
+    )  # fmt: skip
     assert completed.returncode == 1
     assert completed.stderr.splitlines()[-1].startswith(f"error: reranking model {missing}: ")
     assert "Traceback" not in completed.stderr and not (tmp_path / "selection.json").exists()
@@ -312,17 +292,14 @@ def test_select_script_names_a_reranking_model_that_does_not_load(tiny_model_dir
 def test_select_script_prints_a_column_for_each_kind_of_reranking_weight(
     tiny_model_dir, second_dir, right_to_left_dir, language_model_dir, corpus_path, tmp_path
 ):
-    completed = subprocess.run(
-        [sys.executable, str(SCRIPTS / "select_checkpoint.py"), str(tiny_model_dir)]
-        + ["--rerank-with", str(second_dir), "--rerank-weight", "0", "1"]
-        + ["--rerank-right-to-left", str(right_to_left_dir), "--right-to-left-weight", "0", "0.5"]
-        + ["--rerank-language-model", str(language_model_dir), "--language-model-weight", "0.5"]
-        + ["--word-bonus", "-0.1", "0.1"]
-        + ["--num-beams", "2", "--report-split", "--dataset", corpus_path, *DE_EN, "--max-sentences", "2"]
-        + ["--device", "cpu", "--output-dir", str(tmp_path)],
-        capture_output=True,
-        text=True,
-    )
+    completed = run_script(
+        "select_checkpoint.py", tiny_model_dir, "--rerank-with", second_dir, "--rerank-weight", "0", "1",
+        "--rerank-right-to-left", right_to_left_dir, "--right-to-left-weight", "0", "0.5",
+        "--rerank-language-model", language_model_dir, "--language-model-weight", "0.5",
+        "--word-bonus", "-0.1", "0.1",
+        "--num-beams", "2", "--report-split", "--dataset", corpus_path, *DE_EN, "--max-sentences", "2",
+        "--device", "cpu", "--output-dir", tmp_path,
+    )  # fmt: skip
     assert completed.returncode == 0, completed.stderr
     lines = completed.stdout.splitlines()
     assert lines[1].split()[5:10] == ["rerank", "r2l", "lm", "words", "model"]
@@ -342,21 +319,10 @@ def test_translate_script_reranks_as_the_library_does(
     source_file.write_text("".join(f"{line}\n" for line in SOURCES))
 
     def run(*reranking):
-        return subprocess.run(
-            [sys.executable, str(SCRIPTS / "translate.py"), str(second_dir), "--input", str(source_file)]
-            + [
-                "--num-beams",
-                "3",
-                "--max-new-tokens",
-                "8",
-                "--device",
-                "cpu",
-                "--quiet",
-                *map(str, reranking),
-            ],
-            capture_output=True,
-            text=True,
-        )
+        return run_script(
+            "translate.py", second_dir, "--input", source_file, "--num-beams", "3", "--max-new-tokens", "8",
+            "--device", "cpu", "--quiet", *reranking,
+        )  # fmt: skip
 
     def translate(*reranking):
         completed = run(*reranking)

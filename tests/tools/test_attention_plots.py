@@ -1,9 +1,7 @@
-import subprocess
-import sys
 
 import pytest
 import torch
-from conftest import SCRIPTS
+from conftest import run_script
 
 from hf_vanilla.tools.attention_plots import save_attention_plots, sentence_attentions
 from hf_vanilla.translation import load_model_and_tokenizer, translate_sentences
@@ -59,12 +57,9 @@ def test_one_png_per_kind_and_layer(model_and_tokenizer, tmp_path):
 
 
 def test_plot_attention_script(tiny_model_dir, tmp_path):
-    completed = subprocess.run(
-        [sys.executable, str(SCRIPTS / "tools" / "plot_attention.py"), str(tiny_model_dir), "--source", SOURCE]
-        + ["--target", TARGET, "--kinds", "cross", "--output-dir", str(tmp_path), "--dpi", "40"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+    completed = run_script(
+        "tools/plot_attention.py", tiny_model_dir, "--source", SOURCE, "--target", TARGET, "--kinds", "cross",
+        "--output-dir", tmp_path, "--dpi", "40", check=True,
+    )  # fmt: skip
     assert f"target (given): {TARGET}" in completed.stdout
     assert sorted(path.name for path in tmp_path.iterdir()) == ["cross_layer0.png", "cross_layer1.png"]

@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import DE_EN, REPO, tiny_config
+from conftest import DE_EN, REPO, run_script, tiny_config
 from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
@@ -564,10 +564,9 @@ def test_unwritable_output_dir_and_missing_resume_are_errors(tiny_dataset, token
 
 
 def test_script_prints_known_errors_without_traceback(tmp_path):
-    finished = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "train.py"), "--dataset", str(tmp_path / "missing"),
-         *DE_EN, "--tokenizer", str(tmp_path / "tok"), "--output-dir", str(tmp_path / "out"), "--max-steps", "1"],
-        capture_output=True, text=True, timeout=120,
+    finished = run_script(
+        "train.py", "--dataset", tmp_path / "missing", *DE_EN, "--tokenizer", tmp_path / "tok", "--output-dir",
+        tmp_path / "out", "--max-steps", "1",
     )  # fmt: skip
     assert finished.returncode != 0
     assert "Traceback" not in finished.stderr
