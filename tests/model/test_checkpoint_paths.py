@@ -32,10 +32,12 @@ print(json.dumps({"imported_hf_vanilla": any(name.split(".")[0] == "hf_vanilla" 
 TRANSLATE = """
 import json, sys
 from transformers import pipeline
-directory, sources = sys.argv[1], json.loads(sys.argv[2])
-translator = pipeline("vanilla-translation", model=directory, trust_remote_code=True, device="cpu")
+sources, translations = json.loads(sys.argv[1]), {}
+for directory in sys.argv[2:]:
+    translator = pipeline("vanilla-translation", model=directory, trust_remote_code=True, device="cpu")
+    translations[directory] = [result["translation_text"] for result in translator(sources)]
 print(json.dumps({
-    "translations": [result["translation_text"] for result in translator(sources)],
+    "translations": translations,
     "imported_hf_vanilla": any(name.split(".")[0] == "hf_vanilla" for name in sys.modules),
 }))
 """
@@ -129,10 +131,9 @@ def test_a_checkpoint_saved_again_by_transformers_runs_the_pipeline(trained_run,
     model_code = {"modeling_vanilla.py", "attention_kernels.py", "hub.py", "configuration_vanilla.py"}
     assert {"pipeline.py", "decoding.py", *model_code} <= {path.name for path in resaved.iterdir()}
     assert ModelCard.load(resaved / "README.md").data.language == ["de", "en"]
-    original = run_fresh(TRANSLATE, checkpoint, json.dumps(SOURCES), cwd=elsewhere)
-    again = run_fresh(TRANSLATE, resaved, json.dumps(SOURCES), cwd=elsewhere)
-    assert again["imported_hf_vanilla"] is False
-    assert again["translations"] == original["translations"]
+    translated = run_fresh(TRANSLATE, json.dumps(SOURCES), checkpoint, resaved, cwd=elsewhere)
+    assert translated["imported_hf_vanilla"] is False
+    assert translated["translations"][str(resaved)] == translated["translations"][str(checkpoint)]
 
 
 def test_push_to_hub_uploads_the_pipeline_code_and_the_checkpoints_card(trained_run, tmp_path, elsewhere):
@@ -161,9 +162,9 @@ def test_push_to_hub_uploads_the_pipeline_code_and_the_checkpoints_card(trained_
 def test_the_installed_pipeline_runs_a_trained_checkpoint_without_trust_remote_code(trained_run, elsewhere):
     checkpoint = trained_run / "checkpoint_last"
     installed = run_fresh(INSTALLED_PIPELINE, checkpoint, json.dumps(SOURCES), cwd=REPO)  # as installed: importable
-    remote = run_fresh(TRANSLATE, checkpoint, json.dumps(SOURCES), cwd=elsewhere)
+    remote = run_fresh(TRANSLATE, json.dumps(SOURCES), checkpoint, cwd=elsewhere)
     assert installed["pipeline_module"] == "hf_vanilla.model.pipeline"
-    assert installed["translations"] == remote["translations"]
+    assert installed["translations"] == remote["translations"][str(checkpoint)]
 
 
 

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import DE_EN, SCRIPTS
+from conftest import DE_EN, run_script
 from huggingface_hub import ModelCard
 from transformers import AutoTokenizer
 
@@ -19,18 +19,19 @@ from hf_vanilla.training.settings import load_training_config
 FRESH_PROCESS = """
 import json, sys
 from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
-directory, sources = sys.argv[1], json.loads(sys.argv[2])
-report = {
-    "config": type(AutoConfig.from_pretrained(directory, trust_remote_code=True)).__name__,
-    "model": type(AutoModel.from_pretrained(directory, trust_remote_code=True)).__name__,
-    "seq2seq": type(AutoModelForSeq2SeqLM.from_pretrained(directory, trust_remote_code=True)).__name__,
-    "tokenizer_size": len(AutoTokenizer.from_pretrained(directory, trust_remote_code=True)),
-}
-translator = pipeline("vanilla-translation", model=directory, trust_remote_code=True, device="cpu")
-report["pipeline"] = type(translator).__name__
-report["translations"] = [result["translation_text"] for result in translator(sources, batch_size=4)]
-report["imported_hf_vanilla"] = any(name.split(".")[0] == "hf_vanilla" for name in sys.modules)
-print(json.dumps(report))
+sources, reports = json.loads(sys.argv[1]), {}
+for directory in sys.argv[2:]:
+    report = reports[directory] = {
+        "config": type(AutoConfig.from_pretrained(directory, trust_remote_code=True)).__name__,
+        "model": type(AutoModel.from_pretrained(directory, trust_remote_code=True)).__name__,
+        "seq2seq": type(AutoModelForSeq2SeqLM.from_pretrained(directory, trust_remote_code=True)).__name__,
+        "tokenizer_size": len(AutoTokenizer.from_pretrained(directory, trust_remote_code=True)),
+    }
+    translator = pipeline("vanilla-translation", model=directory, trust_remote_code=True, device="cpu")
+    report["pipeline"] = type(translator).__name__
+    report["translations"] = [result["translation_text"] for result in translator(sources, batch_size=4)]
+    report["imported_hf_vanilla"] = any(name.split(".")[0] == "hf_vanilla" for name in sys.modules)
+print(json.dumps(reports))
 """
 
 
@@ -41,21 +42,20 @@ def validation_sources(dataset):
 @pytest.fixture(scope="module")
 def fresh_process_reports(trained_run, tiny_dataset, tmp_path_factory):
     """What a process without hf_vanilla makes of checkpoint_last and checkpoint_average."""
-    sources = validation_sources(tiny_dataset)
-    reports = {}
-    for name in ("checkpoint_last", "checkpoint_average"):
-        finished = subprocess.run(
-            [sys.executable, "-c", FRESH_PROCESS, str(trained_run / name), json.dumps(sources)],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            cwd=tmp_path_factory.mktemp("elsewhere"),  # not the repository: `hf_vanilla/` is not on the path
-            stdin=subprocess.DEVNULL,
-        )
-        assert finished.returncode == 0, finished.stderr[-3000:]
-        assert "[y/N]" not in finished.stderr  # no prompt to run custom code
-        reports[name] = json.loads(finished.stdout.strip().splitlines()[-1])
-    return reports
+    names = ("checkpoint_last", "checkpoint_average")
+    finished = subprocess.run(
+        [sys.executable, "-c", FRESH_PROCESS, json.dumps(validation_sources(tiny_dataset))]
+        + [str(trained_run / name) for name in names],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path_factory.mktemp("elsewhere"),  # not the repository: `hf_vanilla/` is not on the path
+        stdin=subprocess.DEVNULL,
+    )
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    assert "[y/N]" not in finished.stderr  # no prompt to run custom code
+    reports = json.loads(finished.stdout.strip().splitlines()[-1])
+    return {name: reports[str(trained_run / name)] for name in names}
 
 
 def test_checkpoints_load_through_auto_classes_and_pipeline_without_the_package(fresh_process_reports):
@@ -127,13 +127,11 @@ def test_pipeline_translate_script_and_evaluate_script_give_the_same_translation
     sources = validation_sources(tiny_dataset)
     (tmp_path / "input.de").write_text("".join(f"{source}\n" for source in sources))
     for command in (
-        [SCRIPTS / "translate.py", checkpoint, "--input", tmp_path / "input.de", "--output", tmp_path / "out.en", "--quiet"],
-        [SCRIPTS / "evaluate_bleu.py", checkpoint, "--dataset", tiny_dataset, "--split", "validation", *DE_EN,
+        ["translate.py", checkpoint, "--input", tmp_path / "input.de", "--output", tmp_path / "out.en", "--quiet"],
+        ["evaluate_bleu.py", checkpoint, "--dataset", tiny_dataset, "--split", "validation", *DE_EN,
          "--output-dir", tmp_path / "evaluation"],
     ):  # fmt: skip
-        finished = subprocess.run(
-            [sys.executable, *map(str, command)], capture_output=True, text=True, timeout=300
-        )
+        finished = run_script(*command)
         assert finished.returncode == 0, finished.stderr[-3000:]
     translated = (tmp_path / "out.en").read_text().splitlines()
     evaluated = (tmp_path / "evaluation" / "validation.de-en.hyp").read_text().splitlines()
