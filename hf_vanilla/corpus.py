@@ -18,11 +18,8 @@ and line, and the fix where there is one.
 
 from __future__ import annotations
 
-import bz2
-import gzip
 import json
 import logging
-import lzma
 import re
 import shlex
 from collections.abc import Iterator, Mapping, Sequence
@@ -30,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import datasets
+import fsspec
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from datasets.exceptions import DatasetGenerationError
@@ -41,7 +40,7 @@ LANGUAGE_PLACEHOLDER = "{lang}"
 TRAIN_SPLIT = "train"
 # The suffix of a data file (after any compression suffix) and the datasets builder that reads it.
 FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".tsv": "tsv", ".parquet": "parquet"}
-COMPRESSIONS = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open, ".zst": None}
+COMPRESSION_SUFFIXES = (".gz", ".bz2", ".xz", ".zst")  # read as datasets reads them, through fsspec
 ACCEPTED_FORMS = (
     "a Hub id or folder, a .jsonl/.json/.csv/.tsv/.parquet file (a `translation` column or one per language; "
     "FILE#en=3,fr=4 for a TSV/CSV without a header), or two text files as PATTERN.{lang}; SPLIT=FILE names a "
@@ -85,7 +84,7 @@ class DataFile:
         if LANGUAGE_PLACEHOLDER in self.path:
             return "text"
         suffixes = Path(self.path).suffixes
-        if suffixes and suffixes[-1] in COMPRESSIONS:
+        if suffixes and suffixes[-1] in COMPRESSION_SUFFIXES:
             suffixes = suffixes[:-1]
         return FILE_BUILDERS.get(suffixes[-1] if suffixes else "", "")
 
@@ -121,19 +120,14 @@ def parse_dataset(spec: str) -> tuple[str | None, dict[str, DataFile]]:
         split, separator, location = item.partition("=")
         if not separator or "/" in split or "{" in split:
             split, location = "", item
-        if split or _names_a_file(location):
-            file = DataFile.parse(location)
+        file = DataFile.parse(location)
+        if split or file.builder or Path(location).is_file():  # a file or text-pair pattern, not a Hub id or folder
             files[split or TRAIN_SPLIT] = file
         elif base is None:
             base = location
         else:
             raise CorpusError(f"dataset {spec!r} names two datasets ({base}, {location}); name files as SPLIT=FILE")
     return base, files
-
-
-def _names_a_file(location: str) -> bool:
-    """Whether a dataset item is a file or text-pair pattern rather than a Hub id or folder."""
-    return DataFile.parse(location).builder != "" or Path(location).is_file()
 
 
 def split_names(dataset: str, config_name: str | None = None) -> list[str]:
@@ -242,7 +236,7 @@ def _tsv_columns(lines: datasets.Dataset, path: str, columns: tuple[tuple[str, i
     def split_fields(batch, indices):
         split = pc.split_pattern(pa.array(batch["text"], pa.large_string()), "\t")
         counts = pc.list_value_length(split).to_numpy()
-        wrong = [row for row, count in enumerate(counts) if count != fields] if fields else (counts < needed).nonzero()[0]
+        wrong = np.flatnonzero(counts != fields if fields else counts < needed)
         if len(wrong):
             expected = fields or f"at least {needed}"
             raise CorpusError(
@@ -334,9 +328,8 @@ def _suggested_pattern(path: str) -> str:
 
 
 def _lines(path: str) -> Iterator[bytes]:
-    """The raw lines of a file, decompressed by its suffix."""
-    opener = COMPRESSIONS.get(Path(path).suffix) or open
-    with opener(path, "rb") as file:
+    """The raw lines of a file, decompressed by its suffix as datasets decompresses it."""
+    with fsspec.open(path, "rb", compression="infer") as file:
         yield from file
 
 
