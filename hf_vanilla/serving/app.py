@@ -196,6 +196,9 @@ def create_app(
         # uvicorn has answered every accepted request by now: the worker ends with an empty queue.
         await asyncio.to_thread(batcher.stop)
 
+    def not_ready() -> JSONResponse:
+        return error(503, batcher.load_error or "the model is loading", **{"Retry-After": RETRY_AFTER_SECONDS})
+
     app = FastAPI(title="hf_vanilla translation", summary=f"Translation with {checkpoint}", lifespan=lifespan)
     app.state.batcher = batcher
 
@@ -207,9 +210,7 @@ def create_app(
     async def translate(body: TranslationRequest, request: Request) -> Response | list[TranslationOutput]:
         """Translate `inputs` (one text or a list), with the request's generate_parameters over the server's."""
         if not batcher.ready.is_set():
-            return error(
-                503, batcher.load_error or "the model is loading", **{"Retry-After": RETRY_AFTER_SECONDS}
-            )
+            return not_ready()
         texts = [body.inputs] if isinstance(body.inputs, str) else body.inputs
         chosen = body.parameters.generate_parameters if body.parameters else None
         try:
@@ -241,11 +242,7 @@ def create_app(
     @app.get("/ready")
     async def ready() -> Response:
         """Ready for requests: 200 once the model is loaded and has translated one sentence, 503 before."""
-        if batcher.ready.is_set():
-            return JSONResponse({"status": "ready"})
-        return error(
-            503, batcher.load_error or "the model is loading", **{"Retry-After": RETRY_AFTER_SECONDS}
-        )
+        return JSONResponse({"status": "ready"}) if batcher.ready.is_set() else not_ready()
 
     @app.get("/stats")
     async def stats() -> dict[str, int]:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from hf_vanilla.data import TokenBatchSampler
 from hf_vanilla.model.decoding import DEFAULT_MAX_TOKENS, max_source_tokens
 from hf_vanilla.translation import DecodingOptions, translate_sentences
 
@@ -160,7 +161,15 @@ class Batcher:
             for options, group in list(self._pending.items()):
                 kept = [sentence for sentence in group if not sentence.request.cancelled]
                 self._queued -= len(group) - len(kept)
-                self._pending[options] = kept
+                self._keep(options, kept)
+
+    def _keep(self, options: DecodingOptions, group: list[_Sentence]) -> None:
+        """`group` as the sentences waiting with `options`; an emptied group goes, so that the options requests
+        have chosen do not pile up."""
+        if group:
+            self._pending[options] = group
+        else:
+            del self._pending[options]
 
     @property
     def queued(self) -> int:
@@ -186,10 +195,10 @@ class Batcher:
         with self._condition:
             while True:
                 for options, group in self._pending.items():
-                    if group and self._is_due(group):
+                    if self._is_due(group):
                         batch = self._batch_with_oldest(group)
                         taken = {id(sentence) for sentence in batch}
-                        self._pending[options] = [s for s in group if id(s) not in taken]
+                        self._keep(options, [sentence for sentence in group if id(sentence) not in taken])
                         self._queued -= len(batch)
                         return options, batch
                 if self._stopping and not self._queued:
@@ -209,19 +218,15 @@ class Batcher:
 
     def _seconds_to_next_due(self) -> float | None:
         """Until the first group is due (None: nothing waits, sleep until notified)."""
-        due = [self._due_at(group) for group in self._pending.values() if group]
+        due = [self._due_at(group) for group in self._pending.values()]
         return max(0.0, min(due) - time.monotonic()) if due else None
 
     def _batch_with_oldest(self, group: list[_Sentence]) -> list[_Sentence]:
-        """The group sorted by length and cut as `TokenBatchSampler` cuts (sentences * longest within
-        max_tokens, a longer sentence alone): the batch that holds the group's oldest sentence."""
-        ordered = sorted(group, key=self._tokens)
-        batches: list[list[_Sentence]] = [[]]
-        for sentence in ordered:
-            if batches[-1] and (len(batches[-1]) + 1) * self._tokens(sentence) > self.settings.max_tokens:
-                batches.append([])
-            batches[-1].append(sentence)
-        return next(batch for batch in batches if any(sentence is group[0] for sentence in batch))
+        """The batch of `TokenBatchSampler` (sorted by length, sentences * longest within max_tokens, a longer
+        sentence alone) that holds the group's oldest sentence, group[0]."""
+        lengths = [self._tokens(sentence) for sentence in group]
+        batches = TokenBatchSampler(lengths, self.settings.max_tokens, shuffle=False)
+        return next([group[index] for index in batch] for batch in batches if 0 in batch)
 
     def _tokens(self, sentence: _Sentence) -> int:
         """The sentence's source tokens as `translate_sentences` counts them (cut to the model's positions)."""
