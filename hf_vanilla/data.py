@@ -40,10 +40,12 @@ def clean_and_tokenize(
     name: str = "pairs",
     reverse_target: bool = False,
     num_proc: int | None = None,
+    keep_text: bool = True,
 ) -> tuple[datasets.Dataset, Counter]:
     """`pairs` with white space normalized, tokenized into `input_ids` (source) and `labels` (target, its words
     reversed with `reverse_target`: a right-to-left model's), and cleaned by `rules`. `source` and `target` stay, in
-    reading order. Returns the kept pairs and the number dropped for each reason ("empty", "too_long",
+    reading order, unless `keep_text` is False (the training split, whose text nothing reads again: its cache then
+    holds token ids alone). Returns the kept pairs and the number dropped for each reason ("empty", "too_long",
     "length_ratio"), which is also logged, the pairs called `name`. Test splits are not cleaned: their references
     have to stay complete."""
 
@@ -59,7 +61,8 @@ def clean_and_tokenize(
             _drop_reason(len(source_ids) - 1, len(target_ids) - 1, rules)  # - 1: `</s>` is no text
             for source_ids, target_ids in zip(encoded["input_ids"], encoded["labels"], strict=True)
         ]
-        return {"source": sources, "target": targets, **encoded, "drop_reason": reasons}
+        text = {"source": sources, "target": targets} if keep_text else {}
+        return {**text, **encoded, "drop_reason": reasons}
 
     judged = pairs.map(
         normalize_tokenize_judge,

@@ -471,13 +471,15 @@ def training_pairs(config: TrainingConfig) -> tuple[datasets.Dataset, dict[str, 
     return hold_out(pairs, splits, config.holdout, config.seed) if splits else (pairs, {})
 
 
-def _cleaned(config: TrainingConfig, pairs, tokenizer: PreTrainedTokenizerBase, name: str, max_length: int):
+def _cleaned(
+    config: TrainingConfig, pairs, tokenizer: PreTrainedTokenizerBase, name: str, max_length: int, keep_text: bool
+):
     """`pairs` tokenized and cleaned (`clean_and_tokenize`), no side longer than the model's `max_length` positions:
     the same rule for every split a run reads, so that validation, like training, never takes a pair of thousands
     of tokens. A right-to-left run learns on reversed target words (`config.right_to_left`)."""
     rules = CleaningRules(min(config.clean_max_tokens, max_length - 1), config.clean_max_length_ratio)
     cleaned, _ = clean_and_tokenize(
-        pairs, tokenizer, rules, name, config.right_to_left, num_proc=config.preprocessing_workers
+        pairs, tokenizer, rules, name, config.right_to_left, config.preprocessing_workers, keep_text
     )
     if len(cleaned) == 0:
         raise TrainingError(f"no {name} left in {config.dataset} after cleaning")
@@ -489,7 +491,7 @@ def _load_data(config: TrainingConfig, tokenizer: PreTrainedTokenizerBase, max_l
     A right-to-left run learns and is validated on reversed target words, and scores BLEU in reading order, in
     which its model's translations come back (`config.right_to_left`)."""
     train_pairs, heldout = training_pairs(config)
-    train_data = _cleaned(config, train_pairs, tokenizer, f"{config.train_split} pairs", max_length)
+    train_data = _cleaned(config, train_pairs, tokenizer, f"{config.train_split} pairs", max_length, keep_text=False)
     if config.validation_split is None:
         return train_data, None, heldout
     if config.validation_split in heldout:
@@ -498,7 +500,7 @@ def _load_data(config: TrainingConfig, tokenizer: PreTrainedTokenizerBase, max_l
         pairs = load_training_split(config, config.validation_split)
     if config.validation_max_sentences:
         pairs = pairs.select(range(min(config.validation_max_sentences, len(pairs))))
-    tokenized = _cleaned(config, pairs, tokenizer, f"{config.validation_split} pairs", max_length)
+    tokenized = _cleaned(config, pairs, tokenizer, f"{config.validation_split} pairs", max_length, keep_text=True)
     validation = ValidationSet(
         tokenized, example_lengths(tokenized), list(tokenized["source"]), list(tokenized["target"])
     )
