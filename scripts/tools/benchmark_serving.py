@@ -16,6 +16,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -29,7 +30,7 @@ from hf_vanilla.files import write_text_atomic
 from hf_vanilla.precision import cpu_description
 from hf_vanilla.serving.batching import DEFAULT_BATCHING
 from hf_vanilla.serving.process import ServerProcess
-from hf_vanilla.translation import load_model_and_tokenizer, translate_sentences
+from hf_vanilla.translation import DecodingOptions, load_model_and_tokenizer, translate_sentences
 
 STARTUP_SECONDS = 300
 UNBATCHED = ("--max-batch-tokens", "1", "--max-wait-ms", "0")  # each sentence alone
@@ -146,24 +147,28 @@ def serve_and_load(
     }
 
 
+def throughput(translate: Callable[[list], object], inputs: list) -> dict:
+    """`translate` warmed on 8 of the inputs (as the service warms up before it is ready), then timed on all."""
+    translate(inputs[:8])
+    started = time.perf_counter()
+    translate(inputs)
+    wall = time.perf_counter() - started
+    return {
+        "sentences": len(inputs),
+        "sentences_per_second": round(len(inputs) / wall, 2),
+        "seconds": round(wall, 2),
+    }
+
+
 def offline(args, sentences: list[str]) -> dict:
     """`translate_sentences` of the sentences, all at once, in length-sorted batches."""
     torch.set_num_threads(args.threads)
     model, tokenizer = load_model_and_tokenizer(args.model, "cpu")
-    settings = {"num_beams": args.num_beams, "length_penalty": args.length_penalty}
-    translate_sentences(
-        model, tokenizer, sentences[:8], show_progress=False, **settings
-    )  # warm, as the service
-    started = time.perf_counter()
-    translate_sentences(
-        model, tokenizer, sentences, max_tokens=args.max_batch_tokens, show_progress=False, **settings
-    )
-    wall = time.perf_counter() - started
-    return {
-        "sentences": len(sentences),
-        "sentences_per_second": round(len(sentences) / wall, 2),
-        "seconds": round(wall, 2),
-    }
+    options = DecodingOptions(
+        num_beams=args.num_beams, length_penalty=args.length_penalty, max_tokens=args.max_batch_tokens,
+        show_progress=False,
+    )  # fmt: skip
+    return throughput(lambda batch: translate_sentences(model, tokenizer, batch, options), sentences)
 
 
 def ctranslate2_run(args, sentences: list[str], workdir: Path) -> dict | str:
@@ -183,15 +188,9 @@ def ctranslate2_run(args, sentences: list[str], workdir: Path) -> dict | str:
     _, tokenizer = load_model_and_tokenizer(args.model, "cpu")
     tokens = [tokenizer.convert_ids_to_tokens(ids) for ids in tokenizer(sentences)["input_ids"]]
     options = {"beam_size": args.num_beams, "length_penalty": args.length_penalty, "batch_type": "tokens"}
-    translator.translate_batch(tokens[:8], **options)
-    started = time.perf_counter()
-    translator.translate_batch(tokens, max_batch_size=args.max_batch_tokens, **options)
-    wall = time.perf_counter() - started
-    return {
-        "sentences": len(sentences),
-        "sentences_per_second": round(len(sentences) / wall, 2),
-        "seconds": round(wall, 2),
-    }
+    return throughput(
+        lambda batch: translator.translate_batch(batch, max_batch_size=args.max_batch_tokens, **options), tokens
+    )
 
 
 def main() -> None:
