@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from safetensors import SafetensorError, safe_open
@@ -247,6 +247,43 @@ def translate_nbest(
             rows = range(position * num_beams, (position + 1) * num_beams)
             nbest[index] = [(texts[row], scores[row]) for row in rows]
     return nbest
+
+
+class TranslationEngine(Protocol):
+    """What decodes sentences with `DecodingOptions`, whichever engine is behind it: transformers' `generate`
+    (`TransformersEngine`, the reference) or another that gives the options the same meaning."""
+
+    def translate(self, sources: Sequence[str], options: DecodingOptions) -> list[str]:
+        """`translate_sentences`' contract: one translation a source, in order, "" for a blank one."""
+        ...
+
+    def translate_nbest(self, sources: Sequence[str], options: DecodingOptions) -> list[list[tuple[str, float]]]:
+        """`translate_nbest`'s contract, `options.num_beams` (1 if None) translations a source."""
+        ...
+
+    def source_tokens(self, source: str) -> int:
+        """The tokens `source` takes in a batch (cut to the model's positions), as batching counts them."""
+        ...
+
+
+@dataclass(frozen=True)
+class TransformersEngine:
+    """Decoding through transformers' `generate`, as `translate_sentences` and `translate_nbest` do."""
+
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+
+    def translate(self, sources: Sequence[str], options: DecodingOptions = DEFAULT_DECODING) -> list[str]:
+        return translate_sentences(self.model, self.tokenizer, sources, options)
+
+    def translate_nbest(
+        self, sources: Sequence[str], options: DecodingOptions = DEFAULT_DECODING
+    ) -> list[list[tuple[str, float]]]:
+        return translate_nbest(self.model, self.tokenizer, sources, options.num_beams or 1, options)
+
+    def source_tokens(self, source: str) -> int:
+        ids = self.tokenizer(source, verbose=False)["input_ids"]
+        return min(len(ids), max_source_tokens(self.model))
 
 
 def resolve_device(device: str | None = None) -> torch.device:

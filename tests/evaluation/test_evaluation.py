@@ -27,8 +27,11 @@ from hf_vanilla.evaluation.selection import SelectionGrid, select_on_validation
 from hf_vanilla.publishing import CARD_FILE, model_card
 from hf_vanilla.tokenization import save_tokenizer
 from hf_vanilla.translation import (
+    DecodingOptions,
+    TransformersEngine,
     load_model_and_tokenizer,
     read_lines,
+    translate_nbest,
     translate_sentences,
     write_lines_atomic,
 )
@@ -159,6 +162,17 @@ def test_real_model_batched_greedy_equals_one_by_one(tiny_model_and_tokenizer):
 
 HYPOTHESES = ["The dog bit the man.", "It wasn't surprising.", "The man had just bitten him."]
 REFERENCES = ["The dog bit the man.", "It was not unexpected.", "The man bit him first."]
+
+
+def test_the_transformers_engine_decodes_as_translate_sentences_and_translate_nbest(tiny_model_and_tokenizer):
+    model, tokenizer = tiny_model_and_tokenizer
+    engine = TransformersEngine(model, tokenizer)
+    options = DecodingOptions(num_beams=2, length_penalty=0.6, max_new_tokens=6, show_progress=False)
+    assert engine.translate(SOURCES, options) == translate_sentences(model, tokenizer, SOURCES, options)
+    assert engine.translate_nbest(SOURCES, options) == translate_nbest(model, tokenizer, SOURCES, 2, options)
+    long_line = " ".join(["Hund"] * 2 * model.config.max_position_embeddings)
+    assert engine.source_tokens(long_line) == model.config.max_position_embeddings
+    assert engine.source_tokens("Kinder.") == len(tokenizer("Kinder.")["input_ids"])
 
 
 def test_scores_equal_sacrebleu_own():
