@@ -261,8 +261,13 @@ class TranslationEngine(Protocol):
         """`translate_nbest`'s contract, `options.num_beams` (1 if None) translations a source."""
         ...
 
+    @property
+    def max_source_tokens(self) -> int:
+        """The longest source the model takes, in tokens: a longer one is cut or left blank (`skip_long_lines`)."""
+        ...
+
     def source_tokens(self, source: str) -> int:
-        """The tokens `source` takes in a batch (cut to the model's positions), as batching counts them."""
+        """The tokens `source` encodes to, `</s>` included, before any cut to `max_source_tokens`."""
         ...
 
 
@@ -281,9 +286,12 @@ class TransformersEngine:
     ) -> list[list[tuple[str, float]]]:
         return translate_nbest(self.model, self.tokenizer, sources, options.num_beams or 1, options)
 
+    @property
+    def max_source_tokens(self) -> int:
+        return max_source_tokens(self.model)
+
     def source_tokens(self, source: str) -> int:
-        ids = self.tokenizer(source, verbose=False)["input_ids"]
-        return min(len(ids), max_source_tokens(self.model))
+        return len(self.tokenizer(source, verbose=False)["input_ids"])
 
 
 def resolve_device(device: str | None = None) -> torch.device:
