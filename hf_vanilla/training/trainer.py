@@ -50,7 +50,7 @@ from .run_directory import (
     append_log,
     copy_checkpoint,
     remove_old_checkpoints,
-    run_model_card,
+    run_record,
     staging_directory,
 )
 from .schedule import LearningRateSchedule, dropout_for_update, set_dropout
@@ -492,8 +492,8 @@ class CheckpointWriter:
             summary = (
                 f"Checkpoint after {progress.step} updates ({progress.elapsed_seconds / 60:.1f} minutes)."
             )
-            card = run_model_card(self.config, model.config, summary, metrics)
-            save_model_directory(model, self.tokenizer, staging, card, state_dict=state_dict)
+            run = run_record(self.config, summary, metrics)
+            save_model_directory(model, self.tokenizer, staging, run, state_dict=state_dict)
             if publish:
                 publish_directory(staging, final)
         accelerator.wait_for_everyone()
