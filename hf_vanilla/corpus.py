@@ -401,7 +401,8 @@ def _line_problem(line: bytes, languages: Sequence[str]) -> str:
 def write_translation_jsonl(
     path: str | Path, pairs: Iterable[tuple[str, str]], source_lang: str, target_lang: str
 ) -> None:
-    """`pairs` in the Hub `translation` layout, one `{"translation": {source_lang: ..., target_lang: ...}}` a line,
-    as `load_translation_split` reads them. Not atomic: write into a staging directory (`files.atomic_directory`)."""
+    """`pairs` in the Hub `translation` layout, one `{"translation": {source_lang: ..., target_lang: ...}}` a
+    line, as `load_translation_split` reads them. Not atomic: write into a staging directory
+    (`files.atomic_directory`)."""
     rows = [{source_lang: source, target_lang: target} for source, target in pairs]
     datasets.Dataset.from_dict({"translation": rows}).to_json(path, force_ascii=False)

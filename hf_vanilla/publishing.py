@@ -186,13 +186,14 @@ def architecture(config: VanillaTransformerConfig) -> str:
         "one embedding matrix shared by the encoder input, the decoder input and the pre-softmax projection, as in "
         "the paper"
         if config.tie_word_embeddings
-        else "one embedding matrix shared by the encoder and decoder inputs, and a pre-softmax projection of its own "
-        "(a departure: the paper shares that matrix too)"
+        else "one embedding matrix shared by the encoder and decoder inputs, and a pre-softmax projection of its "
+        "own (a departure: the paper shares that matrix too)"
     )
     return (
         f"the paper's encoder-decoder with sinusoidal positions and ReLU feed-forward layers; {layer_norm}; "
         f"{embeddings}. d_model {config.d_model}, d_ff {config.d_ff}, {config.num_attention_heads} heads, "
-        f"{config.encoder_layers}+{config.decoder_layers} layers, a joint BPE vocabulary of {config.vocab_size} tokens"
+        f"{config.encoder_layers}+{config.decoder_layers} layers, a joint BPE vocabulary of {config.vocab_size} "
+        "tokens"
     )
 
 

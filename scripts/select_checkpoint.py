@@ -125,11 +125,9 @@ def print_selection(selection: dict, validation_split: str) -> None:
             f"chrF {report['cased']['chrf']:.2f}" + "".join(f"; {score}" for score in beside)
             + (" (beside, not instead)" if beside else "")
         )
-    if selection["decoding_defaults"]:
-        print(
-            f"decoding defaults ({decoding_label(chosen)}) saved to {selection['decoding_defaults']}: pipeline and "
-            "generate use them"
-        )
+    if selection["decoding_defaults_file"]:
+        saved_to = selection["decoding_defaults_file"]
+        print(f"decoding defaults ({decoding_label(chosen)}) saved to {saved_to}: pipeline and generate use them")
 
 if __name__ == "__main__":
     main()

@@ -117,7 +117,8 @@ def departing_run(tiny_dataset, tokenizer_dir, tmp_path_factory):
 def test_a_cards_facts_are_its_checkpoints_own(departing_run, trained_run):
     """Every fact the card states is the checkpoint's, and the paper's choice is not stated where it departs."""
     departing = ModelCard.load(departing_run / LAST / CARD_FILE).text
-    for fact in (PRE_LAYERNORM, UNTIED, BEAM_8, "- label_smoothing: 0.2\n", "d_model 32, d_ff 64, 4 heads, 2+2 layers"):
+    sizes = "d_model 32, d_ff 64, 4 heads, 2+2 layers"
+    for fact in (PRE_LAYERNORM, UNTIED, BEAM_8, "- label_smoothing: 0.2\n", sizes):
         assert fact in departing
     for paper_choice in (POST_LAYERNORM, TIED, BEAM_4, "label_smoothing: 0.1"):
         assert paper_choice not in departing

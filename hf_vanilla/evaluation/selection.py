@@ -117,10 +117,11 @@ def select_on_validation(
     splits with `evaluate_bleu`, so a test set is reported, never tuned on. Where the winner is one model decoded
     alone, its beam size and length penalty become its checkpoint's decoding defaults (generation_config.json,
     `set_decoding_defaults`: what `pipeline` and `generate` then use) and the reports' scores go into its model
-    card (`record_results`), so the card's scores are what its users get; `selection["decoding_defaults"]` names
-    the file written (None: not written). `generate_kwargs` (`cache_implementation="static"`, say) go to every
-    decoding; `scoring` to the reports (validation is chosen on sacreBLEU alone). Writes `selection.json` (every
-    validation score and the choice) and the reports into `output_dir`; returns the same dictionary.
+    card (`record_results`), so the card's scores are what its users get; the selection's
+    "decoding_defaults_file" names the file written (None: none). `generate_kwargs`
+    (`cache_implementation="static"`, say) go to every decoding; `scoring` to the reports (validation is chosen
+    on sacreBLEU alone). Writes `selection.json` (every validation score and the choice) and the reports into
+    `output_dir`; returns the same dictionary.
     """
     if scoring.tokenized_bleu:
         require_moses_tokenizer()  # before the validation decodings, not after them
@@ -137,9 +138,9 @@ def select_on_validation(
         split: evaluate_bleu(chosen["model"], data, output_dir, split, runtime, scoring, decoder, **decoding)
         for split in grid.report_splits
     }
-    decoding_defaults = None
+    defaults_file = None
     if not decoder.extra_models:  # an ensemble's or reranker's decoding and scores are not the checkpoint's own
-        decoding_defaults = str(_make_checkpoint_default(Path(chosen["model"]), decoding, data.dataset, reports))
+        defaults_file = str(_make_checkpoint_default(Path(chosen["model"]), decoding, data.dataset, reports))
     selection = {
         "validation_split": grid.validation_split,
         "validation_sentences": len(pairs),
@@ -147,7 +148,7 @@ def select_on_validation(
         "signature": signature,
         "validation": rows,
         "chosen": chosen,
-        "decoding_defaults": decoding_defaults,
+        "decoding_defaults_file": defaults_file,
         "reports": {
             split: {case: report[case] for case in SCORE_KINDS if case in report}
             for split, report in reports.items()
@@ -161,7 +162,8 @@ def _make_checkpoint_default(
     model_dir: Path, decoding: dict[str, Any], dataset: str, reports: dict[str, dict[str, Any]]
 ) -> Path:
     """The chosen beam size and length penalty into the chosen checkpoint's generation config, and each report
-    split's scores into its card, where it has one (a run's checkpoints do). Returns the generation config's path."""
+    split's scores into its card, where it has one (a run's checkpoints do). Returns the generation config's
+    path."""
     saved = set_decoding_defaults(model_dir, decoding["num_beams"], decoding.get("length_penalty"))
     if (model_dir / CARD_FILE).is_file():
         for split, report in reports.items():

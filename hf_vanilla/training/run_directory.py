@@ -2,8 +2,8 @@
 
 A run directory holds `checkpoint_<step>` (numbered, one per save), `checkpoint_last` (also carrying the
 training state for `--resume`), `checkpoint_best` and, after averaging, `checkpoint_average`, each a standalone
-`save_pretrained` directory with its model card (`hf_vanilla.publishing`); `train_log.jsonl`, one JSON record a line; and
-`training_config.yaml`. Every directory is written under a staging name and renamed into place, so a crash
+`save_pretrained` directory with its model card (`hf_vanilla.publishing`); `train_log.jsonl`, one JSON record a
+line; and `training_config.yaml`. Every directory is written under a staging name and renamed into place, so a crash
 never leaves one that looks complete but is not.
 """
 
@@ -96,9 +96,8 @@ def average_checkpoints(
             )
     with atomic_directory(output_dir) as staging:
         # The last checkpoint's card describes it, not the average.
-        shutil.copytree(
-            checkpoint_dirs[-1], staging, dirs_exist_ok=True, ignore=shutil.ignore_patterns("*.safetensors", CARD_FILE)
-        )
+        ignored = shutil.ignore_patterns("*.safetensors", CARD_FILE)
+        shutil.copytree(checkpoint_dirs[-1], staging, dirs_exist_ok=True, ignore=ignored)
         for name in weight_files:
             save_file(
                 _mean_tensors([directory / name for directory in checkpoint_dirs]),

@@ -5,7 +5,8 @@ one sentence a request, for a fixed count of requests; sentences/s, latency perc
   (b) offline `translate_sentences` of the same sentences, in length-sorted batches (the ceiling),
   (c) CTranslate2's `translate_batch` on the exported model, where ctranslate2 is installed.
 
-    python scripts/tools/benchmark_serving.py outputs/multi30k-small-de-en/checkpoint_best --requests 10000 --clients 32
+    python scripts/tools/benchmark_serving.py outputs/multi30k-small-de-en/checkpoint_best \\
+        --requests 10000 --clients 32
 
 Writes a JSON report (the command, the CPU, the settings, each run) to --output.
 """

@@ -185,7 +185,7 @@ def test_a_card_names_a_local_dataset_by_its_folder_and_a_hub_dataset_by_its_id(
     card = ModelCard.load(trained_run / "checkpoint_last" / "README.md")
     assert str(Path(tiny_dataset).parent) not in str(card)
     assert f"on a local copy of {Path(tiny_dataset).name}." in card.text and card.data.datasets is None
-    run = RunRecord("de", "en", "bentrevett/multi30k", "Trained.", validation={"val_bleu": 1.0}, validation_sentences=16)
+    run = RunRecord("de", "en", "bentrevett/multi30k", "Trained.", validation={"val_bleu": 1.0})
     hub_card = checkpoint_card(trained_run / "checkpoint_last", run)
     assert "on bentrevett/multi30k." in hub_card.text and hub_card.data.datasets == ["bentrevett/multi30k"]
 
