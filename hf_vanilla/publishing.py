@@ -69,7 +69,7 @@ def save_model_directory(
     model.config.custom_pipelines = custom_pipeline_entry()
     model.save_pretrained(directory, state_dict=state_dict)
     tokenizer.save_pretrained(directory)
-    save_card(checkpoint_card(directory, run), directory)
+    save_card(directory_card(directory, run), directory)
     return directory
 
 
@@ -335,7 +335,7 @@ def model_card(config: VanillaTransformerConfig, generation: GenerationConfig, r
     )
 
 
-def checkpoint_card(directory: str | os.PathLike, run: RunRecord) -> ModelCard:
+def directory_card(directory: str | os.PathLike, run: RunRecord) -> ModelCard:
     """`model_card` of the checkpoint saved in `directory`, from its config.json and generation_config.json."""
     return model_card(
         VanillaTransformerConfig.from_pretrained(directory), GenerationConfig.from_pretrained(directory), run

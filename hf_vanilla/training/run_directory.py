@@ -24,7 +24,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from hf_vanilla.files import STAGING_PREFIX, atomic_directory, publish_directory, write_text_atomic
-from hf_vanilla.publishing import CARD_FILE, RunRecord, checkpoint_card, save_card
+from hf_vanilla.publishing import CARD_FILE, RunRecord, directory_card, save_card
 
 from .settings import TrainingConfig, TrainingError, load_training_config
 
@@ -105,7 +105,7 @@ def average_checkpoints(
                 {"format": "pt"},
             )
         if run is not None:
-            save_card(checkpoint_card(staging, run), staging)
+            save_card(directory_card(staging, run), staging)
     return Path(output_dir)
 
 
