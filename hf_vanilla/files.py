@@ -1,6 +1,8 @@
 """Atomic writes, the one way this package writes files: a crash leaves the old file or the new one, never half.
 
-Each writer works on a temporary sibling, which is renamed over the target only when the writing succeeded.
+Each writer works on a temporary sibling, which is renamed over the target only when the writing succeeded:
+`atomic_file` (any writer's file), `write_text_atomic`, `write_json` (reports and records), `atomic_directory`
+(a directory written whole) and `publish_directory`. Only appended logs and lock files are written in place.
 """
 
 from __future__ import annotations
