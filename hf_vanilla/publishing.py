@@ -147,19 +147,18 @@ def _results(dataset: str, name: str, split: str, scores) -> list[EvalResult]:
 
 def _validation_results(run: RunRecord) -> list[EvalResult]:
     """A checkpoint's validation scores during training (greedy decoding) as model-index rows."""
+    smoothing = run.settings.get("label_smoothing")  # the validation loss is the training loss
+    loss = "cross-entropy per target token" + (f", label smoothing {smoothing}" if smoothing else "")
     scores = [
         (metric, name, round(run.validation[key], 4), None)
-        for key, metric, name in (
-            ("val_bleu", "bleu", "sacreBLEU, greedy"),
-            ("val_loss", "loss", "label-smoothed cross-entropy per target token"),
-        )
+        for key, metric, name in (("val_bleu", "bleu", "sacreBLEU, greedy"), ("val_loss", "loss", loss))
         if key in (run.validation or {})
     ]
     name = f"{dataset_name(run.dataset)} validation ({run.validation_sentences or 'all'} sentences)"
     return _results(run.dataset, name, "validation", scores)
 
 
-def _card_metadata(run: RunRecord) -> ModelCardData:
+def _card_metadata(run: RunRecord, results: list[EvalResult]) -> ModelCardData:
     """The card's YAML block, as Hub model cards carry it: languages, license, task, dataset, model-index."""
     return ModelCardData(
         language=[run.source_lang, run.target_lang],
@@ -170,7 +169,7 @@ def _card_metadata(run: RunRecord) -> ModelCardData:
         datasets=None if is_local_dataset(run.dataset) else [run.dataset],
         metrics=["bleu", "chrf"],
         model_name=f"hf_vanilla-{run.source_lang}-{run.target_lang}",
-        eval_results=_validation_results(run) or None,
+        eval_results=results or None,
     )
 
 
@@ -316,8 +315,9 @@ def model_card(config: VanillaTransformerConfig, generation: GenerationConfig, r
     `record_results` adds them); citation."""
     multi30k = "multi30k" in dataset_name(run.dataset).lower()
     citations = [CITATION, MULTI30K_CITATION] if multi30k else [CITATION]
+    validation = _validation_results(run)
     return card_of(
-        _card_metadata(run),
+        _card_metadata(run, validation),
         CARD_TEXT.format(
             name=f"hf_vanilla-{run.source_lang}-{run.target_lang}",
             paper=PAPER,
@@ -329,7 +329,7 @@ def model_card(config: VanillaTransformerConfig, generation: GenerationConfig, r
             domain=MULTI30K_DOMAIN if multi30k else "Trained on the data named above only.",
             task=TASK,
             procedure=training_procedure(run.settings),
-            evaluation=evaluation_section(_validation_results(run)),
+            evaluation=evaluation_section(validation),
             citations="\n".join(f"```bibtex\n{citation}\n```\n" for citation in citations),
         ),
     )
