@@ -49,8 +49,8 @@ def report(bleu: float, chrf: float = 60.0, **generation) -> dict:
     }
 
 
-def saved_card(tmp_path, generation: GenerationConfig = PAPER_DECODING, **record) -> ModelCard:
-    config = VanillaTransformerConfig.from_preset("tiny", vocab_size=100)
+def saved_card(tmp_path, generation: GenerationConfig = PAPER_DECODING, config=None, **record) -> ModelCard:
+    config = config or VanillaTransformerConfig.from_preset("tiny", vocab_size=100)
     run = RunRecord("de", "en", "bentrevett/multi30k", "Trained.", **record)
     save_card(model_card(config, generation, run), tmp_path)
     return ModelCard.load(tmp_path / CARD_FILE)
@@ -92,6 +92,13 @@ def test_selection_writes_test_scores_into_the_card(tmp_path):
     card = ModelCard.load(tmp_path / CARD_FILE)
     assert [r.metric_value for r in card.data.eval_results if r.dataset_split == "test"] == [40.0, 41.0, 60.0]
     assert card.text.count("## Evaluation") == 1 and "38.46" not in card.text
+
+
+def test_a_right_to_left_models_card_says_it_writes_last_word_first(tmp_path):
+    writes_backwards = "Writes each translation's words last first"
+    assert writes_backwards not in saved_card(tmp_path).text
+    config = VanillaTransformerConfig.from_preset("tiny", vocab_size=100, right_to_left=True)
+    assert writes_backwards in saved_card(tmp_path, config=config).text
 
 
 def test_a_card_without_the_runs_settings_claims_no_recipe(tmp_path):
