@@ -22,7 +22,7 @@ import json
 import logging
 import re
 import shlex
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -396,3 +396,13 @@ def _line_problem(line: bytes, languages: Sequence[str]) -> str:
     texts = row.get(TRANSLATION_COLUMN, row)
     missing = [lang for lang in languages if not isinstance(texts, dict) or lang not in texts]
     return f"has no {missing[0]!r} text" if missing else ""
+
+
+def write_translation_jsonl(
+    path: str | Path, pairs: Iterable[tuple[str, str]], source_lang: str, target_lang: str
+) -> None:
+    """`pairs` in the Hub `translation` layout, one `{"translation": {source_lang: ..., target_lang: ...}}` a
+    line, as `load_translation_split` reads them. Not atomic: write into a staging directory
+    (`files.atomic_directory`)."""
+    rows = [{source_lang: source, target_lang: target} for source, target in pairs]
+    datasets.Dataset.from_dict({"translation": rows}).to_json(path, force_ascii=False)

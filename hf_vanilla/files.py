@@ -1,11 +1,14 @@
 """Atomic writes, the one way this package writes files: a crash leaves the old file or the new one, never half.
 
-Each writer works on a temporary sibling, which is renamed over the target only when the writing succeeded.
+Each writer works on a temporary sibling, which is renamed over the target only when the writing succeeded:
+`atomic_file` (any writer's file), `write_text_atomic`, `write_json` (reports and records), `atomic_directory`
+(a directory written whole) and `publish_directory`. Only appended logs and lock files are written in place.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import tempfile
@@ -37,6 +40,11 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
     return Path(path)
 
 
+def write_json(path: str | os.PathLike, data) -> Path:
+    """Write `data` to `path` atomically as JSON that people read too: indented, non-ASCII kept, a final newline."""
+    return write_text_atomic(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+
+
 def publish_directory(staging: str | os.PathLike, final: str | os.PathLike) -> Path:
     """Move the complete directory `staging` to `final`, replacing what was there.
 
@@ -61,7 +69,8 @@ def atomic_directory(output_dir: str | os.PathLike) -> Iterator[Path]:
     """Yield a private staging directory that replaces `output_dir` only when the block ends without error."""
     output_dir = Path(output_dir)
     output_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.tmp-", dir=output_dir.parent))
+    # Under STAGING_PREFIX, so that a run directory's clean-up finds what a crash left here.
+    staging = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{output_dir.name}-", dir=output_dir.parent))
     staging.chmod(0o755)  # mkdtemp's 0o700 would hide the result from other users
     try:
         yield staging

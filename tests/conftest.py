@@ -4,6 +4,7 @@ import json
 import logging
 import os
 import runpy
+import shutil
 import subprocess
 import sys
 import traceback
@@ -121,6 +122,12 @@ def tiny_model_dir(corpus_path, tmp_path_factory) -> Path:
     save_tokenizer(tokenizer, directory)  # first: it replaces the whole directory
     VanillaTransformerForConditionalGeneration(config).save_pretrained(directory)
     return directory
+
+
+@pytest.fixture
+def tiny_model_copy(tiny_model_dir, tmp_path) -> Path:
+    """A copy of the tiny model that a test may change: selection writes its choice into the chosen checkpoint."""
+    return Path(shutil.copytree(tiny_model_dir, tmp_path / "checkpoint"))
 
 
 @pytest.fixture(scope="session")

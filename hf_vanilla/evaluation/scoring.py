@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -28,7 +27,7 @@ from hf_vanilla.evaluation.paper_bleu import (
     paper_bleu_report,
     require_moses_tokenizer,
 )
-from hf_vanilla.files import write_text_atomic
+from hf_vanilla.files import write_json
 from hf_vanilla.model.decoding import (
     DEFAULT_MAX_TOKENS,
     PAPER_EXTRA_OUTPUT_TOKENS,
@@ -418,7 +417,5 @@ def evaluate_bleu(
         "seed": seed,
         "hypotheses_file": str(hypotheses_path),
     }
-    write_text_atomic(
-        Path(output_dir) / f"{stem}.json", json.dumps(report, indent=2, ensure_ascii=False) + "\n"
-    )
+    write_json(Path(output_dir) / f"{stem}.json", report)
     return report

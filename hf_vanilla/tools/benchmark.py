@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import json
 import os
 import statistics
 import tempfile
@@ -26,7 +25,7 @@ from tokenizers import Tokenizer, models
 from tqdm.auto import tqdm
 from transformers import CompileConfig, PreTrainedTokenizerFast
 
-from hf_vanilla.files import write_text_atomic
+from hf_vanilla.files import write_json
 from hf_vanilla.model.attention_kernels import AUTO_ATTENTION
 from hf_vanilla.model.configuration_vanilla import SIZE_FIELDS, VanillaTransformerConfig
 from hf_vanilla.model.modeling_vanilla import VanillaTransformerForConditionalGeneration
@@ -635,7 +634,7 @@ def _mib(value: int | None) -> str:
 
 def save_results(results: dict, path: str | os.PathLike) -> Path:
     """Write the JSON atomically: a crash never leaves half a file."""
-    return write_text_atomic(path, json.dumps(results, indent=2))
+    return write_json(path, results)
 
 
 __all__ = [

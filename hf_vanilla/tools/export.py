@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer, GenerationConfig, MarianConfig, MarianMTModel, PreTrainedTokenizerBase
 
-from hf_vanilla.files import atomic_directory
+from hf_vanilla.files import atomic_directory, write_json
 from hf_vanilla.model.configuration_vanilla import VanillaTransformerConfig
 from hf_vanilla.model.modeling_vanilla import VanillaTransformerForConditionalGeneration
 
@@ -198,7 +198,7 @@ def _name_a_tokenizer_class_every_transformers_knows(directory: Path) -> None:
     config = json.loads(config_file.read_text())
     if config.get("tokenizer_class") == "TokenizersBackend":
         config["tokenizer_class"] = "PreTrainedTokenizerFast"
-        config_file.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n")
+        write_json(config_file, config)
 
 
 @torch.no_grad()

@@ -5,7 +5,8 @@ one sentence a request, for a fixed count of requests; sentences/s, latency perc
   (b) offline `translate_sentences` of the same sentences, in length-sorted batches (the ceiling),
   (c) CTranslate2's `translate_batch` on the exported model, where ctranslate2 is installed.
 
-    python scripts/tools/benchmark_serving.py outputs/multi30k-small/final --requests 10000 --clients 32
+    python scripts/tools/benchmark_serving.py outputs/multi30k-small-de-en/checkpoint_best \\
+        --requests 10000 --clients 32
 
 Writes a JSON report (the command, the CPU, the settings, each run) to --output.
 """
@@ -26,7 +27,7 @@ import torch
 
 from hf_vanilla.cli import ArgumentParser, add_language_arguments, positive_int
 from hf_vanilla.corpus import dataset_spec, load_translation_split
-from hf_vanilla.files import write_text_atomic
+from hf_vanilla.files import write_json
 from hf_vanilla.precision import cpu_description
 from hf_vanilla.serving.batching import DEFAULT_BATCHING
 from hf_vanilla.serving.process import ServerProcess
@@ -221,7 +222,7 @@ def main() -> None:
         "batched_over_offline": round(rate["batched"] / rate["offline"], 2),
         **runs,
     }
-    write_text_atomic(args.output, json.dumps(report, indent=2) + "\n")
+    write_json(args.output, report)
     print(json.dumps(report, indent=2))
 
 
