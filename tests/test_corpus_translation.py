@@ -15,7 +15,7 @@ import sys
 import time
 
 import pytest
-from conftest import SCRIPTS, run_script
+from conftest import SCRIPTS, run_in_session, run_script
 from synthetic_corpus import synthetic_pairs
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
@@ -229,7 +229,10 @@ def test_processes_share_the_chunks_and_the_main_one_joins_them_into_one_process
     translate_chunk = engine_translator(engine, GREEDY, settings)
     monkeypatch.setattr(corpus_translation, "PartialState", lambda: Process(1, 2))
     translate_corpus(translate_chunk, job, show_progress=False)
-    assert sorted(os.listdir(tmp_path / "output.en.chunks")) == ["000000001", "000000003"]  # the main one records
+    assert sorted(os.listdir(tmp_path / "output.en.chunks")) == [
+        "000000001",
+        "000000003",
+    ]  # the main one records
     monkeypatch.setattr(corpus_translation, "PartialState", lambda: Process(0, 2))
     translate_corpus(translate_chunk, job, show_progress=False)
     assert (tmp_path / "output.en").read_bytes() == alone
@@ -273,28 +276,14 @@ def test_translate_script_stopped_refuses_other_options_and_resumes_to_the_same_
     assert (tmp_path / "output.en").read_bytes() == (tmp_path / "uninterrupted.en").read_bytes()
 
 
-def start_translate(*args, processes: int = 1) -> subprocess.Popen:
-    """scripts/translate.py in new processes (`processes` of them under torchrun, on the CPU), in a session of
-    its own (killable together)."""
+def translate_command(*args, processes: int = 1) -> list[str]:
+    """scripts/translate.py run as a new process, or as `processes` of them under torchrun."""
     launcher = (
         ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}"]
         if processes > 1
         else []
     )
-    command = [sys.executable, *launcher, str(SCRIPTS / "translate.py"), *map(str, args)]
-    environment = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.Popen(
-        command, env=environment, stderr=subprocess.PIPE, text=True, start_new_session=True
-    )
-
-
-def finished(process: subprocess.Popen) -> None:
-    try:
-        _, stderr = process.communicate(timeout=300)
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-    assert process.returncode == 0, stderr[-3000:]
+    return [sys.executable, *launcher, str(SCRIPTS / "translate.py"), *map(str, args)]
 
 
 @pytest.mark.slow  # a new process, killed mid-run
@@ -305,7 +294,7 @@ def test_translate_script_killed_by_sigkill_resumes_to_the_uninterrupted_file(ti
     )
     flags = script_flags(tiny_model_dir, source, tmp_path / "output.en")
     chunks = tmp_path / "output.en.chunks"
-    killed = start_translate(*flags)
+    killed = subprocess.Popen(translate_command(*flags), start_new_session=True, stderr=subprocess.DEVNULL)
     while killed.poll() is None and len(list(chunks.glob("0*"))) < 3:
         time.sleep(0.05)
     os.killpg(killed.pid, signal.SIGKILL)
@@ -319,5 +308,6 @@ def test_translate_script_killed_by_sigkill_resumes_to_the_uninterrupted_file(ti
 def test_two_processes_write_one_processs_file(tiny_model_dir, tmp_path):
     source = write_input(tmp_path / "input.de", [line.encode() for line in SOURCES * 3])
     run_script("translate.py", *script_flags(tiny_model_dir, source, tmp_path / "one.en"), check=True)
-    finished(start_translate(*script_flags(tiny_model_dir, source, tmp_path / "two.en"), processes=2))
+    command = translate_command(*script_flags(tiny_model_dir, source, tmp_path / "two.en"), processes=2)
+    run_in_session(command, {**os.environ, "OMP_NUM_THREADS": "1"})
     assert (tmp_path / "two.en").read_bytes() == (tmp_path / "one.en").read_bytes()
