@@ -133,7 +133,7 @@ def add_sampling_arguments(parser: argparse.ArgumentParser) -> None:
         help="with --sampling, draw from the fewest likeliest tokens whose probabilities sum to p (nucleus)",
     )
     parser.add_argument(
-        "--temperature", type=float, default=1.0, help="with --sampling, divide the logits by this before drawing"
+        "--temperature", type=float, default=1.0, help="with --sampling, divide the logits by this to draw"
     )
 
 
@@ -151,7 +151,7 @@ def sampling_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def add_corpus_arguments(parser: argparse.ArgumentParser) -> None:
-    """The input, the output and how a corpus is translated through them; read them back with `corpus_settings`."""
+    """The input, the output and how a corpus goes between them; read them back with `corpus_settings`."""
     parser.add_argument(
         "--input",
         default="-",
@@ -160,8 +160,8 @@ def add_corpus_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--output",
         default="-",
-        help="file to write atomically, its finished chunks committed beside it (OUTPUT.chunks) so that the same "
-        "command continues after a crash; -: stdout",
+        help="file to write atomically, its finished chunks committed beside it (OUTPUT.chunks) so that the "
+        "same command continues after a crash; -: stdout",
     )
     parser.add_argument(
         "--chunk-lines",
@@ -173,8 +173,8 @@ def add_corpus_arguments(parser: argparse.ArgumentParser) -> None:
         "--errors",
         choices=ERROR_HANDLERS,
         default="strict",
-        help="a line that is not UTF-8: strict stops the run naming it; replace translates it with replacement "
-        "characters",
+        help="a line that is not UTF-8: strict stops the run naming it; replace translates it with "
+        "replacement characters",
     )
     parser.add_argument(
         "--output-format",
@@ -187,7 +187,7 @@ def add_corpus_arguments(parser: argparse.ArgumentParser) -> None:
         "--nbest",
         type=positive_int,
         default=1,
-        help="write each line's N best translations (needs --num-beams N or more): in text N lines a source line",
+        help="write each line's N best translations (needs --num-beams N or more); in text, N lines a line",
     )
     parser.add_argument(
         "--seed",

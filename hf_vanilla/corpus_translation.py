@@ -1,16 +1,17 @@
-"""Translating a corpus of any size: the input read and translated a chunk of lines at a time, in order, in memory
-bounded by the chunk; one line in, one line out.
+"""Translating a corpus of any size: the input read and translated a chunk of lines at a time, in order, in
+memory bounded by the chunk; one line in, one line out.
 
-From a file to a file, each finished chunk is committed (written atomically) into a directory beside the output,
-`OUTPUT.chunks`, with a fingerprint of what its translations depend on: the model's weights, the decoding options,
-the input's text and the corpus settings. The same command given again after a crash, SIGTERM or Ctrl-C continues
-after the committed chunks, and a command that differs in any of them is refused, naming what changed. The chunks are
-shared between the processes `accelerate launch` starts (chunk i goes to process i % processes); when all are
-committed, the main process joins them into the output atomically, checks that it translates every input line, and
-removes the directory. From stdin or to stdout, the chunks are written in order as they finish, by one process.
+From a file to a file, each finished chunk is committed (written atomically) into a directory beside the
+output, `OUTPUT.chunks`, with a fingerprint of what its translations depend on: the model's weights, the
+decoding options, the input's text and the corpus settings. The same command given again after a crash,
+SIGTERM or Ctrl-C continues after the committed chunks, and a command that differs in any of them is refused,
+naming what changed. The chunks are shared between the processes `accelerate launch` starts (chunk i goes to
+process i % processes); when all are committed, the main process joins them into the output atomically, checks
+that it translates every input line, and removes the directory. From stdin or to stdout, the chunks are
+written in order as they finish, by one process.
 
-Each chunk's random draws (sampling) are seeded from the run's seed and the chunk's number, so a resumed or sharded
-run samples exactly what an uninterrupted single process samples.
+Each chunk's random draws (sampling) are seeded from the run's seed and the chunk's number, so a resumed or
+sharded run samples exactly what an uninterrupted single process samples.
 """
 
 from __future__ import annotations
@@ -38,13 +39,7 @@ from transformers import set_seed
 
 from .corpus import not_utf8, raw_lines
 from .files import atomic_file, write_text_atomic
-from .translation import (
-    DecodingOptions,
-    TranslationEngine,
-    lines_numbered_from,
-    named_lines,
-    resolve_device,
-)
+from .translation import DecodingOptions, TranslationEngine, lines_numbered_from, named_lines, resolve_device
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +48,7 @@ OUTPUT_FORMATS = ("text", "jsonl")
 ERROR_HANDLERS = ("strict", "replace")
 DEFAULT_CHUNK_LINES = 2000
 CHUNKS_SUFFIX, FINGERPRINT_FILE = ".chunks", "fingerprint.json"
-# The files of a model directory its translations depend on: weights, configs, tokenizer (a model card does not count)
+# The files of a model directory its translations depend on: weights, configs, tokenizer (not its model card)
 MODEL_FILE_PATTERNS = ("*.safetensors", "*.bin", "*.json")
 # What each part of a run's fingerprint is, as a refusal to resume names it.
 FINGERPRINT_PARTS = {
@@ -74,10 +69,11 @@ class CorpusTranslationError(ValueError):
 
 @dataclass(frozen=True)
 class CorpusSettings:
-    """How a corpus is read and written: `chunk_lines` lines translated (and committed) at a time; `errors`, what a
-    line that is not UTF-8 does ("strict": stops the run naming it, "replace": translates with replacement
-    characters); `output_format`, "text" (each source's `nbest` best translations, a line each) or "jsonl" (a JSON
-    object a translation: source index from 0, rank, score, text); `seed`, the random draws' seed."""
+    """How a corpus is read and written: `chunk_lines` lines translated (and committed) at a time; `errors`,
+    what a line that is not UTF-8 does ("strict": stops the run naming it, "replace": translates with
+    replacement characters); `output_format`, "text" (each source's `nbest` best translations, a line each) or
+    "jsonl" (a JSON object a translation: source index from 0, rank, score, text); `seed`, the random draws'
+    seed."""
 
     chunk_lines: int = DEFAULT_CHUNK_LINES
     errors: str = "strict"
@@ -119,11 +115,12 @@ class CorpusJob:
 def engine_translator(
     engine: TranslationEngine, options: DecodingOptions, settings: CorpusSettings
 ) -> ChunkTranslator:
-    """Chunks translated by `engine` with `options`: each source's `settings.nbest` best with beam search's scores
-    where they are written (n-best lists, JSON lines), else the best alone."""
+    """Chunks translated by `engine` with `options`: each source's `settings.nbest` best with beam search's
+    scores where they are written (n-best lists, JSON lines), else the best alone."""
     if settings.nbest > (options.num_beams or 1):
         raise CorpusTranslationError(
-            f"--nbest {settings.nbest} lists beam search's best translations: give --num-beams {settings.nbest} or more"
+            f"--nbest {settings.nbest} lists beam search's best translations: give "
+            f"--num-beams {settings.nbest} or more"
         )
     if settings.nbest == 1 and settings.output_format == "text":
         return best_only(lambda sources: engine.translate(sources, options))
@@ -135,7 +132,7 @@ def best_only(translate: Callable[[Sequence[str]], Sequence[str]]) -> ChunkTrans
     return lambda sources: [[(text, None)] for text in translate(sources)]
 
 
-def describe(options: DecodingOptions, **more: Any) -> str:
+def describe_decoding(options: DecodingOptions, **more: Any) -> str:
     """Decoding `options` (how they batch, not whether a progress bar shows) and `more` that decides the
     translations (precision, engine, research models), as a fingerprint records them."""
     described = dataclasses.asdict(options)
@@ -144,7 +141,7 @@ def describe(options: DecodingOptions, **more: Any) -> str:
 
 
 def model_digest(model_name_or_path: str) -> str:
-    """The SHA-256 of a saved model's weights, configs and tokenizer (a Hub id: its copy in the local cache)."""
+    """The SHA-256 of a saved model's weights, configs and tokenizer (a Hub id: its locally cached copy)."""
     directory = Path(model_name_or_path)
     if not directory.is_dir():
         directory = Path(huggingface_hub.snapshot_download(model_name_or_path, local_files_only=True))
@@ -158,8 +155,8 @@ def model_digest(model_name_or_path: str) -> str:
 
 
 def process_state(device: str | None) -> PartialState:
-    """accelerate's processes (one, or those `accelerate launch` started), on the CPU through gloo where `device`
-    is the CPU or accelerate was told --cpu (ACCELERATE_USE_CPU)."""
+    """accelerate's processes (one, or those `accelerate launch` started), on the CPU through gloo where
+    `device` is the CPU or accelerate was told --cpu (ACCELERATE_USE_CPU)."""
     cpu = parse_flag_from_env("ACCELERATE_USE_CPU") or resolve_device(device).type == "cpu"
     return PartialState(cpu=cpu)
 
@@ -171,12 +168,14 @@ def process_device(device: str | None, state: PartialState) -> str | None:
 
 def translate_corpus(translate_chunk: ChunkTranslator, job: CorpusJob, show_progress: bool = True) -> None:
     """Translate `job.source` into `job.output` a chunk at a time with `translate_chunk` (see the module
-    docstring); the processes are accelerate's (`process_state`). A problem with the input, the settings or the
-    committed chunks is a CorpusTranslationError of one line, raised before anything is translated where it can be."""
+    docstring); the processes are accelerate's (`process_state`). A problem with the input, the settings or
+    the committed chunks is a CorpusTranslationError of one line, raised before anything is translated where
+    it can be."""
     state = PartialState()
     if not job.resumable and state.num_processes > 1:
         raise CorpusTranslationError(
-            f"{state.num_processes} processes share a corpus through files: give --input FILE and --output FILE"
+            f"{state.num_processes} processes share a corpus through files: give --input FILE and "
+            "--output FILE"
         )
     lines = None if job.source == STANDARD_STREAM else _count_checked_lines(job.source, job.settings)
     if not job.resumable:
@@ -223,8 +222,8 @@ def _chunks(source: str, chunk_lines: int) -> Iterator[list[bytes]]:
 
 
 def _decode(lines: Sequence[bytes], first_line: int, source: str, errors: str) -> list[str]:
-    """`lines` (numbered from `first_line`) as text; one that is not UTF-8 is an error naming it, or with errors
-    "replace" translated with replacement characters and named in a warning."""
+    """`lines` (numbered from `first_line`) as text; one that is not UTF-8 is an error naming it, or with
+    errors "replace" translated with replacement characters and named in a warning."""
     texts, replaced = [], []
     for number, line in enumerate(lines, first_line):
         try:
@@ -232,8 +231,8 @@ def _decode(lines: Sequence[bytes], first_line: int, source: str, errors: str) -
         except UnicodeDecodeError as err:
             if errors == "strict":
                 raise CorpusTranslationError(
-                    f"{source} line {number} {not_utf8(line, err)}: fix the line, or give --errors replace to "
-                    "translate it with replacement characters"
+                    f"{source} line {number} {not_utf8(line, err)}: fix the line, or give --errors replace "
+                    "to translate it with replacement characters"
                 ) from None
             texts.append(line.decode("utf-8", errors))
             replaced.append(number)
@@ -273,7 +272,8 @@ def _format(index: int, hypotheses: Sequence[Hypothesis], settings: CorpusSettin
 
 
 def _sources_covered(output_lines: Iterable[str | bytes], settings: CorpusSettings) -> float:
-    """How many source lines `output_lines` translate: nbest lines each, or in JSON lines the distinct indices."""
+    """How many source lines `output_lines` translate: nbest lines each, or in JSON lines the distinct
+    indices."""
     if settings.output_format == "text":
         return sum(1 for _ in output_lines) / settings.nbest  # a fraction where a source lost a line
     indices = (json.loads(line)["index"] for line in output_lines)
@@ -283,22 +283,20 @@ def _sources_covered(output_lines: Iterable[str | bytes], settings: CorpusSettin
 def _check_covered(covered: float, expected: int, output: str) -> None:
     if covered != expected:
         raise CorpusTranslationError(
-            f"{output}: the translations cover {covered:g} lines of the input's {expected}; nothing was written "
-            "under the output's name (a decoder that writes line breaks?)"
+            f"{output}: the translations cover {covered:g} lines of the input's {expected}; nothing was "
+            "written under the output's name (a decoder that writes line breaks?)"
         )
 
 
 def _progress(total: int | None, enabled: bool) -> tqdm:
     """Lines translated, lines/s and, with a `total`, the share done and the time left."""
-    return tqdm(
-        total=total, unit="line", desc="Translating", disable=not enabled, smoothing=0.1
-    )
+    return tqdm(total=total, unit="line", desc="Translating", disable=not enabled, smoothing=0.1)
 
 
 def _stream(
     translate_chunk: ChunkTranslator, job: CorpusJob, lines: _InputLines | None, show_progress: bool
 ) -> None:
-    """From stdin or to stdout: each chunk written as it is translated, in order (a file output atomically)."""
+    """From stdin or to stdout: each chunk written once translated, in order (a file output atomically)."""
     covered = read = 0
     with _output_stream(job.output) as output, _progress(lines and lines.count, show_progress) as progress:
         for index, chunk in enumerate(_chunks(job.source, job.settings.chunk_lines)):
@@ -321,8 +319,9 @@ def _output_stream(output: str) -> Iterator[TextIO]:
 
 
 def _claim(directory: Path, fingerprint: Mapping[str, str], state: PartialState) -> None:
-    """Check that the chunks committed in `directory` were translated as `fingerprint` says this run translates
-    (every process checks, so that all refuse together), and record it there for a run that finds none."""
+    """Check that the chunks committed in `directory` were translated as `fingerprint` says this run
+    translates (every process checks, so that all refuse together), and record it there for a run that finds
+    none."""
     recorded = directory / FINGERPRINT_FILE
     if recorded.is_file():
         earlier = json.loads(recorded.read_text())
@@ -333,8 +332,8 @@ def _claim(directory: Path, fingerprint: Mapping[str, str], state: PartialState)
         ]
         if changed:
             raise CorpusTranslationError(
-                f"{directory} holds the chunks of a run with other {', '.join(changed)}: give that run's to continue "
-                f"it, or delete {directory} to start again"
+                f"{directory} holds the chunks of a run with other {', '.join(changed)}: give that run's to "
+                f"continue it, or delete {directory} to start again"
             )
     with state.main_process_first():
         if state.is_main_process and not recorded.is_file():
@@ -400,7 +399,8 @@ def _assemble(job: CorpusJob, line_count: int) -> None:
     missing = [chunk.name for chunk in chunks if not chunk.is_file()]
     if missing:
         raise CorpusTranslationError(
-            f"{directory} lacks chunks {', '.join(missing[:10])}: a process stopped early; give the command again"
+            f"{directory} lacks chunks {', '.join(missing[:10])}: a process stopped early; give the command "
+            "again"
         )
     with atomic_file(job.output) as staging:
         with staging.open("wb") as output:

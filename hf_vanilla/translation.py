@@ -52,8 +52,8 @@ MODEL_DIRECTORY_FILES = ("config.json", WEIGHTS_FILE, TOKENIZER_FILE, "tokenizer
 # Logits processors made for each batch from its encoded sources (`input_ids`, `attention_mask`), for those that
 # need the sources: an ensemble's other members encode them (`hf_vanilla.research.ensemble`).
 BatchLogitsProcessors = Callable[[Mapping[str, torch.Tensor]], Sequence[LogitsProcessor]]
-# The line number of the first source, for the warnings that name lines: 1, unless a caller translating a file a
-# chunk at a time says where its chunk begins (`lines_numbered_from`).
+# The line number of the first source, for the warnings that name lines: 1, unless a caller translating a file
+# a chunk at a time says where its chunk begins (`lines_numbered_from`).
 _FIRST_LINE_NUMBER = contextvars.ContextVar("first_line_number", default=1)
 
 
@@ -219,8 +219,8 @@ def translate_sentences(
     Blank or empty sources translate to "" without running the model; a line break inside a
     translation becomes a space, so one line in gives one line out. A source longer than the model's
     positions (`max_position_embeddings`) is cut to fit, or with `skip_long_lines` translates to "";
-    a warning names those lines (1-based positions in `sources`, or counted as `lines_numbered_from` says). An explicit `max_new_tokens` beyond the
-    decoder's positions is a ValueError before anything is decoded. `logits_processors` gives each batch
+    a warning names those lines (1-based positions in `sources`, or numbered as `lines_numbered_from` says).
+    An explicit `max_new_tokens` beyond the decoder's positions is a ValueError before anything is decoded. `logits_processors` gives each batch
     logits processors made from its encoded sources (an ensemble's: `hf_vanilla.research.ensemble`); `generate`'s
     own (temperature, top-k...) act on `model`'s scores before them.
     """

@@ -3,8 +3,8 @@
 Reads the input (a file, compressed or not, or stdin) a chunk of lines at a time, translates each chunk in
 length-sorted batches with the paper's decoding (beam 4, length penalty 0.6, source length + 50) unless told
 otherwise, and writes its translations, blank lines kept blank, as soon as it is done. With --output FILE the
-finished chunks are committed beside it: the same command continues after a crash, and several processes share the
-chunks (docs/translating-corpora.md).
+finished chunks are committed beside it: the same command continues after a crash, and several processes share
+the chunks (docs/translating-corpora.md).
 
     python scripts/translate.py outputs/multi30k-small/final < input.de > output.en
     python scripts/translate.py CHECKPOINT --input mono.de.gz --output mono.en --sampling --num-beams 1
@@ -32,7 +32,7 @@ from hf_vanilla.corpus_translation import (
     CorpusJob,
     CorpusTranslationError,
     best_only,
-    describe,
+    describe_decoding,
     engine_translator,
     model_digest,
     process_device,
@@ -76,7 +76,7 @@ def main() -> None:
                 lambda sources: decoder(model, tokenizer, sources, generate_kwargs, runtime)[0][1]
             )
         research = {**decoder.extra_models, **decoder.weights}
-        decoding = describe(options, dtype=args.dtype, **research)
+        decoding = describe_decoding(options, dtype=args.dtype, **research)
         job = CorpusJob(
             args.input, args.output, settings, {"model": model_digest(args.model), "decoding": decoding}
         )

@@ -1,6 +1,6 @@
-"""Translating a corpus a chunk at a time: one line in, one line out, in order; a stopped run resumed gives the
-uninterrupted run's file byte for byte, a changed one is refused; processes share the chunks; n-best, JSON lines
-and seeded sampling."""
+"""Translating a corpus a chunk at a time: one line in, one line out, in order; a stopped run resumed gives
+the uninterrupted run's file byte for byte, a changed one is refused; processes share the chunks; n-best, JSON
+lines and seeded sampling."""
 
 import bz2
 import contextlib
@@ -171,8 +171,8 @@ def test_a_run_with_another_model_options_or_input_is_refused_in_one_line(engine
         translate_corpus(translate_chunk, dataclasses.replace(job, **change), show_progress=False)
     chunks = tmp_path / "output.en.chunks"
     assert str(refusal.value) == (
-        f"{chunks} holds the chunks of a run with other {corpus_translation.FINGERPRINT_PARTS[part]}: give that "
-        f"run's to continue it, or delete {chunks} to start again"
+        f"{chunks} holds the chunks of a run with other {corpus_translation.FINGERPRINT_PARTS[part]}: give "
+        f"that run's to continue it, or delete {chunks} to start again"
     )
     assert sorted(os.listdir(chunks)) == ["000000000", "fingerprint.json"]  # nothing mixed in
 
@@ -180,8 +180,8 @@ def test_a_run_with_another_model_options_or_input_is_refused_in_one_line(engine
 def test_nbest_lists_in_text_and_json_lines(engine, tmp_path):
     beam = GREEDY.replace(num_beams=3)
     text = translated(engine, tmp_path, beam, name="nbest.en", nbest=2).decode().split("\n")[:-1]
-    records = [json.loads(line) for line in translated(engine, tmp_path, beam, name="nbest.jsonl", nbest=2,
-                                                          output_format="jsonl").decode().splitlines()]  # fmt: skip
+    jsonl = translated(engine, tmp_path, beam, name="nbest.jsonl", nbest=2, output_format="jsonl")
+    records = [json.loads(line) for line in jsonl.decode().splitlines()]
     best = engine.translate_nbest(SOURCES, beam)
     assert text == [text for each in best for text, _ in each[:2]]
     assert [(record["index"], record["rank"]) for record in records] == [
@@ -208,7 +208,7 @@ def test_sampling_with_a_seed_is_reproducible_and_another_seed_draws_otherwise(e
 
 
 class Process:
-    """Stands in for accelerate's state in process `index` of `count` (the barriers have nothing to wait for)."""
+    """Stands in for accelerate's state in process `index` of `count` (no one to wait for)."""
 
     def __init__(self, index: int, count: int):
         self.process_index, self.num_processes, self.is_main_process = index, count, index == 0
@@ -243,8 +243,8 @@ def test_processes_share_the_chunks_and_the_main_one_joins_them_into_one_process
 
 
 def script_flags(tiny_model_dir, source, output):
-    return [tiny_model_dir, "--input", source, "--output", output, "--num-beams", "1", "--max-new-tokens", "3",
-            "--chunk-lines", "3", "--device", "cpu", "--quiet"]  # fmt: skip
+    return [tiny_model_dir, "--input", source, "--output", output, "--num-beams", "1",
+            "--max-new-tokens", "3", "--chunk-lines", "3", "--device", "cpu", "--quiet"]  # fmt: skip
 
 
 def test_translate_script_stopped_refuses_other_options_and_resumes_to_the_same_file(
@@ -269,8 +269,8 @@ def test_translate_script_stopped_refuses_other_options_and_resumes_to_the_same_
     refused = run_script("translate.py", *flags, "--max-new-tokens", "4")
     assert refused.returncode == 1 and "Traceback" not in refused.stderr
     assert refused.stderr.splitlines()[-1] == (
-        f"error: {chunks} holds the chunks of a run with other decoding options: give that run's to continue it, "
-        f"or delete {chunks} to start again"
+        f"error: {chunks} holds the chunks of a run with other decoding options: give that run's to continue "
+        f"it, or delete {chunks} to start again"
     )
     run_script("translate.py", *flags, check=True)
     assert (tmp_path / "output.en").read_bytes() == (tmp_path / "uninterrupted.en").read_bytes()

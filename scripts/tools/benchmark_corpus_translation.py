@@ -1,17 +1,18 @@
 """Peak memory and pace of translating a corpus (scripts/translate.py) as it grows: does memory stay flat?
 
 For each N of --lines: writes a file of N synthetic sentences (pseudo-words, 3-30 a line, a blank line now and
-then), translates it with scripts/translate.py in a process of its own (greedy, --max-new-tokens 2: the cost of
-reading, batching, committing and joining chunks, not of the model) and records its wall-clock seconds, lines/s and
-peak resident memory (the kernel's high-water mark, os.wait4), and checks that the output has N lines. The model is
-the tiny preset, randomly initialised, with a BPE trained on the first sentences; the files are written under
---work-dir and deleted unless --keep (never commit them). Writes JSON with the machine (its CPU named).
+then), translates it with scripts/translate.py in a process of its own (greedy, --max-new-tokens 2: the cost
+of reading, batching, committing and joining chunks, not of the model), records its wall-clock seconds,
+lines/s and peak resident memory (the kernel's high-water mark, os.wait4), and checks that the output has N
+lines. The model is the tiny preset, randomly initialised, with a BPE trained on the first sentences; the
+files are written under --work-dir and deleted unless --keep (never commit them). Writes JSON with the machine
+(its CPU named).
 
     python scripts/tools/benchmark_corpus_translation.py --lines 10000 1000000 \\
         --output docs/benchmarks/corpus-translation-epyc-2core.json
 
-The runs are compared with the first (smallest): the peak's growth (the issue asks 1M lines within 300 MB of 10k),
-and the lines/s of the lines beyond the first run's (startup cancelled out).
+The runs are compared with the first (smallest): the peak's growth (the issue asks 1M lines within 300 MB of
+10k), and the lines/s of the lines beyond the first run's (startup cancelled out).
 """
 
 from __future__ import annotations
@@ -33,7 +34,9 @@ from hf_vanilla.tokenization import config_kwargs_from_tokenizer, save_tokenizer
 from hf_vanilla.tools.benchmark import environment, save_results
 
 REPO = Path(__file__).resolve().parents[2]
-SYLLABLES = "ba be bi bo da de di do ga ge la le li lo ma me mi na ne ni ra re ri sa se si ta te ti ung ei sch".split()
+SYLLABLES = (
+    "ba be bi bo da de di do ga ge la le li lo ma me mi na ne ni ra re ri sa se si ta te ung sch".split()
+)
 WORDS, WRITE_LINES, TOKENIZER_LINES = 5000, 100_000, 20_000
 BLANK_SHARE = 0.01
 
@@ -69,7 +72,8 @@ def save_tiny_model(directory: Path, sentences: Path) -> Path:
 
 def translate_measured(model: Path, source: Path, output: Path, flags: list[str], threads: int) -> dict:
     """scripts/translate.py on `source` in a process of its own: its seconds and peak resident bytes (the
-    kernel's high-water mark of that process, from os.wait4). RuntimeError with its stderr's end if it fails."""
+    kernel's high-water mark of that process, from os.wait4); a RuntimeError with its stderr's end if it
+    fails."""
     command = [
         sys.executable, str(REPO / "scripts" / "translate.py"), str(model), "--input", str(source),
         "--output", str(output), "--device", "cpu", "--quiet", *flags,
