@@ -288,9 +288,11 @@ def _check_covered(covered: float, expected: int, output: str) -> None:
         )
 
 
-def _progress(total: int | None, enabled: bool) -> tqdm:
+def _progress(total: int | None, enabled: bool, done: int = 0) -> tqdm:
     """Lines translated, lines/s and, with a `total`, the share done and the time left."""
-    return tqdm(total=total, unit="line", desc="Translating", disable=not enabled, smoothing=0.1)
+    return tqdm(
+        total=total, initial=done, unit="line", desc="Translating", disable=not enabled, smoothing=0.1
+    )
 
 
 def _stream(
@@ -352,26 +354,19 @@ def _translate_share(
     state: PartialState,
     show_progress: bool,
 ) -> None:
-    """Translate and commit this process's chunks not committed yet."""
+    """Translate and commit the chunks of this process's share (chunk i is process i % processes') not committed
+    yet; the main process's progress bar counts the share's lines, those committed before as done."""
     chunk_lines, directory = job.settings.chunk_lines, job.chunks_directory
-    chunk_count = math.ceil(line_count / chunk_lines)
-    to_do = {
-        index
-        for index in range(state.process_index, chunk_count, state.num_processes)
-        if not _chunk_file(directory, index).is_file()
-    }
-    if state.is_main_process:
-        logger.info(
-            "%d lines in %d chunks of %d: %d committed, %d left for %d process(es)",
-            line_count,
-            chunk_count,
-            chunk_lines,
-            sum(_chunk_file(directory, index).is_file() for index in range(chunk_count)),
-            len(to_do),
-            state.num_processes,
-        )
-    lines_to_do = sum(min(chunk_lines, line_count - index * chunk_lines) for index in to_do)
-    with _progress(lines_to_do, show_progress and state.is_main_process) as progress:
+    share = range(state.process_index, math.ceil(line_count / chunk_lines), state.num_processes)
+    to_do = {index for index in share if not _chunk_file(directory, index).is_file()}
+
+    def lines_of(chunks: Iterable[int]) -> int:
+        return sum(min(chunk_lines, line_count - index * chunk_lines) for index in chunks)
+
+    progress = _progress(
+        lines_of(share), show_progress and state.is_main_process, lines_of(set(share) - to_do)
+    )
+    with progress:
         chunks = itertools.islice(_chunks(job.source, chunk_lines), max(to_do, default=-1) + 1)
         try:
             for index, chunk in enumerate(chunks):
