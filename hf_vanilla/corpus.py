@@ -328,7 +328,11 @@ def _suggested_pattern(path: str) -> str:
 
 
 def raw_lines(path: str) -> Iterator[bytes]:
-    """The raw lines of a file, line ends kept, decompressed by its suffix as datasets decompresses it."""
+    """The raw lines of a file, line ends kept, decompressed by its suffix as datasets decompresses it; a
+    compression whose library is missing (zstandard for .zst) is a CorpusError, not compressed bytes read raw."""
+    suffix = Path(path).suffix
+    if suffix in COMPRESSION_SUFFIXES and fsspec.utils.infer_compression(path) is None:
+        raise CorpusError(f"{path}: reading {suffix} files needs a library: pip install zstandard")
     with fsspec.open(path, "rb", compression="infer") as file:
         yield from file
 

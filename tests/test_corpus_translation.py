@@ -6,6 +6,7 @@ import bz2
 import contextlib
 import dataclasses
 import gzip
+import importlib.util
 import json
 import lzma
 import os
@@ -20,6 +21,7 @@ from synthetic_corpus import synthetic_pairs
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from hf_vanilla import corpus_translation
+from hf_vanilla.corpus import CorpusError
 from hf_vanilla.corpus_translation import (
     CorpusJob,
     CorpusSettings,
@@ -34,6 +36,9 @@ SAMPLING = GREEDY.replace(do_sample=True, top_k=0)
 SOURCES = [german for german, _ in synthetic_pairs(11)]
 LONG_LINE = " ".join(["Hund"] * 1100)  # longer than the tiny model's 1024 positions
 PROVENANCE = {"model": "digest of the model", "decoding": "the options"}
+COMPRESSIONS = {".gz": gzip.compress, ".xz": lzma.compress, ".bz2": bz2.compress}
+if importlib.util.find_spec("zstandard"):
+    COMPRESSIONS[".zst"] = importlib.import_module("zstandard").compress
 
 
 @pytest.fixture(scope="module")
@@ -121,15 +126,24 @@ def test_a_line_that_is_not_utf8_stops_the_run_before_it_translates_naming_the_l
     assert os.listdir(tmp_path) == ["input.de"]
 
 
-@pytest.mark.parametrize("compress", [gzip.compress, lzma.compress, bz2.compress], ids=["gz", "xz", "bz2"])
-def test_a_compressed_input_translates_as_the_plain_one(engine, tmp_path, compress):
+@pytest.mark.parametrize("suffix", COMPRESSIONS)
+def test_a_compressed_input_translates_as_the_plain_one(engine, tmp_path, suffix):
     plain = translated(engine, tmp_path)
-    suffix = {gzip.compress: ".gz", lzma.compress: ".xz", bz2.compress: ".bz2"}[compress]
     source = tmp_path / f"input.de{suffix}"
-    source.write_bytes(compress((tmp_path / "input.de").read_bytes()))
+    source.write_bytes(COMPRESSIONS[suffix]((tmp_path / "input.de").read_bytes()))
     job = CorpusJob(str(source), str(tmp_path / "compressed.en"), CorpusSettings(chunk_lines=3), PROVENANCE)
     translate_corpus(engine_translator(engine, GREEDY, job.settings), job, show_progress=False)
     assert (tmp_path / "compressed.en").read_bytes() == plain
+
+
+@pytest.mark.skipif(".zst" in COMPRESSIONS, reason="zstandard is installed: .zst reads as the others do")
+def test_a_zst_input_without_zstandard_is_refused_rather_than_read_raw(tmp_path):
+    source = tmp_path / "input.de.zst"
+    source.write_bytes(b"\x28\xb5\x2f\xfd compressed")
+    with pytest.raises(
+        CorpusError, match=f"^{source}: reading .zst files needs a library: pip install zstandard$"
+    ):
+        translate_corpus(mirror, CorpusJob(str(source), str(tmp_path / "output.en")), show_progress=False)
 
 
 def test_a_stopped_run_resumed_gives_the_uninterrupted_sampled_file_byte_for_byte(engine, tmp_path):
