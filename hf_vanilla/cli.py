@@ -138,11 +138,13 @@ def add_sampling_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def sampling_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """`generate` kwargs from `add_sampling_arguments`: none without --sampling."""
+    """`generate` kwargs from `add_sampling_arguments`, over `beam_kwargs`' (one beam, so no length penalty, which
+    generate would warn of): none without --sampling."""
     if not args.sampling:
         return {}
     return {
         "num_beams": 1,
+        "length_penalty": None,
         "do_sample": True,
         "top_k": args.top_k,
         "top_p": args.top_p,
