@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import logging
 import os
@@ -43,13 +45,16 @@ from .precision import resolve_precision
 from .tokenization import check_tokenizer_matches_model
 
 logger = logging.getLogger(__name__)
-LINES_NAMED = 10  # a warning about long lines names this many of them
+LINES_NAMED = 10  # a warning about lines (too long, not UTF-8) names this many of them
 TOKENIZER_FILE, WEIGHTS_FILE = "tokenizer.json", "model.safetensors"
 # What a saved model directory needs to load here: the model's config and weights, the tokenizer's files.
 MODEL_DIRECTORY_FILES = ("config.json", WEIGHTS_FILE, TOKENIZER_FILE, "tokenizer_config.json")
 # Logits processors made for each batch from its encoded sources (`input_ids`, `attention_mask`), for those that
 # need the sources: an ensemble's other members encode them (`hf_vanilla.research.ensemble`).
 BatchLogitsProcessors = Callable[[Mapping[str, torch.Tensor]], Sequence[LogitsProcessor]]
+# The line number of the first source, for the warnings that name lines: 1, unless a caller translating a file
+# a chunk at a time says where its chunk begins (`lines_numbered_from`).
+_FIRST_LINE_NUMBER = contextvars.ContextVar("first_line_number", default=1)
 
 
 @dataclass(frozen=True)
@@ -117,6 +122,22 @@ def unencodable_character(text: str) -> int | None:
     return None
 
 
+def named_lines(numbers: Sequence[int]) -> str:
+    """The first LINES_NAMED line `numbers` for a warning, "..." after them if there are more."""
+    return ", ".join(map(str, numbers[:LINES_NAMED])) + ("..." if len(numbers) > LINES_NAMED else "")
+
+
+@contextlib.contextmanager
+def lines_numbered_from(first_line: int) -> Iterator[None]:
+    """Within the block, the warnings that name sources by line number count them from `first_line`: a chunk's
+    sources by their lines in the file it was read from."""
+    token = _FIRST_LINE_NUMBER.set(first_line)
+    try:
+        yield
+    finally:
+        _FIRST_LINE_NUMBER.reset(token)
+
+
 def _encode_within_positions(
     model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, sources: Sequence[str], skip_long_lines: bool
 ) -> dict[int, list[int]]:
@@ -128,21 +149,20 @@ def _encode_within_positions(
     for index in nonblank:
         if (position := unencodable_character(sources[index])) is not None:
             raise ValueError(
-                f"line {index + 1} holds a lone surrogate ({sources[index][position]!a}) at character {position}, "
+                f"line {index + _FIRST_LINE_NUMBER.get()} holds a lone surrogate ({sources[index][position]!a}) at character {position}, "
                 "which is no Unicode text and no tokenizer takes: decode the text as UTF-8"
             )
     limit = max_source_tokens(model)
     input_ids, too_long = encode_sources(tokenizer, [sources[index] for index in nonblank], limit)
     if too_long:
-        lines = [nonblank[position] + 1 for position in too_long]
+        lines = [nonblank[position] + _FIRST_LINE_NUMBER.get() for position in too_long]
         logger.warning(
-            "%d of %d lines are longer than the model's %d positions and were %s: line %s%s",
+            "%d of %d lines are longer than the model's %d positions and were %s: line %s",
             len(lines),
             len(sources),
             limit,
             "left blank" if skip_long_lines else f"cut to their first {limit} tokens",
-            ", ".join(map(str, lines[:LINES_NAMED])),
-            "..." if len(lines) > LINES_NAMED else "",
+            named_lines(lines),
         )
     left_out = set(too_long) if skip_long_lines else set()
     return {
@@ -223,8 +243,8 @@ def translate_sentences(
     Blank or empty sources translate to "" without running the model; a line break inside a
     translation becomes a space, so one line in gives one line out. A source longer than the model's
     positions (`max_position_embeddings`) is cut to fit, or with `skip_long_lines` translates to "";
-    a warning names those lines (1-based positions in `sources`). An explicit `max_new_tokens` beyond the
-    decoder's positions is a ValueError before anything is decoded. `logits_processors` gives each batch
+    a warning names those lines (1-based positions in `sources`, or numbered as `lines_numbered_from` says).
+    An explicit `max_new_tokens` beyond the decoder's positions is a ValueError before anything is decoded. `logits_processors` gives each batch
     logits processors made from its encoded sources (an ensemble's: `hf_vanilla.research.ensemble`); `generate`'s
     own (temperature, top-k...) act on `model`'s scores before them.
     """
