@@ -62,6 +62,8 @@ CONVERSION_REVISION = "1"
 CONVERTED_FILES = ("config.json", WEIGHTS_FILE, TOKENIZER_FILE)
 # `generate` keywords CTranslate2 takes under its own name, with the same meaning.
 EQUIVALENT_KEYWORDS = {"min_new_tokens": "min_decoding_length"}
+# What `generate` decodes with where neither the options nor the model's generation config say.
+GENERATE_DEFAULTS = GenerationConfig._get_default_generation_params()
 
 
 def import_ctranslate2():
@@ -303,6 +305,13 @@ class CTranslate2Engine:
                 ]
         return hypotheses
 
+    def _setting(self, name: str, chosen: Any) -> Any:
+        """What `generate` decodes with: the `chosen` value, else the generation config's, else its own default."""
+        for value in (chosen, getattr(self.generation, name)):
+            if value is not None:
+                return value
+        return GENERATE_DEFAULTS[name]
+
     def translate_keywords(self, options: DecodingOptions, nbest: bool) -> dict[str, Any]:
         """`translate_batch`'s keywords for `options` over the generation config; a ValueError naming what
         CTranslate2 cannot do as `generate` does, before anything is decoded."""
@@ -324,14 +333,12 @@ class CTranslate2Engine:
                 f"the ctranslate2 engine has no equivalent of generate's {', '.join(unknown)}: decode with "
                 "--engine transformers"
             )
-        num_beams = options.num_beams or self.generation.num_beams
+        num_beams = self._setting("num_beams", options.num_beams)
         end_ids = self.config.eos_token_id if isinstance(self.config.eos_token_id, list) else [self.config.eos_token_id]
         return {
             "beam_size": num_beams,
             "num_hypotheses": num_beams if nbest else 1,
-            "length_penalty": (
-                options.length_penalty if options.length_penalty is not None else self.generation.length_penalty
-            ),
+            "length_penalty": self._setting("length_penalty", options.length_penalty),
             "return_scores": nbest and num_beams > 1,
             # Counted in the length that the length penalty divides by, as generate counts it.
             "return_end_token": True,
