@@ -36,7 +36,12 @@ from huggingface_hub import constants, snapshot_download
 from transformers import AutoConfig, GenerationConfig, PreTrainedConfig, PreTrainedTokenizerBase
 
 from hf_vanilla.model.configuration_vanilla import VanillaTransformerConfig
-from hf_vanilla.model.decoding import decode_translations, paper_max_new_tokens, writes_right_to_left
+from hf_vanilla.model.decoding import (
+    decode_translations,
+    max_source_tokens,
+    paper_max_new_tokens,
+    writes_right_to_left,
+)
 from hf_vanilla.model.modeling_vanilla import sinusoidal_positions
 
 from .files import atomic_directory
@@ -260,8 +265,12 @@ class CTranslate2Engine:
     ) -> list[list[tuple[str, float]]]:
         return self._decode(sources, options, nbest=True)
 
+    @property
+    def max_source_tokens(self) -> int:
+        return max_source_tokens(self.config)
+
     def source_tokens(self, source: str) -> int:
-        return source_length(self.tokenizer, self.config, source)
+        return source_length(self.tokenizer, source)
 
     def describe(self) -> dict[str, str]:
         return {"engine": CTRANSLATE2, "device": self.translator.device, "compute_type": self.translator.compute_type}

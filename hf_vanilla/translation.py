@@ -154,9 +154,9 @@ def encoded_batches(
             progress.update(len(batch))
 
 
-def source_length(tokenizer: PreTrainedTokenizerBase, config: PreTrainedConfig, source: str) -> int:
-    """The tokens `source` takes in a batch: its encoding, cut to the encoder's positions as batches cut it."""
-    return min(len(tokenizer(source, verbose=False)["input_ids"]), max_source_tokens(config))
+def source_length(tokenizer: PreTrainedTokenizerBase, source: str) -> int:
+    """The tokens `source` encodes to, `</s>` included, before any cut to the model's positions."""
+    return len(tokenizer(source, verbose=False)["input_ids"])
 
 
 def _generate_in_batches(
@@ -272,8 +272,13 @@ class TranslationEngine(Protocol):
         """`translate_nbest`'s contract, `options.num_beams` (1 if None) translations a source."""
         ...
 
+    @property
+    def max_source_tokens(self) -> int:
+        """The longest source the model takes, in tokens: a longer one is cut or left blank (`skip_long_lines`)."""
+        ...
+
     def source_tokens(self, source: str) -> int:
-        """The tokens `source` takes in a batch (cut to the model's positions), as batching counts them."""
+        """The tokens `source` encodes to, `</s>` included, before any cut to `max_source_tokens`."""
         ...
 
     def describe(self) -> dict[str, str]:
@@ -296,11 +301,16 @@ class TransformersEngine:
     ) -> list[list[tuple[str, float]]]:
         return translate_nbest(self.model, self.tokenizer, sources, options.num_beams or 1, options)
 
+    @property
+    def max_source_tokens(self) -> int:
+        return max_source_tokens(self.model.config)
+
     def source_tokens(self, source: str) -> int:
-        return source_length(self.tokenizer, self.model.config, source)
+        return source_length(self.tokenizer, source)
 
     def describe(self) -> dict[str, str]:
-        return {"engine": TRANSFORMERS, "device": str(self.model.device), "dtype": str(self.model.dtype).removeprefix("torch.")}
+        dtype = str(self.model.dtype).removeprefix("torch.")
+        return {"engine": TRANSFORMERS, "device": str(self.model.device), "dtype": dtype}
 
 
 TRANSFORMERS, CTRANSLATE2 = "transformers", "ctranslate2"
