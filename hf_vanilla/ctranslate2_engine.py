@@ -44,7 +44,7 @@ from hf_vanilla.model.decoding import (
 )
 from hf_vanilla.model.modeling_vanilla import sinusoidal_positions
 
-from .files import atomic_directory
+from .files import atomic_directory, refuse_existing
 from .tokenization import check_tokenizer_matches_model
 from .translation import (
     CTRANSLATE2,
@@ -148,22 +148,25 @@ def transformer_spec(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase)
     return spec
 
 
-def save_ctranslate2_model(model_dir: str | os.PathLike, output_dir: Path, quantization: str | None = None) -> None:
-    """Convert a saved model directory into the (empty) `output_dir`, weights in `quantization` (int8, float16...;
-    None keeps float32, and any compute type is then chosen when the model loads)."""
-    spec = transformer_spec(*load_model_and_tokenizer(model_dir, "cpu"))
+def save_ctranslate2_model(
+    model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, output_dir: Path, quantization: str | None = None
+) -> None:
+    """Convert `model` into the (empty) `output_dir`, weights in `quantization` (int8, float16...; None keeps
+    float32, and any compute type is then chosen when the model loads)."""
+    spec = transformer_spec(model, tokenizer)
     spec.validate()
     spec.optimize(quantization=quantization)
     spec.save(str(output_dir))
 
 
 def convert_to_ctranslate2(
-    model_dir: str | os.PathLike, output_dir: str | os.PathLike, quantization: str | None = None
+    model_dir: str | os.PathLike, output_dir: str | os.PathLike, quantization: str | None = None, overwrite: bool = False
 ) -> Path:
     """Write the CTranslate2 model of a saved model directory to `output_dir` (`save_ctranslate2_model`),
     atomically; translate with `ctranslate2.Translator(output_dir)` on token strings."""
+    refuse_existing(output_dir, overwrite)
     with atomic_directory(output_dir) as staging:
-        save_ctranslate2_model(model_dir, staging, quantization)
+        save_ctranslate2_model(*load_model_and_tokenizer(model_dir, "cpu"), staging, quantization)
     return Path(output_dir)
 
 
@@ -201,7 +204,7 @@ def cached_conversion(model_dir: Path, cache_dir: str | os.PathLike | None = Non
     if not converted.is_dir():
         logger.info("converting %s to CTranslate2 in %s (once; cached by its digest)", model_dir, converted)
         with atomic_directory(converted, keep_existing=True) as staging:
-            save_ctranslate2_model(model_dir, staging)
+            save_ctranslate2_model(*load_model_and_tokenizer(model_dir, "cpu"), staging)
     return converted
 
 

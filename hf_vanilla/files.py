@@ -37,6 +37,12 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
     return Path(path)
 
 
+def refuse_existing(path: str | os.PathLike, overwrite: bool) -> None:
+    """A FileExistsError for an output that exists, unless it may be overwritten."""
+    if Path(path).exists() and not overwrite:
+        raise FileExistsError(f"{path} exists; pass overwrite=True (--overwrite) to replace it")
+
+
 def publish_directory(staging: str | os.PathLike, final: str | os.PathLike, keep_existing: bool = False) -> Path:
     """Move the complete directory `staging` to `final`, replacing what was there (with `keep_existing`, a `final`
     that exists stays, and `staging` is left to its owner: another writer published the same content first).

@@ -332,6 +332,12 @@ class EngineSettings:
     compute_type: str = "auto"
     ctranslate2_dir: str | os.PathLike | None = None
 
+    @property
+    def precision(self) -> str:
+        """What the engine was asked to compute in: the transformers engine's dtype, the ctranslate2 engine's
+        compute type."""
+        return self.dtype if self.engine == TRANSFORMERS else self.compute_type
+
     def __post_init__(self):
         if self.engine not in ENGINES:
             raise ValueError(f"unknown engine {self.engine!r}; choose one of {', '.join(ENGINES)}")

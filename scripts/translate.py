@@ -16,7 +16,7 @@ import sys
 from hf_vanilla.cli import ArgumentParser, add_decoding_arguments, decoding_kwargs, runtime_kwargs
 from hf_vanilla.evaluation.scoring import Runtime
 from hf_vanilla.research.cli import add_research_arguments, research_decoder
-from hf_vanilla.translation import load_model_and_tokenizer, read_lines, write_lines_atomic
+from hf_vanilla.translation import load_engine, read_lines, write_lines_atomic
 
 
 def main() -> None:
@@ -33,10 +33,10 @@ def main() -> None:
         # Plain beam search without research options; a word bonus alone is refused before any model loads.
         decoder = research_decoder(args)
         lines = read_lines(args.input)
-        model, tokenizer = load_model_and_tokenizer(args.model, args.device, args.dtype)
         runtime = Runtime(**runtime_kwargs(args), show_progress=not args.quiet)
-        ((_, translations),) = decoder(model, tokenizer, lines, decoding_kwargs(args), runtime)
-    except (ValueError, FileNotFoundError) as err:
+        engine = load_engine(args.model, runtime.engine)
+        ((_, translations),) = decoder(engine, lines, decoding_kwargs(args), runtime)
+    except (ValueError, FileNotFoundError, ImportError) as err:
         sys.exit(f"error: {err}")
     if args.output == "-":
         sys.stdout.writelines(f"{line}\n" for line in translations)

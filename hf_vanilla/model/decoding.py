@@ -95,6 +95,14 @@ def paper_length_limit(
     }
 
 
+def beam_settings(num_beams: int, length_penalty: float | None = None) -> dict[str, Any]:
+    """`generate` keywords for beam search of `num_beams` with `length_penalty`: greedy search (beam 1) takes none,
+    for it ranks no finished hypotheses (generate warns of one, and a generation config with one fails validation)."""
+    if num_beams == 1 or length_penalty is None:
+        return {"num_beams": num_beams}
+    return {"num_beams": num_beams, "length_penalty": length_penalty}
+
+
 def paper_decoding_defaults(settings: Mapping[str, Any]) -> dict[str, Any]:
     """Beam 4 with length penalty 0.6 (section 6.1), unless `settings` choose num_beams or sampling."""
     return {} if "num_beams" in settings or settings.get("do_sample") else dict(PAPER_GENERATION_KWARGS)
