@@ -3,13 +3,14 @@ search give the same translations and n-best scores in float32, each option mean
 cannot do is refused before decoding. The models are sharpened (conftest.py), as a trained model's outputs are
 peaked, so that float rounding cannot flip a close call; an untrained model also runs into its output limits."""
 
+import json
 import logging
 import multiprocessing
 import sys
 
 import pytest
 import torch
-from conftest import sharpened
+from conftest import DE_EN, run_script, sharpened
 
 from hf_vanilla import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from hf_vanilla.corpus import load_translation_split
@@ -265,3 +266,37 @@ def test_without_ctranslate2_the_error_names_the_extra(monkeypatch):
     with pytest.raises(ImportError, match=r"pip install 'hf_vanilla\[ct2\]'"):
         import_ctranslate2()
 
+
+
+def test_translate_evaluate_and_select_decode_with_either_engine(paper_engines, corpus_path, cache_dir, tmp_path):
+    directory = paper_engines[0]
+    ctranslate2_flags = ("--engine", "ctranslate2", "--compute-type", "float32", "--ctranslate2-dir", cache_dir)
+    lines = "Ein Hund rennt.\n\nZwei Kinder spielen im Park.\n"
+    translations = [
+        run_script("translate.py", directory, "--quiet", *flags, stdin=lines, check=True).stdout
+        for flags in ((), ctranslate2_flags)
+    ]
+    assert translations[0] == translations[1] and translations[1].split("\n")[1] == ""
+    data = ("--dataset", corpus_path, *DE_EN, "--max-sentences", "4")
+    run_script("evaluate_bleu.py", directory, *data, "--output-dir", tmp_path, *ctranslate2_flags, check=True)
+    report = json.loads((tmp_path / "test.de-en.json").read_text())
+    assert (report["engine"], report["compute_type"], report["sentences"]) == ("ctranslate2", "float32", 4)
+    selection = tmp_path / "selection"
+    run_script(
+        "select_checkpoint.py", directory, *data, "--num-beams", "1", "2", "--output-dir", selection, *ctranslate2_flags,
+        check=True,
+    )  # fmt: skip
+    assert len(json.loads((selection / "selection.json").read_text())["validation"]) == 2
+
+
+@pytest.mark.parametrize(
+    "flags, refusal",
+    [
+        (("--engine", "ctranslate2", "--ensemble", "{model}"), "ensembles and reranking decode with transformers'"),
+        (("--compute-type", "int8"), "compute type int8 is the ctranslate2 engine's"),
+    ],
+)
+def test_what_an_engine_cannot_do_is_one_line_before_any_model_loads(paper_engines, flags, refusal):
+    directory = paper_engines[0]
+    result = run_script("translate.py", directory, *(flag.format(model=directory) for flag in flags), stdin="Ein Hund.\n")
+    assert result.returncode == 1 and result.stderr.startswith(f"error: {refusal}")

@@ -47,6 +47,12 @@ STARTUP_SECONDS = 300
 UNBATCHED = ("--max-batch-tokens", "1", "--max-wait-ms", "0")  # each sentence alone
 
 
+def decoding(args) -> dict:
+    """The decoding of every run, as a request's generate_parameters."""
+    limit = {"max_new_tokens": args.max_new_tokens} if args.max_new_tokens else {}
+    return {"num_beams": args.num_beams, "length_penalty": args.length_penalty, **limit}
+
+
 def engine_choice(text: str) -> EngineSettings:
     """`transformers` or `ctranslate2:COMPUTE_TYPE` (`ctranslate2` alone: auto) as the CPU engine's settings."""
     engine, _, compute_type = text.partition(":")
@@ -103,6 +109,13 @@ def parse_args():
         type=engine_choice,
         default=[engine_choice(name) for name in (TRANSFORMERS, "ctranslate2:float32", "ctranslate2:int8")],
         help="the engines to serve and decode offline with: transformers, or ctranslate2:COMPUTE_TYPE",
+    )
+    parser.add_argument(
+        "--max-new-tokens",
+        type=positive_int,
+        default=None,
+        help="one output limit for every run (default: each sentence its source length + 50, translate_batch 256); "
+        "an untrained model runs to its limit, so this sets the work of every run alike",
     )
     parser.add_argument(
         "--offline-only", action="store_true", help="decode offline only, no service (no request counts then)"
@@ -174,8 +187,7 @@ def serve_and_load(
     )
     try:
         server.wait_until_ready(STARTUP_SECONDS)
-        beam = {"num_beams": args.num_beams, "length_penalty": args.length_penalty}
-        run = load(server.url, sentences, requests_count, args.clients, beam)
+        run = load(server.url, sentences, requests_count, args.clients, decoding(args))
     finally:
         exit_status = server.stop()
     sizes = [int(line.split("batch: ")[1].split()[0]) for line in server.batch_lines()]
@@ -205,10 +217,7 @@ def offline(args, sentences: list[str], settings: EngineSettings, workdir: Path)
     """The engine's translation of the sentences, all at once, in length-sorted batches."""
     torch.set_num_threads(args.threads)
     engine = load_engine(args.model, replace(settings, ctranslate2_dir=workdir))
-    options = DecodingOptions(
-        num_beams=args.num_beams, length_penalty=args.length_penalty, max_tokens=args.max_batch_tokens,
-        show_progress=False,
-    )  # fmt: skip
+    options = DecodingOptions(max_tokens=args.max_batch_tokens, show_progress=False).replace(**decoding(args))
     return throughput(lambda batch: engine.translate(batch, options), sentences)
 
 
@@ -228,7 +237,8 @@ def ctranslate2_raw(args, sentences: list[str], compute_type: str, workdir: Path
     )
     tokenizer = load_tokenizer(args.model)
     tokens = [tokenizer.convert_ids_to_tokens(ids) for ids in tokenizer(sentences)["input_ids"]]
-    options = {"beam_size": args.num_beams, "length_penalty": args.length_penalty, "batch_type": "tokens"}
+    limit = {"max_decoding_length": args.max_new_tokens} if args.max_new_tokens else {}
+    options = {"beam_size": args.num_beams, "length_penalty": args.length_penalty, "batch_type": "tokens", **limit}
     return throughput(
         lambda batch: translator.translate_batch(batch, max_batch_size=args.max_batch_tokens, **options), tokens
     )
