@@ -102,7 +102,10 @@ def transformer_spec(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase)
         pre_norm=config.pre_layernorm,
         activation=specs.Activation.RELU,
     )
-    weights = {name: tensor.detach().float().numpy() for name, tensor in model.state_dict().items()}
+    # Copies: CTranslate2 quantizes the arrays it is given in place, which would change the model's own weights.
+    weights = {
+        name: tensor.detach().to(torch.float32, copy=True).numpy() for name, tensor in model.state_dict().items()
+    }
 
     def linear(target, name: str) -> None:
         target.weight = weights[f"{name}.weight"]
