@@ -36,12 +36,7 @@ from huggingface_hub import constants, snapshot_download
 from transformers import AutoConfig, GenerationConfig, PreTrainedConfig, PreTrainedTokenizerBase
 
 from hf_vanilla.model.configuration_vanilla import VanillaTransformerConfig
-from hf_vanilla.model.decoding import (
-    decode_translations,
-    max_source_tokens,
-    paper_max_new_tokens,
-    writes_right_to_left,
-)
+from hf_vanilla.model.decoding import max_source_tokens, paper_max_new_tokens
 from hf_vanilla.model.modeling_vanilla import sinusoidal_positions
 
 from .files import atomic_directory, refuse_existing
@@ -288,9 +283,7 @@ class CTranslate2Engine:
         results = [[("", 0.0)] for _ in sources]
         for indices, batch_ids in encoded_batches(self.tokenizer, self.config, sources, options):
             for index, hypotheses in zip(indices, self._translate_batch(batch_ids, options, keywords), strict=True):
-                texts = decode_translations(
-                    self.tokenizer, [ids for ids, _ in hypotheses], writes_right_to_left(self.config)
-                )
+                texts = options.detokenize(self.config, self.tokenizer, [ids for ids, _ in hypotheses])
                 results[index] = [(text, score) for text, (_, score) in zip(texts, hypotheses, strict=True)]
         return results
 

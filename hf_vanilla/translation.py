@@ -62,7 +62,8 @@ class DecodingOptions:
     model's generation config to decide, and a None `max_new_tokens` gives each sentence its source length +
     `extra_output_tokens` (section 6.1). `other_generate_kwargs`: any other `generate` keyword (do_sample...).
     `max_tokens`: source tokens a batch (sentences * longest source); `skip_long_lines`: translate a source longer
-    than the model's positions to "" rather than cut it. Frozen and hashable, so options can key batches."""
+    than the model's positions to "" rather than cut it; `clean_up_tokenization_spaces`: detokenize with
+    transformers' clean-up of spaces before punctuation. Frozen and hashable, so options can key batches."""
 
     num_beams: int | None = None
     length_penalty: float | None = None
@@ -72,6 +73,7 @@ class DecodingOptions:
     skip_long_lines: bool = False
     max_tokens: int = DEFAULT_MAX_TOKENS
     show_progress: bool = True
+    clean_up_tokenization_spaces: bool = False
     # Left out of the hash (a dict has none) but not of equality, so equal options still hash alike.
     other_generate_kwargs: Mapping[str, Any] = field(default_factory=dict, hash=False)
 
@@ -97,8 +99,24 @@ class DecodingOptions:
             **self.other_generate_kwargs,
         }
 
+    def detokenize(self, config: PreTrainedConfig, tokenizer: PreTrainedTokenizerBase, output_ids) -> list[str]:
+        """`output_ids` (rows of token ids) as one line of text each, in the word order of a model with `config`."""
+        return decode_translations(
+            tokenizer, output_ids, writes_right_to_left(config), self.clean_up_tokenization_spaces
+        )
+
 
 DEFAULT_DECODING = DecodingOptions()
+
+
+def unencodable_character(text: str) -> int | None:
+    """Where `text` holds a lone UTF-16 surrogate (JSON's "\\ud800" decodes to one), which is no Unicode text and
+    which the tokenizer cannot take; None for text that is all Unicode."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        return err.start
+    return None
 
 
 def _encode_within_positions(
@@ -109,6 +127,12 @@ def _encode_within_positions(
     nonblank = [index for index, source in enumerate(sources) if source.strip()]
     if not nonblank:
         return {}
+    for index in nonblank:
+        if (position := unencodable_character(sources[index])) is not None:
+            raise ValueError(
+                f"line {index + 1} holds a lone surrogate ({sources[index][position]!a}) at character {position}, "
+                "which is no Unicode text and no tokenizer takes: decode the text as UTF-8"
+            )
     input_ids, too_long = encode_sources(tokenizer, [sources[index] for index in nonblank], positions)
     if too_long:
         lines = [nonblank[position] + 1 for position in too_long]
@@ -216,11 +240,9 @@ def translate_sentences(
     own (temperature, top-k...) act on `model`'s scores before them.
     """
     translations = [""] * len(sources)
-    batches = _generate_in_batches(model, tokenizer, sources, options.replace(**settings), logits_processors)
-    for indices, outputs in batches:
-        for index, text in zip(
-            indices, decode_translations(tokenizer, outputs, writes_right_to_left(model.config)), strict=True
-        ):
+    options = options.replace(**settings)
+    for indices, outputs in _generate_in_batches(model, tokenizer, sources, options, logits_processors):
+        for index, text in zip(indices, options.detokenize(model.config, tokenizer, outputs), strict=True):
             translations[index] = text
     return translations
 
@@ -252,7 +274,7 @@ def translate_nbest(
     )
     batches = _generate_in_batches(model, tokenizer, sources, nbest_options, logits_processors)
     for indices, outputs in batches:
-        texts = decode_translations(tokenizer, outputs.sequences, writes_right_to_left(model.config))
+        texts = nbest_options.detokenize(model.config, tokenizer, outputs.sequences)
         scores = outputs.sequences_scores.tolist() if beam_search else [0.0] * len(texts)
         for position, index in enumerate(indices):
             rows = range(position * num_beams, (position + 1) * num_beams)

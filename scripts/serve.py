@@ -6,11 +6,13 @@
 
 Decodes with the checkpoint's generation_config.json (beam size, length penalty) unless a request's
 generate_parameters say otherwise, within the limits set here. GET /health, /ready, /stats; /docs is the API.
-SIGTERM stops accepting, answers every accepted request and exits 0 (docs/serving.md).
+SIGTERM stops accepting, answers every accepted request and exits 0 (docs/serving.md). Should the model fail to
+load or the worker stop, the service answers 500, drains and exits 1, for its supervisor to restart it.
 """
 
 import logging
 import signal
+import sys
 
 import uvicorn
 
@@ -87,9 +89,14 @@ def main() -> None:
     # this one, so that a drained shutdown exits 0 (as training does on preemption) instead of dying by the signal.
     for stop in (signal.SIGTERM, signal.SIGINT):
         signal.signal(stop, lambda signum, frame: logging.info("stopped by %s", signal.Signals(signum).name))
-    uvicorn.run(
-        app, host=args.host, port=args.port, access_log=args.access_log, timeout_graceful_shutdown=None
+    server = uvicorn.Server(
+        uvicorn.Config(app, host=args.host, port=args.port, access_log=args.access_log, timeout_graceful_shutdown=None)
     )
+    batcher = app.state.batcher
+    batcher.on_failure = lambda: setattr(server, "should_exit", True)
+    server.run()
+    if batcher.failure:
+        sys.exit(f"error: {batcher.failure}")
 
 
 if __name__ == "__main__":

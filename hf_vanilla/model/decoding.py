@@ -140,12 +140,17 @@ def writes_right_to_left(config: PreTrainedConfig) -> bool:
 
 
 def decode_translations(
-    tokenizer: PreTrainedTokenizerBase, output_ids: torch.Tensor, right_to_left: bool = False
+    tokenizer: PreTrainedTokenizerBase,
+    output_ids: torch.Tensor,
+    right_to_left: bool = False,
+    clean_up_tokenization_spaces: bool = False,
 ) -> list[str]:
     """Detokenized text, one line each: a line break the model produced becomes a space. With `right_to_left`
     (the outputs of a model trained on reversed target words, `config.right_to_left`), the words are put back
-    in reading order."""
-    texts = [
-        " ".join(text.splitlines()) for text in tokenizer.batch_decode(output_ids, skip_special_tokens=True)
-    ]
+    in reading order; with `clean_up_tokenization_spaces`, transformers' clean-up removes the space before
+    punctuation and English contractions."""
+    decoded = tokenizer.batch_decode(
+        output_ids, skip_special_tokens=True, clean_up_tokenization_spaces=clean_up_tokenization_spaces
+    )
+    texts = [" ".join(text.splitlines()) for text in decoded]
     return [reverse_words(text) for text in texts] if right_to_left else texts
