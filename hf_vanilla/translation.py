@@ -377,8 +377,11 @@ class EngineSettings:
             )
 
 
+DEFAULT_ENGINE = EngineSettings()
+
+
 def load_engine(
-    model_name_or_path: str | os.PathLike, settings: EngineSettings = EngineSettings()
+    model_name_or_path: str | os.PathLike, settings: EngineSettings = DEFAULT_ENGINE
 ) -> TranslationEngine:
     """The engine `settings` name for a saved model directory (or Hub id) and its tokenizer: `generate` over the
     model as `load_model_and_tokenizer` loads it, or CTranslate2 over the model converted on first use

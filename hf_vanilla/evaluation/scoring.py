@@ -31,6 +31,7 @@ from hf_vanilla.model.decoding import (
     paper_decoding_defaults,
 )
 from hf_vanilla.translation import (
+    DEFAULT_ENGINE,
     DecodingOptions,
     EngineSettings,
     TranslationEngine,
@@ -158,7 +159,7 @@ class Runtime:
     """How models run: the engine that decodes, on its device in its precision (`EngineSettings`), source tokens
     per batch, and whether a progress bar shows."""
 
-    engine: EngineSettings = EngineSettings()
+    engine: EngineSettings = DEFAULT_ENGINE
     max_tokens: int = DEFAULT_MAX_TOKENS
     show_progress: bool = True
 
