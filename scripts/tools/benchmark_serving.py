@@ -31,6 +31,7 @@ import torch
 from hf_vanilla.cli import ArgumentParser, add_language_arguments, positive_int
 from hf_vanilla.corpus import dataset_spec, load_translation_split
 from hf_vanilla.files import write_text_atomic
+from hf_vanilla.model.decoding import PAPER_GENERATION_KWARGS
 from hf_vanilla.precision import cpu_description
 from hf_vanilla.serving.batching import DEFAULT_BATCHING
 from hf_vanilla.serving.process import ServerProcess
@@ -89,8 +90,15 @@ def parse_args():
         help="requests to the service with batching off",
     )
     parser.add_argument("--clients", type=positive_int, default=32, help="concurrent clients")
-    parser.add_argument("--num-beams", type=positive_int, default=4, help="beam size of every request")
-    parser.add_argument("--length-penalty", type=float, default=0.6, help="length penalty of every request")
+    parser.add_argument(
+        "--num-beams", type=positive_int, default=PAPER_GENERATION_KWARGS["num_beams"], help="every request's beam size"
+    )
+    parser.add_argument(
+        "--length-penalty",
+        type=float,
+        default=PAPER_GENERATION_KWARGS["length_penalty"],
+        help="every request's length penalty",
+    )
     parser.add_argument(
         "--threads", type=positive_int, default=2, help="torch threads of the server and offline"
     )
