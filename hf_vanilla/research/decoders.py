@@ -45,7 +45,8 @@ class ResearchDecoder:
     """Decodes with `members` (an ensemble's models beside the evaluated one) and, given `weights` (each reranking
     weight's values to try, by name: `reranking_weights`), reranks beam search's n-best list with `rerankers` once
     for every combination of weights: one variant each, its weights in its settings. A weight named in the
-    settings is taken as given, so a variant's settings decode that variant alone."""
+    settings is taken as given, so a variant's settings decode that variant alone. Without members or weights it is
+    plain beam search on any engine; with them, `generate`'s (`TransformersEngine`): a ValueError otherwise."""
 
     members: Sequence[PreTrainedModel] = ()
     rerankers: RerankingModels = RerankingModels()
