@@ -41,7 +41,7 @@ from hf_vanilla.corpus_translation import (
 )
 from hf_vanilla.evaluation.scoring import Runtime
 from hf_vanilla.research.cli import add_research_arguments, research_decoder
-from hf_vanilla.translation import TransformersEngine, load_model_and_tokenizer
+from hf_vanilla.translation import load_engine
 
 
 def main() -> None:
@@ -64,24 +64,24 @@ def main() -> None:
         runtime = Runtime(**runtime_kwargs(args), show_progress=False)
         generate_kwargs = {**decoding_kwargs(args), **sampling_kwargs(args)}
         options = runtime.decoding(generate_kwargs)
-        model, tokenizer = load_model_and_tokenizer(args.model, args.device, args.dtype)
+        engine = load_engine(args.model, runtime.engine)
         if not decoder.extra_models:
-            translate_chunk = engine_translator(TransformersEngine(model, tokenizer), options, settings)
+            translate_chunk = engine_translator(engine, options, settings)
         elif settings.nbest > 1:
             raise CorpusTranslationError(
                 "--nbest lists beam search's own translations: not with research options"
             )
         else:  # the research decoder's one variant (a reranking weight is one value here)
-            translate_chunk = best_only(
-                lambda sources: decoder(model, tokenizer, sources, generate_kwargs, runtime)[0][1]
-            )
+            translate_chunk = best_only(lambda sources: decoder(engine, sources, generate_kwargs, runtime)[0][1])
         research = {**decoder.extra_models, **decoder.weights}
-        decoding = describe_decoding(options, dtype=args.dtype, **research)
+        decoding = describe_decoding(
+            options, engine=runtime.engine.engine, precision=runtime.engine.precision, **research
+        )
         job = CorpusJob(
             args.input, args.output, settings, {"model": model_digest(args.model), "decoding": decoding}
         )
         translate_corpus(translate_chunk, job, show_progress=not args.quiet)
-    except (ValueError, FileNotFoundError) as err:
+    except (ValueError, FileNotFoundError, ImportError) as err:
         sys.exit(f"error: {err}")
     except KeyboardInterrupt:
         sys.exit(130)

@@ -210,7 +210,7 @@ class Batcher:
             return
         self._engine = engine
         self.ready.set()
-        logger.info("model loaded and warm: %s", engine)
+        logger.info("model loaded and warm: %s", engine.describe())
         batch: tuple[DecodingOptions, list[_Sentence]] | None = None
         try:
             while (batch := self._next_batch()) is not None:

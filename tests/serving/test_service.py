@@ -401,3 +401,34 @@ def fuzzed_server(servers, offline, sentences):
     yield quick
     assert quick.translate(sentences[0]).json()[0]["translation_text"] == offline(sentences[:1], **BEAM)[0]
     assert requests.get(f"{quick.url}/health", timeout=5).json() == {"status": "ok"}
+
+
+def test_the_ctranslate2_engine_serves_what_generate_answers_batched_and_drains_on_sigterm(
+    served_model_dir, offline, sentences, tmp_path
+):
+    """scripts/serve.py --engine ctranslate2 (float32): the same answers as `translate_sentences`, requests sent
+    together in one batch, the checkpoint's defaults, limits refused in one line, a drained SIGTERM."""
+    pytest.importorskip("ctranslate2")
+    engine = ("--engine", "ctranslate2", "--compute-type", "float32", "--ctranslate2-dir", str(tmp_path / "ct2"))
+    server = Server(served_model_dir, tmp_path / "ctranslate2.log", *PATIENT, *engine)
+    try:
+        server.wait_until_ready(STARTUP_SECONDS)
+        assert "ctranslate2 engine: float32 on cpu (asked for)" in server.log.read_text()
+        with ThreadPoolExecutor(len(sentences)) as pool:
+            answers = list(pool.map(lambda text: server.translate(text, num_beams=2), sentences[:4]))
+        expected = offline(sentences[:4], num_beams=2, length_penalty=0.6)
+        assert [answer.json()[0]["translation_text"] for answer in answers] == expected
+        assert server.stats()["batches"] == 1 and "batch: 4 sentences" in server.batch_lines()[-1]
+        defaults, greedy = server.translate(sentences[:2]), server.translate(sentences[:2], num_beams=1)
+        assert [item["translation_text"] for item in defaults.json()] == offline(sentences[:2], **BEAM)
+        assert [item["translation_text"] for item in greedy.json()] == offline(sentences[:2], num_beams=1)
+        over = server.translate("Ein Hund.", num_beams=8)
+        assert over.status_code == 422 and list(over.json()) == ["error"] and "max_beams" in over.json()["error"]
+        with ThreadPoolExecutor(2) as pool:
+            in_flight = [pool.submit(server.translate, inputs) for inputs in (["Ein Hund"], ["Eine Frau", "Ein Mann"])]
+            server.wait_for_queued(3)
+            server.process.send_signal(signal.SIGTERM)
+            assert [len(future.result().json()) for future in in_flight] == [1, 2]
+        assert server.process.wait(timeout=30) == 0
+    finally:
+        server.kill()
