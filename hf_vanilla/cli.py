@@ -197,8 +197,8 @@ def add_corpus_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--output",
         default="-",
-        help="file to write atomically, its finished chunks committed beside it (OUTPUT.chunks) so that the "
-        "same command continues after a crash; -: stdout",
+        help="file to write atomically; from an --input file, its finished chunks are committed beside it "
+        "(OUTPUT.chunks) so that the same command continues after a crash; -: stdout",
     )
     parser.add_argument(
         "--chunk-lines",

@@ -27,6 +27,7 @@ import shutil
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -47,6 +48,9 @@ STANDARD_STREAM = "-"  # stdin as the input, stdout as the output
 OUTPUT_FORMATS = ("text", "jsonl")
 ERROR_HANDLERS = ("strict", "replace")
 DEFAULT_CHUNK_LINES = 2000
+# How long processes wait for each other (at the end, for the slowest to finish its share): torch's default, 10
+# minutes for NCCL and 30 for gloo, is less than the processes of a run of hours can drift apart.
+SHARE_WAIT = timedelta(days=7)
 CHUNKS_SUFFIX, FINGERPRINT_FILE = ".chunks", "fingerprint.json"
 # The files of a model directory its translations depend on: weights, configs, tokenizer (not its model card)
 MODEL_FILE_PATTERNS = ("*.safetensors", "*.bin", "*.json")
@@ -158,7 +162,7 @@ def process_state(device: str | None) -> PartialState:
     """accelerate's processes (one, or those `accelerate launch` started), on the CPU through gloo where
     `device` is the CPU or accelerate was told --cpu (ACCELERATE_USE_CPU)."""
     cpu = parse_flag_from_env("ACCELERATE_USE_CPU") or resolve_device(device).type == "cpu"
-    return PartialState(cpu=cpu)
+    return PartialState(cpu=cpu, timeout=SHARE_WAIT)
 
 
 def process_device(device: str | None, state: PartialState) -> str | None:

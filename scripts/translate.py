@@ -2,12 +2,12 @@
 
 Reads the input (a file, compressed or not, or stdin) a chunk of lines at a time, translates each chunk in
 length-sorted batches with the paper's decoding (beam 4, length penalty 0.6, source length + 50) unless told
-otherwise, and writes its translations, blank lines kept blank, as soon as it is done. With --output FILE the
-finished chunks are committed beside it: the same command continues after a crash, and several processes share
-the chunks (docs/translating-corpora.md).
+otherwise, and writes its translations, blank lines kept blank, as soon as it is done. From --input FILE to
+--output FILE the finished chunks are committed beside the output: the same command continues after a crash, and
+several processes share the chunks (docs/translating-corpora.md).
 
     python scripts/translate.py outputs/multi30k-small/final < input.de > output.en
-    python scripts/translate.py CHECKPOINT --input mono.de.gz --output mono.en --sampling --num-beams 1
+    python scripts/translate.py CHECKPOINT --input mono.de.gz --output mono.en --sampling --seed 1
     accelerate launch --multi_gpu --num_processes 8 scripts/translate.py CHECKPOINT --input IN --output OUT
 
 With --rerank-with (models of the reverse direction) or --rerank-right-to-left (right-to-left models), beam

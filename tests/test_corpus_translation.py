@@ -10,6 +10,7 @@ import importlib.util
 import json
 import lzma
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -27,6 +28,7 @@ from hf_vanilla.corpus_translation import (
     CorpusSettings,
     CorpusTranslationError,
     engine_translator,
+    model_digest,
     translate_corpus,
 )
 from hf_vanilla.translation import DecodingOptions, TransformersEngine
@@ -189,6 +191,16 @@ def test_a_run_with_another_model_options_or_input_is_refused_in_one_line(engine
         f"that run's to continue it, or delete {chunks} to start again"
     )
     assert sorted(os.listdir(chunks)) == ["000000000", "fingerprint.json"]  # nothing mixed in
+
+
+def test_the_model_digest_follows_the_weights_and_tokenizer_not_the_model_card(tiny_model_dir, tmp_path):
+    model = shutil.copytree(tiny_model_dir, tmp_path / "model")
+    digest = model_digest(str(model))
+    (model / "README.md").write_text("# A model card, rewritten after selection\n")
+    assert model_digest(str(model)) == digest
+    tokenizer = json.loads((model / "tokenizer.json").read_text())
+    (model / "tokenizer.json").write_text(json.dumps({**tokenizer, "truncation": {"max_length": 5}}))
+    assert model_digest(str(model)) != digest
 
 
 def test_nbest_lists_in_text_and_json_lines(engine, tmp_path):
