@@ -290,28 +290,54 @@ class CTranslate2Engine:
     def _translate_batch(
         self, batch_ids: list[list[int]], options: DecodingOptions, keywords: Mapping[str, Any]
     ) -> list[list[tuple[list[int], float]]]:
-        """One batch's hypotheses as token ids with scores, each sentence within its own output limit."""
+        """One batch's hypotheses as token ids with scores, each sentence within its own output limit.
+
+        The batch decodes at its longest limit. Greedy tokens up to a limit do not depend on it: each translation is
+        cut at its own. Beam search returns every finished hypothesis here, the longest of which ended the
+        sentence's search: a sentence that ended before its own limit decoded as it would have at that limit;
+        one that ran to it decodes again with the others of its limit. With no length penalty CTranslate2 stops at
+        the first finished best hypothesis and the number asked for matters: each limit decodes on its own."""
         if options.max_new_tokens is not None:
             limits = [options.max_new_tokens] * len(batch_ids)
         else:
             limits = [paper_max_new_tokens(self.config, len(ids), options.extra_output_tokens) for ids in batch_ids]
-        # Beam search at a longer limit could rank other hypotheses: sentences of one limit go together. Greedy
-        # search's tokens up to a limit do not depend on it: one call, each translation cut at its limit.
-        greedy = keywords["beam_size"] == 1
-        groups: dict[int, list[int]] = {}
-        for position, limit in enumerate(limits):
-            groups.setdefault(max(limits) if greedy else limit, []).append(position)
-        hypotheses: list[list[tuple[list[int], float]]] = [[] for _ in batch_ids]
-        for limit, positions in groups.items():
-            sources = [self.tokenizer.convert_ids_to_tokens(batch_ids[position]) for position in positions]
-            results = self.translator.translate_batch(sources, max_decoding_length=limit, **keywords)
-            for position, result in zip(positions, results, strict=True):
-                scores = result.scores if keywords["return_scores"] else [0.0] * len(result.hypotheses)
-                hypotheses[position] = [
-                    (self.tokenizer.convert_tokens_to_ids(tokens[: limits[position]]), score)
-                    for tokens, score in zip(result.hypotheses, scores, strict=True)
-                ]
-        return hypotheses
+        wanted, beam_size = keywords["num_hypotheses"], keywords["beam_size"]
+        everything = range(len(batch_ids))
+        if beam_size > 1 and keywords["length_penalty"] == 0:
+            hypotheses, again = {}, list(everything)
+        else:
+            hypotheses = self._decode_at(batch_ids, everything, max(limits), {**keywords, "num_hypotheses": beam_size})
+            again = [
+                position
+                for position in everything
+                if beam_size > 1 and limits[position] < max(limits)
+                and max(len(ids) for ids, _ in hypotheses[position]) >= limits[position]
+            ]
+        for limit in sorted({limits[position] for position in again}):
+            group = [position for position in again if limits[position] == limit]
+            hypotheses.update(self._decode_at(batch_ids, group, limit, keywords))
+        return [
+            [(ids[: limits[position]], score) for ids, score in hypotheses[position][:wanted]]
+            for position in everything
+        ]
+
+    def _decode_at(
+        self, batch_ids: list[list[int]], positions: Sequence[int], limit: int, keywords: Mapping[str, Any]
+    ) -> dict[int, list[tuple[list[int], float]]]:
+        """The hypotheses (token ids, score: 0 where none is asked for) of the sentences at `positions` of the
+        batch, decoded together for at most `limit` new tokens, by position."""
+        sources = [self.tokenizer.convert_ids_to_tokens(batch_ids[position]) for position in positions]
+        results = self.translator.translate_batch(sources, max_decoding_length=limit, **keywords)
+        return {
+            position: [
+                (self.tokenizer.convert_tokens_to_ids(tokens), score)
+                for tokens, score in zip(
+                    result.hypotheses, result.scores if keywords["return_scores"] else [0.0] * len(result.hypotheses),
+                    strict=True,
+                )
+            ]
+            for position, result in zip(positions, results, strict=True)
+        }
 
     def _setting(self, name: str, chosen: Any) -> Any:
         """What `generate` decodes with: the `chosen` value, else the generation config's, else its own default."""

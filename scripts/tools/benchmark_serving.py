@@ -15,6 +15,7 @@ Writes a JSON report (the command, the CPU, the settings, each run) to --output.
 import argparse
 import json
 import shlex
+import statistics
 import sys
 import tempfile
 import threading
@@ -35,6 +36,7 @@ from hf_vanilla.model.decoding import PAPER_GENERATION_KWARGS
 from hf_vanilla.precision import cpu_description
 from hf_vanilla.serving.batching import DEFAULT_BATCHING
 from hf_vanilla.serving.process import ServerProcess
+from hf_vanilla.tools.benchmark import interleaved_seconds
 from hf_vanilla.translation import (
     CTRANSLATE2,
     TRANSFORMERS,
@@ -126,6 +128,9 @@ def parse_args():
         "an untrained model runs to its limit, so this sets the work of every run alike",
     )
     parser.add_argument(
+        "--repeats", type=positive_int, default=3, help="timings of each offline decoding, taken in turn"
+    )
+    parser.add_argument(
         "--offline-only", action="store_true", help="decode offline only, no service (no request counts then)"
     )
     parser.add_argument("--output", default="docs/benchmarks/serving.json", help="the JSON report (the CPU named in it)")
@@ -208,35 +213,20 @@ def serve_and_load(
     }
 
 
-def throughput(translate: Callable[[list], object], inputs: list) -> dict:
-    """`translate` warmed on 8 of the inputs (as the service warms up before it is ready), then timed on all."""
-    translate(inputs[:8])
-    started = time.perf_counter()
-    translate(inputs)
-    wall = time.perf_counter() - started
-    return {
-        "sentences": len(inputs),
-        "sentences_per_second": round(len(inputs) / wall, 2),
-        "seconds": round(wall, 2),
-    }
-
-
-def offline(args, sentences: list[str], settings: EngineSettings, workdir: Path) -> dict:
-    """The engine's translation of the sentences, all at once, in length-sorted batches."""
-    torch.set_num_threads(args.threads)
+def offline_decoding(args, settings: EngineSettings, workdir: Path) -> Callable[[list], object]:
+    """The engine's translation of sentences, all at once, in length-sorted batches."""
     engine = load_engine(args.model, replace(settings, ctranslate2_dir=workdir))
     options = DecodingOptions(max_tokens=args.max_batch_tokens, show_progress=False).replace(**decoding(args))
-    return throughput(lambda batch: engine.translate(batch, options), sentences)
+    return lambda batch: engine.translate(batch, options)
 
 
-def ctranslate2_raw(args, sentences: list[str], compute_type: str, workdir: Path) -> dict:
-    """CTranslate2's `translate_batch` alone on the converted model: the same sentences, as token strings, in
-    batches of the same token budget, one limit for all (256, its default), none of our batching or texts."""
+def raw_translate_batch(args, compute_type: str, workdir: Path) -> Callable[[list], object]:
+    """CTranslate2's `translate_batch` alone on the converted model: sentences as token strings in batches of the
+    same token budget, one limit for all (256, its default), none of our batching or texts."""
     import ctranslate2
 
     from hf_vanilla.ctranslate2_engine import cached_conversion
 
-    torch.set_num_threads(args.threads)
     translator = ctranslate2.Translator(
         str(cached_conversion(Path(args.model), workdir)),
         device="cpu",
@@ -244,12 +234,33 @@ def ctranslate2_raw(args, sentences: list[str], compute_type: str, workdir: Path
         intra_threads=args.threads,
     )
     tokenizer = load_tokenizer(args.model)
-    tokens = [tokenizer.convert_ids_to_tokens(ids) for ids in tokenizer(sentences)["input_ids"]]
     limit = {"max_decoding_length": args.max_new_tokens} if args.max_new_tokens else {}
     options = {"beam_size": args.num_beams, "length_penalty": args.length_penalty, "batch_type": "tokens", **limit}
-    return throughput(
-        lambda batch: translator.translate_batch(batch, max_batch_size=args.max_batch_tokens, **options), tokens
-    )
+
+    def translate(batch: list[str]) -> object:
+        tokens = [tokenizer.convert_ids_to_tokens(ids) for ids in tokenizer(batch)["input_ids"]]
+        return translator.translate_batch(tokens, max_batch_size=args.max_batch_tokens, **options)
+
+    return translate
+
+
+def offline(args, sentences: list[str], decoders: dict[str, Callable[[list], object]]) -> dict:
+    """Each decoder warmed on 8 sentences (as the service warms up before it is ready), then timed on all of them,
+    the decoders in turn `--repeats` times (A B A B ...) in this process's CPU time, which the other processes of a
+    shared machine barely disturb: the median rate and every sample."""
+    torch.set_num_threads(args.threads)
+    for translate in decoders.values():
+        translate(sentences[:8])
+    runs = {name: lambda translate=translate: translate(sentences) for name, translate in decoders.items()}
+    seconds = interleaved_seconds(runs, args.repeats, warmup=0, clock="cpu")
+    return {
+        name: {
+            "sentences": len(sentences),
+            "sentences_per_second": round(len(sentences) / statistics.median(samples), 2),
+            "cpu_seconds": [round(sample, 2) for sample in samples],
+        }
+        for name, samples in seconds.items()
+    }
 
 
 def main() -> None:
@@ -270,10 +281,14 @@ def main() -> None:
             runs["service transformers, batching off"] = serve_and_load(
                 args, sentences, UNBATCHED, args.unbatched_requests, workdir, "unbatched"
             )
-        for name, settings in zip(names, args.engine, strict=True):
-            runs[f"offline {name}"] = offline(args, sentences, settings, workdir)
-        for compute_type in compute_types:
-            runs[f"translate_batch {compute_type}"] = ctranslate2_raw(args, sentences, compute_type, workdir)
+        decoders = {
+            **{
+                f"offline {name}": offline_decoding(args, settings, workdir)
+                for name, settings in zip(names, args.engine, strict=True)
+            },
+            **{f"translate_batch {kind}": raw_translate_batch(args, kind, workdir) for kind in compute_types},
+        }
+        runs |= offline(args, sentences, decoders)
     rate = {name: run["sentences_per_second"] for name, run in runs.items()}
     ratios = [  # (over, under): the runs each ratio compares
         *((f"offline {CTRANSLATE2}:{kind}", f"translate_batch {kind}") for kind in compute_types),
