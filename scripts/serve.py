@@ -2,20 +2,22 @@
 
     pip install 'hf_vanilla[serve]'
     python scripts/serve.py outputs/multi30k-small/final --port 8000
+    python scripts/serve.py outputs/multi30k-small/final --engine ctranslate2 --compute-type int8   # faster
     curl -s localhost:8000 -H 'Content-Type: application/json' -d '{"inputs": "Ein Hund läuft."}'
 
 Decodes with the checkpoint's generation_config.json (beam size, length penalty) unless a request's
 generate_parameters say otherwise, within the limits set here. GET /health, /ready, /stats; /docs is the API.
-SIGTERM stops accepting, answers every accepted request and exits 0 (docs/serving.md).
+SIGTERM stops accepting, answers every accepted request and exits 0 (docs/serving.md). Should the model fail to
+load or the worker stop, the service answers 500, drains and exits 1, for its supervisor to restart it.
 """
 
 import logging
 import signal
+import sys
 
 import uvicorn
 
-from hf_vanilla.cli import ArgumentParser, positive_int
-from hf_vanilla.precision import DTYPE_NAMES
+from hf_vanilla.cli import ArgumentParser, add_engine_arguments, engine_settings, positive_int
 from hf_vanilla.serving import BatchingSettings, RequestLimits, create_app
 
 BATCHING, LIMITS = BatchingSettings(), RequestLimits()
@@ -26,11 +28,7 @@ def parse_args():
     parser.add_argument("model", help="saved model directory (with its tokenizer)")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
     parser.add_argument("--port", type=int, default=8000, help="port to listen on")
-    parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:1... (auto: the GPU if present)")
-    parser.add_argument(
-        "--dtype", default="float32", choices=["auto", *DTYPE_NAMES], help="weights and activations (auto: bfloat16 "
-        "where the hardware runs it natively, float16 on a GPU without it, else float32)"
-    )
+    add_engine_arguments(parser)
     parser.add_argument(
         "--cache-implementation",
         choices=["dynamic", "static"],
@@ -75,10 +73,13 @@ def parse_args():
 def main() -> None:
     args = parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        engine = engine_settings(args)
+    except ValueError as err:
+        sys.exit(f"error: {err}")
     app = create_app(
         args.model,
-        args.device,
-        args.dtype,
+        engine,
         BatchingSettings(args.max_batch_tokens, args.max_wait_ms, args.max_queued_sentences),
         RequestLimits(args.max_sentences, args.max_characters, args.max_beams, args.max_new_tokens),
         "static" if args.cache_implementation == "static" else None,
@@ -87,9 +88,14 @@ def main() -> None:
     # this one, so that a drained shutdown exits 0 (as training does on preemption) instead of dying by the signal.
     for stop in (signal.SIGTERM, signal.SIGINT):
         signal.signal(stop, lambda signum, frame: logging.info("stopped by %s", signal.Signals(signum).name))
-    uvicorn.run(
-        app, host=args.host, port=args.port, access_log=args.access_log, timeout_graceful_shutdown=None
+    server = uvicorn.Server(
+        uvicorn.Config(app, host=args.host, port=args.port, access_log=args.access_log, timeout_graceful_shutdown=None)
     )
+    batcher = app.state.batcher
+    batcher.on_failure = lambda: setattr(server, "should_exit", True)
+    server.run()
+    if batcher.failure:
+        sys.exit(f"error: {batcher.failure}")
 
 
 if __name__ == "__main__":

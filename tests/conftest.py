@@ -5,6 +5,7 @@ import logging
 import os
 import runpy
 import shutil
+import signal
 import subprocess
 import sys
 import traceback
@@ -73,6 +74,20 @@ def run_script(script: str, *args, stdin: str = "", check: bool = False) -> subp
     if check:
         completed.check_returncode()
     return completed
+
+
+def run_in_session(command: list[str], environment: dict, timeout: int = 300) -> subprocess.CompletedProcess:
+    """`command` in a session of its own, killed whole if it overruns."""
+    process = subprocess.Popen(
+        command, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert process.returncode == 0, stderr[-3000:]
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
 
 
 def _exit_status(run, stderr) -> int:

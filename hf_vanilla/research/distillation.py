@@ -26,6 +26,7 @@ from hf_vanilla.corpus import split_names, write_translation_jsonl
 from hf_vanilla.evaluation.scoring import DEFAULT_RUNTIME, Runtime, TranslationData, score_translations
 from hf_vanilla.files import atomic_directory, write_json
 from hf_vanilla.translation import (
+    TRANSFORMERS,
     load_model_and_tokenizer,
     read_lines,
     translate_sentences,
@@ -111,6 +112,10 @@ def distill_dataset(
     one's forward model) reads them instead of decoding.
     """
     output_dir = Path(output_dir)
+    if runtime.engine.engine != TRANSFORMERS:  # the saved translations are keyed by the torch model's weights
+        raise ValueError(
+            f"distillation decodes with transformers' generate (--engine transformers), not {runtime.engine.engine}"
+        )
     _check_request(teachers, saved, output_dir, overwrite)
     pairs = _load_splits(data, train_split)
     sources, targets = pairs[train_split]["source"], pairs[train_split]["target"]
@@ -124,7 +129,7 @@ def distill_dataset(
         ("backward", teachers.backward, targets, sources, data.source_lang),
     ):
         for model_name in models:
-            model, tokenizer = load_model_and_tokenizer(model_name, runtime.device, runtime.dtype)
+            model, tokenizer = load_model_and_tokenizer(model_name, runtime.engine.device, runtime.engine.dtype)
             translations = _saved_translations(
                 model,
                 tokenizer,

@@ -1,34 +1,57 @@
 """The HTTP service: the Hugging Face Inference API's translation task over one saved model, on FastAPI.
 
-POST / takes {"inputs": text or [texts], "parameters": {"generate_parameters": {...}}} and answers
+POST / takes {"inputs": text or [texts], "parameters": {...}, "options": {...}} and answers
 [{"translation_text": ...}, ...], one a text, in order, as a Hub translation model answers, so that
-`huggingface_hub.InferenceClient(model="http://HOST:PORT").translation(...)` works unchanged. Errors are
-{"error": one line} with the status saying whose fault it is: 400 a malformed request, 413 / 422 a request over
-the server's limits, 503 (with Retry-After) a full queue or a model still loading.
+`huggingface_hub.InferenceClient(model="http://HOST:PORT").translation(...)` works unchanged. Every error, whoever
+raises it, is {"error": one line} with the status saying whose fault it is: 400 a malformed request, 413 / 422 a
+request over the server's limits, 503 (with Retry-After) a full queue or a model still loading, 500 the server's
+own failure (never the client's input). A body is refused once it passes the byte limit, before it is all read.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass
+from typing import Literal
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
+from huggingface_hub import ModelCard
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator
 from pydantic_core import PydanticCustomError
-from transformers import AutoConfig, GenerationConfig
+from starlette.datastructures import Headers
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from transformers import AutoConfig
 
-from hf_vanilla.model.decoding import DECODER_PROMPT_LENGTH
-from hf_vanilla.translation import DecodingOptions, load_model_and_tokenizer
+from hf_vanilla.model.configuration_vanilla import VanillaTransformerConfig
+from hf_vanilla.model.decoding import DECODER_PROMPT_LENGTH, beam_settings
+from hf_vanilla.model.hub import checkpoint_card
+from hf_vanilla.translation import (
+    DEFAULT_ENGINE,
+    DecodingOptions,
+    EngineSettings,
+    generation_defaults,
+    load_engine,
+    unencodable_character,
+)
 
-from .batching import DEFAULT_BATCHING, Batcher, BatchingSettings, QueueFull
+from .batching import DEFAULT_BATCHING, Batcher, BatchingSettings, QueueFull, RequestRefused
 
+logger = logging.getLogger(__name__)
 RETRY_AFTER_SECONDS = "1"
 CLIENT_CLOSED_REQUEST = 499  # nginx's status for a client that left before its answer
+# Beyond this a length penalty only ever picks the longest (or shortest) hypothesis, and length**penalty
+# overflows a float long before 1e308.
+MAX_LENGTH_PENALTY = 10.0
+# The bytes a character may take in a JSON body (a character outside the BMP written as two \uXXXX escapes),
+# those of each sentence's quotes and comma, and the room for the rest of the request (its parameters).
+JSON_BYTES_PER_CHARACTER, JSON_BYTES_PER_SENTENCE, JSON_BYTES_AROUND = 12, 3, 4096
 
 
 @dataclass(frozen=True)
@@ -41,21 +64,58 @@ class RequestLimits:
     max_beams: int = 8
     max_new_tokens: int | None = None
 
+    @property
+    def max_body_bytes(self) -> int:
+        """The largest body a request within the limits can take, however its text is escaped: a larger one is
+        refused (413) before it is read."""
+        return (
+            JSON_BYTES_PER_CHARACTER * self.max_characters
+            + JSON_BYTES_PER_SENTENCE * self.max_sentences
+            + JSON_BYTES_AROUND
+        )
+
 
 class GenerateParameters(BaseModel):
     """The decoding options a request may choose; the checkpoint's generation_config.json gives the others."""
 
     model_config = ConfigDict(extra="forbid")
     num_beams: StrictInt | None = Field(None, ge=1, description="beam size; 1: greedy")
-    length_penalty: float | None = Field(None, description="beam search ranks by log p / length**this")
+    length_penalty: float | None = Field(
+        None,
+        ge=-MAX_LENGTH_PENALTY,
+        le=MAX_LENGTH_PENALTY,
+        allow_inf_nan=False,
+        description="beam search ranks by log p / length**this",
+    )
     max_new_tokens: StrictInt | None = Field(
         None, ge=1, description="output limit (default: each sentence its source length + 50)"
     )
 
 
 class TranslationParameters(BaseModel):
+    """The Inference API's translation parameters (huggingface_hub's `TranslationParameters`)."""
+
     model_config = ConfigDict(extra="forbid")
+    src_lang: str | None = Field(None, description="the source language: must be the model's own")
+    tgt_lang: str | None = Field(None, description="the target language: must be the model's own")
+    clean_up_tokenization_spaces: StrictBool | None = Field(
+        None, description="remove the spaces tokenization leaves before punctuation (transformers' clean-up)"
+    )
+    truncation: Literal["do_not_truncate", "longest_first", "only_first", "only_second"] | None = Field(
+        None,
+        description="a source longer than the model's positions: cut to its first tokens (the default, "
+        "longest_first or only_first) or refused with 422 (do_not_truncate); only_second cuts nothing here",
+    )
     generate_parameters: GenerateParameters | None = None
+
+
+class InferenceOptions(BaseModel):
+    """The Inference API's request options: there is no cache to use, and a request waits for the model to
+    load with wait_for_model (else it is answered 503 while the model loads)."""
+
+    model_config = ConfigDict(extra="forbid")
+    use_cache: StrictBool | None = None
+    wait_for_model: StrictBool | None = None
 
 
 class TranslationRequest(BaseModel):
@@ -64,27 +124,26 @@ class TranslationRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     inputs: str | list[str] = Field(description="a text, or a list of texts translated each on its own")
     parameters: TranslationParameters | None = None
+    options: InferenceOptions | None = None
 
     @field_validator("inputs", mode="before")
     @classmethod
     def _text_or_texts(cls, value):
-        if isinstance(value, str) or (
-            isinstance(value, list) and all(isinstance(text, str) for text in value)
-        ):
-            return value
-        raise PydanticCustomError("text_or_texts", "must be a string or a list of strings")
+        if not (isinstance(value, str) or (isinstance(value, list) and all(isinstance(text, str) for text in value))):
+            raise PydanticCustomError("text_or_texts", "must be a string or a list of strings")
+        for index, text in enumerate([value] if isinstance(value, str) else value):
+            if (position := unencodable_character(text)) is not None:
+                where = "inputs" if isinstance(value, str) else f"inputs[{index}]"
+                raise PydanticCustomError(
+                    "unicode",
+                    f"{where} holds a lone surrogate ({text[position]!a}) at character {position}, which is no "
+                    "Unicode text: send the text as UTF-8, or pair the surrogate",
+                )
+        return value
 
 
 class TranslationOutput(BaseModel):
     translation_text: str
-
-
-class OverLimit(Exception):
-    """A request over one of the server's limits: its status and the line that names the limit."""
-
-    def __init__(self, status: int, message: str):
-        super().__init__(message)
-        self.status = status
 
 
 def error(status: int, message: str, **headers: str) -> JSONResponse:
@@ -96,16 +155,76 @@ def validation_message(err: RequestValidationError) -> str:
     first = err.errors()[0]
     if first["type"] == "json_invalid":
         return f"malformed JSON: {first.get('ctx', {}).get('error', first['msg'])}"
+    if first["type"] == "unicode":
+        return first["msg"]
     where = ".".join(str(part) for part in first["loc"][1:]) or "body"
     return f"{where}: {first['msg']}"
 
 
-def generation_defaults(checkpoint: str | os.PathLike) -> GenerationConfig:
-    """The checkpoint's generation_config.json, or the one transformers derives from its config.json."""
+def http_error_message(err: HTTPException) -> str:
+    """One line for an error FastAPI or Starlette raised, naming the cause where the body would not parse."""
+    cause = err.__cause__
+    if isinstance(cause, RecursionError):
+        return "malformed JSON: nested too deeply"
+    if isinstance(cause, UnicodeDecodeError):
+        return f"malformed JSON: the body is not UTF-8 ({cause.reason} at byte {cause.start})"
+    return " ".join(str(err.detail).split())
+
+
+class BodyTooLarge(HTTPException):
+    def __init__(self, max_bytes: int):
+        super().__init__(
+            413, f"the request body is over this server's {max_bytes} bytes (from max_characters and max_sentences)"
+        )
+
+
+class BodyLimit:
+    """ASGI middleware that refuses a request body over `max_bytes` (413) before it is read into memory: on its
+    Content-Length alone, or as soon as the bytes received pass the limit; the rest is never read."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int):
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        declared = Headers(scope=scope).get("content-length", "")
+        if declared.isdigit() and int(declared) > self.max_bytes:
+            refused = BodyTooLarge(self.max_bytes)
+            return await error(refused.status_code, refused.detail, Connection="close")(scope, receive, send)
+        received = 0
+
+        async def counted() -> Message:
+            nonlocal received
+            message = await receive()
+            received += len(message.get("body", b""))
+            if received > self.max_bytes:
+                raise BodyTooLarge(self.max_bytes)  # FastAPI lets an HTTPException out of reading a body
+            return message
+
+        await self.app(scope, counted, send)
+
+
+def model_pair(checkpoint: str | os.PathLike) -> tuple[str, str] | None:
+    """The languages the checkpoint translates from and to, as its model card's metadata names them, if it does."""
+    config = AutoConfig.from_pretrained(checkpoint)
+    card = checkpoint_card(config) if config.model_type == VanillaTransformerConfig.model_type else None
     try:
-        return GenerationConfig.from_pretrained(checkpoint)
-    except OSError:
-        return GenerationConfig.from_model_config(AutoConfig.from_pretrained(checkpoint))
+        languages = ModelCard.load(card).data.language if card else None
+    except Exception:  # a card that does not parse: the pair is unknown and any pair a client names goes
+        return None
+    return tuple(languages) if isinstance(languages, list) and len(languages) == 2 else None
+
+
+def check_pair(parameters: TranslationParameters | None, pair: tuple[str, str] | None) -> None:
+    """RequestRefused (422) for a src_lang or tgt_lang that is not the model's own."""
+    if parameters is None or pair is None:
+        return
+    for asked, own, name in ((parameters.src_lang, pair[0], "src_lang"), (parameters.tgt_lang, pair[1], "tgt_lang")):
+        if asked is not None and asked != own:
+            raise RequestRefused(
+                422, f"{name} {asked!r}: this server translates {pair[0]} -> {pair[1]} only"
+            )
 
 
 def server_options(
@@ -115,8 +234,7 @@ def server_options(
     penalty, each batch one `generate` call within the batching budget, no progress bar."""
     defaults = generation_defaults(checkpoint)
     return DecodingOptions(
-        num_beams=defaults.num_beams,
-        length_penalty=defaults.length_penalty if defaults.num_beams > 1 else None,
+        **beam_settings(defaults.num_beams, defaults.length_penalty),
         cache_implementation=cache_implementation,
         max_tokens=batching.max_tokens,
         show_progress=False,
@@ -126,39 +244,36 @@ def server_options(
 def request_options(
     base: DecodingOptions, chosen: GenerateParameters | None, limits: RequestLimits, room: int
 ) -> DecodingOptions:
-    """`base` with the request's choices over it; OverLimit (422) for beams or new tokens over the limits.
-    Greedy search takes no length penalty (generate would warn about one)."""
+    """`base` with the request's choices over it; RequestRefused (422) for beams or new tokens over the limits.
+    Greedy search takes no length penalty (`beam_settings`)."""
     settings = chosen.model_dump(exclude_none=True) if chosen else {}
     num_beams = settings.get("num_beams", base.num_beams)
     if num_beams > limits.max_beams:
-        raise OverLimit(
+        raise RequestRefused(
             422, f"num_beams {num_beams} is over this server's limit of {limits.max_beams} (max_beams)"
         )
     most_new_tokens = min(limits.max_new_tokens or room, room)
     if settings.get("max_new_tokens", 0) > most_new_tokens:
-        raise OverLimit(
+        raise RequestRefused(
             422,
             f"max_new_tokens {settings['max_new_tokens']} is over this server's limit of {most_new_tokens} "
             "(max_new_tokens)",
         )
-    if num_beams > 1:
-        settings.setdefault("length_penalty", base.length_penalty)
-    else:
-        settings["length_penalty"] = None
-    return base.replace(**settings)
+    beam = beam_settings(num_beams, settings.get("length_penalty", base.length_penalty))
+    return base.replace(**{**settings, "length_penalty": None, **beam})
 
 
 def check_request_size(texts: list[str], limits: RequestLimits) -> None:
-    """OverLimit (413) for more sentences or characters than one request may send."""
+    """RequestRefused (413) for more sentences or characters than one request may send."""
     if len(texts) > limits.max_sentences:
-        raise OverLimit(
+        raise RequestRefused(
             413,
             f"{len(texts)} sentences in one request, this server takes at most {limits.max_sentences} "
             "(max_sentences)",
         )
     characters = sum(map(len, texts))
     if characters > limits.max_characters:
-        raise OverLimit(
+        raise RequestRefused(
             413,
             f"{characters} characters in one request, this server takes at most {limits.max_characters} "
             "(max_characters)",
@@ -173,13 +288,13 @@ async def _client_gone(request: Request) -> None:
 
 def create_app(
     checkpoint: str | os.PathLike,
-    device: str | None = None,
-    dtype: str = "float32",
+    engine: EngineSettings = DEFAULT_ENGINE,
     batching: BatchingSettings = DEFAULT_BATCHING,
     limits: RequestLimits = RequestLimits(),
     cache_implementation: str | None = None,
 ) -> FastAPI:
-    """The service for a saved model directory: the model loads on the worker thread once the server runs."""
+    """The service for a saved model directory, decoding on `engine`: the model loads (for the ctranslate2 engine,
+    converted on first use) on the worker thread once the server runs."""
     if limits.max_sentences > batching.max_queued_sentences:
         raise ValueError(
             f"max_sentences {limits.max_sentences} is more than the queue holds ({batching.max_queued_sentences}):"
@@ -187,7 +302,8 @@ def create_app(
         )
     base = server_options(checkpoint, batching, cache_implementation)
     room = AutoConfig.from_pretrained(checkpoint).max_position_embeddings - DECODER_PROMPT_LENGTH
-    batcher = Batcher(lambda: load_model_and_tokenizer(checkpoint, device, dtype), base, batching)
+    pair = model_pair(checkpoint)
+    batcher = Batcher(lambda: load_engine(checkpoint, engine), base, batching)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -197,27 +313,44 @@ def create_app(
         await asyncio.to_thread(batcher.stop)
 
     def not_ready() -> JSONResponse:
-        return error(503, batcher.load_error or "the model is loading", **{"Retry-After": RETRY_AFTER_SECONDS})
+        if batcher.failure:
+            return error(500, batcher.failure)
+        return error(503, "the model is loading", **{"Retry-After": RETRY_AFTER_SECONDS})
 
     app = FastAPI(title="hf_vanilla translation", summary=f"Translation with {checkpoint}", lifespan=lifespan)
+    app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes)
     app.state.batcher = batcher
 
     @app.exception_handler(RequestValidationError)
     async def malformed(request: Request, err: RequestValidationError) -> JSONResponse:
         return error(400, validation_message(err))
 
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, err: HTTPException) -> JSONResponse:
+        return error(err.status_code, http_error_message(err), **(err.headers or {}))
+
+    @app.exception_handler(Exception)
+    async def internal_error(request: Request, err: Exception) -> JSONResponse:
+        logger.error("an unexpected error answering %s %s", request.method, request.url.path, exc_info=err)
+        return error(500, f"internal error: {type(err).__name__}: {err}")
+
     @app.post("/", response_model=list[TranslationOutput])
     async def translate(body: TranslationRequest, request: Request) -> Response | list[TranslationOutput]:
         """Translate `inputs` (one text or a list), with the request's generate_parameters over the server's."""
-        if not batcher.ready.is_set():
+        if body.options and body.options.wait_for_model and not batcher.failure:
+            await asyncio.to_thread(batcher.wait_until_loaded)
+        if not batcher.ready.is_set() or batcher.failure:
             return not_ready()
         texts = [body.inputs] if isinstance(body.inputs, str) else body.inputs
-        chosen = body.parameters.generate_parameters if body.parameters else None
+        parameters = body.parameters or TranslationParameters()
         try:
             check_request_size(texts, limits)
-            options = request_options(base, chosen, limits, room)
-            queued = batcher.submit(texts, options)
-        except OverLimit as err:
+            check_pair(parameters, pair)
+            options = request_options(base, parameters.generate_parameters, limits, room).replace(
+                clean_up_tokenization_spaces=bool(parameters.clean_up_tokenization_spaces)
+            )
+            queued = batcher.submit(texts, options, may_cut=parameters.truncation != "do_not_truncate")
+        except RequestRefused as err:
             return error(err.status, str(err))
         except QueueFull as err:
             return error(503, f"the queue is full: {err}", **{"Retry-After": RETRY_AFTER_SECONDS})
@@ -231,13 +364,14 @@ def create_app(
         if not queued.future.done():
             return Response(status_code=CLIENT_CLOSED_REQUEST)
         if failed := queued.future.exception():
-            return error(500, f"decoding failed: {failed}")
+            return error(failed.status, str(failed))
         return [TranslationOutput(translation_text=text) for text in queued.future.result()]
 
     @app.get("/health")
     async def health() -> Response:
-        """Alive: 200 while the process serves (also while the model loads), 500 when the model failed to load."""
-        return error(500, batcher.load_error) if batcher.load_error else JSONResponse({"status": "ok"})
+        """Alive: 200 while the process can answer (also while the model loads), 500 once the model failed to
+        load or the worker stopped (the process then exits, for its supervisor to restart it)."""
+        return error(500, batcher.failure) if batcher.failure else JSONResponse({"status": "ok"})
 
     @app.get("/ready")
     async def ready() -> Response:

@@ -1,6 +1,10 @@
 """Requests batched on the fly: one worker thread owns the model and decodes the sentences that arrived close
 together in one `generate` call (through `translate_sentences`), sentences of other decoding options never mixed.
 
+The worker never stops for a request's sake: a sentence the tokenizer cannot take fails its own request, a batch
+that fails is decoded again a sentence at a time so that only the sentences at fault fail; should the worker end
+anyway, `failure` says why and `on_failure` is called (the service then exits, for a supervisor to restart it).
+
 The event loop hands sentences in (`Batcher.submit`) and awaits its request's answer; the worker takes a batch
 when one fills the token budget or when its oldest sentence has waited `max_wait_ms` since it arrived or since the
 worker was last busy, whichever is later: the clients just answered send their next sentences in that time, and
@@ -12,17 +16,16 @@ sentence goes first, so no sentence waits behind an endless stream of shorter on
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
-
 from hf_vanilla.data import TokenBatchSampler
-from hf_vanilla.model.decoding import DEFAULT_MAX_TOKENS, max_source_tokens
-from hf_vanilla.translation import DecodingOptions, translate_sentences
+from hf_vanilla.model.decoding import DEFAULT_MAX_TOKENS
+from hf_vanilla.translation import DecodingOptions, TranslationEngine
 
 logger = logging.getLogger(__name__)
 WARM_UP_TEXT = "Ein Hund läuft über die Wiese."  # one decoding before the service says it is ready
@@ -46,14 +49,24 @@ class QueueFull(Exception):
     """More sentences than the queue holds are waiting: the client should try again shortly."""
 
 
+class RequestRefused(Exception):
+    """A request the service will not translate as asked: its status (4xx: the client's to mend, 5xx: the
+    server's) and the line that says why."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
 class _Request:
     """One client request: its sentences' translations as the worker finishes them, and the future that the
     event loop awaits."""
 
-    def __init__(self, size: int, loop: asyncio.AbstractEventLoop):
+    def __init__(self, size: int, loop: asyncio.AbstractEventLoop, may_cut: bool):
         self.translations: list[str] = [""] * size
         self.remaining = size
         self.cancelled = False
+        self.may_cut = may_cut  # a source longer than the model's positions is cut (else refused)
         self.loop = loop
         self.future: asyncio.Future[list[str]] = loop.create_future()
 
@@ -62,11 +75,15 @@ class _Request:
         self.translations[index] = translation
         self.remaining -= 1
         if self.remaining == 0:
-            self.loop.call_soon_threadsafe(self._settle, self.translations, None)
+            self._settle_soon(self.translations, None)
 
     def fail(self, error: Exception) -> None:
-        """Called by the worker: the request's batch failed."""
-        self.loop.call_soon_threadsafe(self._settle, None, error)
+        """Called by the worker: a sentence of the request could not be translated."""
+        self._settle_soon(None, error)
+
+    def _settle_soon(self, translations: list[str] | None, error: Exception | None) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody awaits the answer any more
+            self.loop.call_soon_threadsafe(self._settle, translations, error)
 
     def _settle(self, translations: list[str] | None, error: Exception | None) -> None:
         if self.future.done():  # a disconnected client's, or failed already by another of its batches
@@ -83,7 +100,7 @@ class _Sentence:
     index: int  # in its request
     request: _Request
     arrived: float  # time.monotonic()
-    tokens: int | None = None  # source tokens, counted by the worker (it alone uses the tokenizer)
+    tokens: int | None = None  # source tokens in a batch, counted by the worker (it alone uses the tokenizer)
 
 
 @dataclass
@@ -99,24 +116,25 @@ class BatchStats:
 class Batcher:
     """The queue of sentences waiting to be decoded and the one worker thread that decodes them.
 
-    `load` (run on the worker thread, so the service answers health checks meanwhile) gives the model and its
-    tokenizer; a translation with `warm_up` options follows before `ready` is set. `stop()` lets the worker
-    decode every sentence still queued (without waiting for more) and end.
+    `load` (run on the worker thread, so the service answers health checks meanwhile) gives the engine that
+    decodes; a translation with `warm_up` options follows before `ready` is set. `stop()` lets the worker
+    decode every sentence still queued (without waiting for more) and end. Should loading fail or the worker
+    end otherwise, `failure` says why, every waiting request fails with it, and `on_failure` is called.
     """
 
     def __init__(
         self,
-        load: Callable[[], tuple[PreTrainedModel, PreTrainedTokenizerBase]],
+        load: Callable[[], TranslationEngine],
         warm_up: DecodingOptions,
         settings: BatchingSettings = DEFAULT_BATCHING,
     ):
         self.settings = settings
         self.stats = BatchStats()
         self.ready = threading.Event()
-        self.load_error: str | None = None
+        self.failure: str | None = None
+        self.on_failure: Callable[[], None] = lambda: None
         self._load, self._warm_up = load, warm_up
-        self._model: PreTrainedModel | None = None  # set by the worker, before `ready`
-        self._tokenizer: PreTrainedTokenizerBase | None = None
+        self._engine: TranslationEngine | None = None  # set by the worker, before `ready`
         self._pending: dict[DecodingOptions, list[_Sentence]] = {}  # each in order of arrival
         self._queued = 0
         self._free_since = 0.0  # time.monotonic() when the worker last finished a batch
@@ -134,15 +152,18 @@ class Batcher:
             self._condition.notify()
         self._worker.join()
 
-    def submit(self, texts: Sequence[str], options: DecodingOptions) -> _Request:
+    def submit(self, texts: Sequence[str], options: DecodingOptions, may_cut: bool = True) -> _Request:
         """Queue `texts` to be decoded with `options`; await the result's `future` for their translations, in
-        order. Raises QueueFull at once when they do not fit in the queue."""
-        request = _Request(len(texts), asyncio.get_running_loop())
+        order, or the RequestRefused it raises. A text longer than the model's positions is cut to fit, or
+        with `may_cut` False refused (422). Raises QueueFull at once when they do not fit in the queue."""
+        request = _Request(len(texts), asyncio.get_running_loop(), may_cut)
         if not texts:
             request.future.set_result([])
             return request
         now = time.monotonic()
         with self._condition:
+            if self.failure:
+                raise RequestRefused(500, self.failure)
             if self._queued + len(texts) > self.settings.max_queued_sentences:
                 self.stats.refused_sentences += len(texts)
                 raise QueueFull(
@@ -171,29 +192,50 @@ class Batcher:
         else:
             del self._pending[options]
 
+    def wait_until_loaded(self) -> None:
+        """Return once the model is ready, or once it failed to load."""
+        while not self.ready.wait(timeout=0.5) and not self.failure:
+            pass
+
     @property
     def queued(self) -> int:
         return self._queued
 
     def _run(self) -> None:
         try:
-            model, tokenizer = self._load()
-            translate_sentences(model, tokenizer, [WARM_UP_TEXT], self._warm_up)
-        except Exception as err:  # reported by /health and /ready; the process stays up to say so
-            logger.exception("the model failed to load")
-            self.load_error = f"the model failed to load: {err}"
+            engine = self._load()
+            engine.translate([WARM_UP_TEXT], self._warm_up)
+        except Exception as err:
+            self._stop_failed(f"the model failed to load: {err}")
             return
-        self._model, self._tokenizer = model, tokenizer
+        self._engine = engine
         self.ready.set()
-        logger.info("model loaded and warm on %s", model.device)
-        while (batch := self._next_batch()) is not None:
-            self._decode(*batch)
-            self._free_since = time.monotonic()
+        logger.info("model loaded and warm: %s", engine.describe())
+        batch: tuple[DecodingOptions, list[_Sentence]] | None = None
+        try:
+            while (batch := self._next_batch()) is not None:
+                self._decode(*batch)
+                self._free_since = time.monotonic()
+        except BaseException as err:  # a bug of ours: no request may wait on a worker that is gone
+            self._stop_failed(f"the translation worker stopped: {type(err).__name__}: {err}", batch[1] if batch else [])
+
+    def _stop_failed(self, failure: str, in_flight: Sequence[_Sentence] = ()) -> None:
+        """Fail every waiting request and those of the batch `in_flight` with `failure`, which /health reports,
+        and call `on_failure`."""
+        logger.exception(failure)
+        self.failure = failure
+        self.on_failure()
+        with self._condition:
+            for sentence in [*in_flight, *(sentence for group in self._pending.values() for sentence in group)]:
+                sentence.request.fail(RequestRefused(500, failure))
+            self._pending.clear()
+            self._queued = 0
 
     def _next_batch(self) -> tuple[DecodingOptions, list[_Sentence]] | None:
         """Wait for a batch that is due and take it out of the queue; None once stopping with nothing queued."""
         with self._condition:
             while True:
+                self._count_tokens()
                 for options, group in self._pending.items():
                     if self._is_due(group):
                         batch = self._batch_with_oldest(group)
@@ -209,7 +251,7 @@ class Batcher:
         """Stopping, waited long enough, or more than one batch's worth waiting."""
         if self._stopping or time.monotonic() >= self._due_at(group):
             return True
-        return len(group) * max(map(self._tokens, group)) > self.settings.max_tokens
+        return len(group) * max(sentence.tokens for sentence in group) > self.settings.max_tokens
 
     def _due_at(self, group: list[_Sentence]) -> float:
         """When the group's batch goes at the latest: `max_wait_ms` after its oldest sentence came or the worker
@@ -224,30 +266,46 @@ class Batcher:
     def _batch_with_oldest(self, group: list[_Sentence]) -> list[_Sentence]:
         """The batch of `TokenBatchSampler` (sorted by length, sentences * longest within max_tokens, a longer
         sentence alone) that holds the group's oldest sentence, group[0]."""
-        lengths = [self._tokens(sentence) for sentence in group]
+        lengths = [sentence.tokens for sentence in group]
         batches = TokenBatchSampler(lengths, self.settings.max_tokens, shuffle=False)
         return next([group[index] for index in batch] for batch in batches if 0 in batch)
 
-    def _tokens(self, sentence: _Sentence) -> int:
-        """The sentence's source tokens as `translate_sentences` counts them (cut to the model's positions)."""
-        if sentence.tokens is None:
-            ids = self._tokenizer(sentence.text, verbose=False)["input_ids"]
-            sentence.tokens = min(len(ids), max_source_tokens(self._model))
-        return sentence.tokens
+    def _count_tokens(self) -> None:
+        """Count the source tokens of each sentence that came since the last look (cut to the model's positions);
+        a sentence the tokenizer cannot take, or too long to cut, fails its request, whose sentences leave."""
+        for group in list(self._pending.values()):
+            for sentence in group:
+                if sentence.tokens is None and not sentence.request.cancelled:
+                    try:
+                        sentence.tokens = self._fitted_tokens(sentence)
+                    except Exception as err:
+                        refused = err if isinstance(err, RequestRefused) else RequestRefused(
+                            400, f"inputs[{sentence.index}] cannot be tokenized: {type(err).__name__}: {err}"
+                        )
+                        sentence.request.fail(refused)
+                        self.cancel(sentence.request)
+
+    def _fitted_tokens(self, sentence: _Sentence) -> int:
+        tokens, limit = self._engine.source_tokens(sentence.text), self._engine.max_source_tokens
+        if tokens > limit and not sentence.request.may_cut:
+            raise RequestRefused(
+                422,
+                f"inputs[{sentence.index}] is {tokens} tokens, over the model's {limit} positions: send it shorter, "
+                'or with truncation "longest_first" to translate its first tokens',
+            )
+        return min(tokens, limit)
 
     def _decode(self, options: DecodingOptions, batch: list[_Sentence]) -> None:
-        """One `generate` call for the batch: `translate_sentences` cuts it no further, for it fits in the
-        same budget. A batch that fails answers its requests with the error; the worker goes on."""
+        """One decoding call for the batch: the engine cuts it no further, for it fits in the same budget. A
+        batch that fails is decoded again a sentence at a time, and only a sentence that fails alone fails its
+        request (with a line naming it); the worker goes on."""
         started = time.perf_counter()
         try:
-            texts = [sentence.text for sentence in batch]
-            translations = translate_sentences(self._model, self._tokenizer, texts, options)
-        except Exception as err:  # one bad batch must not end the service
-            logger.exception("a batch of %d sentences failed", len(batch))
-            for request in {id(sentence.request): sentence.request for sentence in batch}.values():
-                request.fail(err)
-            return
-        tokens = [self._tokens(sentence) for sentence in batch]
+            translations = self._engine.translate([sentence.text for sentence in batch], options)
+        except Exception:  # one bad batch must not end the service, nor fail the sentences not at fault
+            logger.exception("a batch of %d sentences failed; decoding them one at a time", len(batch))
+            translations = [self._decode_alone(options, sentence) for sentence in batch]
+        tokens = [sentence.tokens for sentence in batch]
         logger.info(
             "batch: %d sentences, %d source tokens (%d padded), num_beams %s, %.0f ms",
             len(batch),
@@ -261,4 +319,16 @@ class Batcher:
         self.stats.largest_batch = max(self.stats.largest_batch, len(batch))
         # Counted before the answers go out, so that a client who has its answer sees its batch in /stats.
         for sentence, translation in zip(batch, translations, strict=True):
-            sentence.request.deliver(sentence.index, translation)
+            if translation is not None:
+                sentence.request.deliver(sentence.index, translation)
+
+    def _decode_alone(self, options: DecodingOptions, sentence: _Sentence) -> str | None:
+        """The sentence's translation, or None once its request has failed with the error."""
+        try:
+            return self._engine.translate([sentence.text], options)[0]
+        except Exception as err:
+            logger.exception("inputs[%d] of a request failed alone", sentence.index)
+            sentence.request.fail(
+                RequestRefused(500, f"decoding inputs[{sentence.index}] failed: {type(err).__name__}: {err}")
+            )
+            return None

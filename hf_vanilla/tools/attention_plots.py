@@ -53,7 +53,7 @@ def sentence_attentions(
     encoded = tokenizer(source, return_tensors="pt").to(model.device)
     with torch.inference_mode():
         if target is None:
-            max_new_tokens = paper_max_new_tokens(model, encoded["input_ids"].shape[1])
+            max_new_tokens = paper_max_new_tokens(model.config, encoded["input_ids"].shape[1])
             full_target = model.generate(
                 **encoded, num_beams=1, do_sample=False, max_new_tokens=max_new_tokens
             )[0]

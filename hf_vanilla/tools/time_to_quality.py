@@ -19,7 +19,7 @@ from tqdm.auto import tqdm
 
 from hf_vanilla.evaluation.scoring import Runtime, TranslationData, score_model
 from hf_vanilla.files import atomic_file, write_json
-from hf_vanilla.model.decoding import PAPER_GENERATION_KWARGS
+from hf_vanilla.model.decoding import PAPER_GENERATION_KWARGS, beam_settings
 from hf_vanilla.precision import cpu_description
 from hf_vanilla.training.run_directory import LOG_FILE, checkpoint_step, numbered_checkpoints
 
@@ -100,8 +100,7 @@ def time_to_quality(
     `output_dir` (default: the run directory) and returns the report.
     """
     decoding = {**PAPER_GENERATION_KWARGS, **generate_kwargs}
-    if decoding["num_beams"] == 1:
-        decoding.pop("length_penalty", None)
+    decoding.update(beam_settings(decoding.pop("num_beams"), decoding.pop("length_penalty", None)))
     minutes = checkpoint_minutes(run_dir)
     pairs = data.pairs(split)
     scoring = dict(pairs=pairs, target_lang=data.target_lang, runtime=runtime, settings=[decoding])
@@ -117,7 +116,8 @@ def time_to_quality(
         "sentences": len(pairs),
         "direction": f"{data.source_lang}-{data.target_lang}",
         "decoding": decoding,
-        "dtype": runtime.dtype,
+        "engine": runtime.engine.engine,
+        "dtype": runtime.engine.precision,
         "cpu": cpu_description(),
         "checkpoints": points,
         "target": target_score,

@@ -170,7 +170,7 @@ def test_the_transformers_engine_decodes_as_translate_sentences_and_translate_nb
     assert engine.translate(SOURCES, options) == translate_sentences(model, tokenizer, SOURCES, options)
     assert engine.translate_nbest(SOURCES, options) == translate_nbest(model, tokenizer, SOURCES, 2, options)
     long_line = " ".join(["Hund"] * 2 * model.config.max_position_embeddings)
-    assert engine.source_tokens(long_line) == model.config.max_position_embeddings
+    assert engine.source_tokens(long_line) > engine.max_source_tokens == model.config.max_position_embeddings
     assert engine.source_tokens("Kinder.") == len(tokenizer("Kinder.")["input_ids"])
 
 
@@ -264,7 +264,7 @@ def test_evaluate_bleu_writes_hypotheses_and_report_with_paper_beam_search(
 def test_blank_sources_become_blank_hypotheses_and_are_counted(tiny_model_and_tokenizer, caplog):
     model, tokenizer = tiny_model_and_tokenizer
     ((_, hypotheses, report),) = evaluate_translation(
-        model, tokenizer, ["Ein Hund.", " "], ["A dog.", "Nothing."], runtime=QUIET, max_new_tokens=3
+        TransformersEngine(model, tokenizer), ["Ein Hund.", " "], ["A dog.", "Nothing."], runtime=QUIET, max_new_tokens=3
     )
     assert hypotheses[1] == "" and report["blank_sources"] == 1
     assert "1 of 2 source lines are blank" in caplog.text
@@ -281,7 +281,7 @@ def test_blank_sources_become_blank_hypotheses_and_are_counted(tiny_model_and_to
 def test_evaluation_rejects_missing_references(tiny_model_and_tokenizer, sources, references, message):
     model, tokenizer = tiny_model_and_tokenizer
     with pytest.raises(ValueError, match=message):
-        evaluate_translation(model, tokenizer, sources, references, runtime=QUIET)
+        evaluate_translation(TransformersEngine(model, tokenizer), sources, references, runtime=QUIET)
 
 
 def test_unknown_language_is_named(tiny_model_dir, corpus_path, tmp_path):
@@ -364,10 +364,10 @@ def test_selection_takes_the_best_validation_setting_and_decodes_test_with_it_on
     # checkpoint_average holds the same weights as checkpoint_best: it is decoded once, as the best.
     decoded = []
 
-    def scripted_evaluation(model, tokenizer, sources, references, *args, **settings):
-        evaluated = evaluate_translation(model, tokenizer, sources, references, *args, **settings)
+    def scripted_evaluation(engine, sources, references, *args, **settings):
+        evaluated = evaluate_translation(engine, sources, references, *args, **settings)
         decoded.append(settings)
-        is_last = "checkpoint_last" in model.name_or_path
+        is_last = "checkpoint_last" in engine.model.name_or_path
         for _, _, report in evaluated:
             report["cased"]["bleu"] = 10 * is_last + settings["num_beams"] - settings.get("length_penalty", 0)
         return evaluated

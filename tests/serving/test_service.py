@@ -14,10 +14,14 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import hypothesis
 import pytest
 import requests
 from conftest import sharpened
-from transformers import AutoModelForSeq2SeqLM
+from huggingface_hub import ModelCard, ModelCardData
+from hypothesis import HealthCheck, given
+from hypothesis import strategies as st
+from transformers import AutoConfig, AutoModelForSeq2SeqLM
 
 from hf_vanilla.corpus import load_translation_split
 from hf_vanilla.translation import load_model_and_tokenizer, translate_sentences
@@ -69,6 +73,7 @@ def served_model_dir(tiny_model_dir, tmp_path_factory) -> Path:
     model = sharpened(AutoModelForSeq2SeqLM.from_pretrained(tiny_model_dir))
     model.generation_config.num_beams, model.generation_config.length_penalty = BEAM.values()
     model.save_pretrained(directory)
+    ModelCard.from_template(ModelCardData(language=["de", "en"])).save(directory / "README.md")
     return directory
 
 
@@ -156,6 +161,20 @@ def test_requests_sent_together_share_one_generate_call(servers, offline, senten
         ({"inputs": "x", "parameters": {"generate_parameters": {"num_beams": "2"}}}, 400, "num_beams: "),
         ({"inputs": "x", "parameters": {"generate_parameters": {"num_beams": 0}}}, 400, "num_beams: "),
         ({"inputs": "x", "parameters": {"generate_parameters": {"top_k": 5}}}, 400, "top_k: Extra inputs"),
+        ({"inputs": "x", "parameters": {"beams": 2}}, 400, "parameters.beams: Extra inputs"),
+        (b'{"inputs": "tea \\ud800 cup"}', 400, "inputs holds a lone surrogate ('\\ud800') at character 4"),
+        (b'{"inputs": ["a", "\\udfff"]}', 400, "inputs[1] holds a lone surrogate"),
+        (b'{"inputs": "x", "parameters": {"generate_parameters": {"length_penalty": NaN}}}', 400, "length_penalty"),
+        (b'{"inputs": "x", "parameters": {"generate_parameters": {"length_penalty": -Infinity}}}', 400, "length"),
+        ({"inputs": "x", "parameters": {"generate_parameters": {"length_penalty": 1e308}}}, 400, "less than or"),
+        ({"inputs": "x", "parameters": {"generate_parameters": {"num_beams": 10**20}}}, 422, "(max_beams)"),
+        (b"[" * 100_000 + b"]" * 100_000, 413, "the request body is over this server's 7708 bytes"),
+        (b'{"inputs": ' + b"[" * 1500 + b"]" * 1500 + b"}", 400, "malformed JSON: nested too deeply"),
+        (b'{"inputs": "caf\xe9"}', 400, "malformed JSON: the body is not UTF-8"),
+        ({"inputs": "x", "parameters": {"src_lang": "fr"}}, 422, "src_lang 'fr': this server translates de -> en"),
+        ({"inputs": "x", "parameters": {"tgt_lang": "de"}}, 422, "tgt_lang 'de': this server translates de -> en"),
+        ({"inputs": "x", "parameters": {"truncation": "cut"}}, 400, "parameters.truncation: Input should be"),
+        ({"inputs": "x", "options": {"use_gpu": True}}, 400, "options.use_gpu: Extra inputs"),
         ({"inputs": ["Ein Hund"] * 5}, 413, "5 sentences in one request, this server takes at most 4"),
         (
             {"inputs": ["x" * 200, "y" * 101]},
@@ -184,6 +203,82 @@ def test_a_bad_request_gets_its_status_and_one_line(servers, body, status, messa
     line = answer.json()["error"]
     assert message in line and "\n" not in line
     assert patient.stats()["queued"] == 0
+
+
+def test_the_translation_tasks_documented_parameters_are_taken(servers, offline, sentences):
+    patient = servers["patient"]
+    parameters = {"src_lang": "de", "tgt_lang": "en", "truncation": "longest_first", "clean_up_tokenization_spaces": False}
+    payload = {"inputs": sentences[:2], "parameters": parameters, "options": {"use_cache": False, "wait_for_model": True}}
+    answer = requests.post(patient.url, json=payload, timeout=30)
+    assert answer.status_code == 200, answer.text
+    assert [row["translation_text"] for row in answer.json()] == offline(sentences[:2], **BEAM)
+    payload["parameters"] = {"clean_up_tokenization_spaces": True}
+    cleaned = requests.post(patient.url, json=payload, timeout=30)
+    assert cleaned.status_code == 200, cleaned.text
+    assert [row["translation_text"] for row in cleaned.json()] == offline(
+        sentences[:2], **BEAM, clean_up_tokenization_spaces=True
+    )
+
+
+def test_a_source_too_long_to_cut_is_refused_with_do_not_truncate(servers, served_model_dir):
+    patient = servers["patient"]
+    positions = AutoConfig.from_pretrained(served_model_dir).max_position_embeddings
+    long_text = "😀" * 280  # within the 300 characters a request may send, each character four byte tokens
+    payload = {"inputs": ["Ein Hund", long_text], "parameters": {"truncation": "do_not_truncate"}}
+    answer = requests.post(patient.url, json=payload, timeout=30)
+    assert answer.status_code == 422
+    assert answer.json()["error"].startswith("inputs[1] is ") and f"over the model's {positions} positions" in answer.text
+    payload["parameters"] = {"truncation": "only_first", "generate_parameters": {"max_new_tokens": 8}}
+    assert requests.post(patient.url, json=payload, timeout=30).status_code == 200
+
+
+def test_every_error_has_the_one_line_shape(servers):
+    quick = servers["quick"]
+    for answer in (requests.get(f"{quick.url}/nowhere", timeout=5), requests.put(quick.url, timeout=5)):
+        assert answer.status_code in (404, 405) and "\n" not in answer.json()["error"]
+
+
+def test_an_oversized_body_is_refused_before_it_is_read_and_memory_stays_flat(servers):
+    quick = servers["quick"]
+    peak_before = peak_memory_kb(quick.process.pid)
+    chunk = b"x" * (1 << 20)
+
+    def stream(megabytes):
+        yield b'{"inputs": "'
+        for _ in range(megabytes):
+            yield chunk
+        yield b'"}'
+
+    # declared: refused on the header alone; chunked (no length said): refused once the bytes pass the limit
+    declared = requests.post(quick.url, data=b"[" * (300 << 20), timeout=60)
+    assert declared.status_code == 413 and "the request body is over this server's" in declared.json()["error"]
+    try:
+        chunked = requests.post(quick.url, data=stream(300), timeout=60)
+        assert chunked.status_code == 413
+    except requests.ConnectionError:  # the server answered and closed while the client was still sending
+        pass
+    assert peak_memory_kb(quick.process.pid) - peak_before < 50_000
+    assert quick.translate("Ein Hund").status_code == 200
+
+
+def peak_memory_kb(pid: int) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmHWM:")))
+
+
+def test_a_model_that_cannot_load_makes_health_fail_and_the_process_exit_1(served_model_dir, tmp_path):
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    for file in served_model_dir.iterdir():
+        (broken / file.name).write_bytes(file.read_bytes())
+    (broken / "model.safetensors").write_bytes(b"not weights")
+    server = Server(broken, tmp_path / "broken.log")
+    try:
+        assert server.process.wait(timeout=STARTUP_SECONDS) == 1
+    finally:
+        server.kill()
+    log = server.log.read_text()
+    assert "error: the model failed to load: " in log and "truncated or corrupt" in log
 
 
 def test_a_full_queue_is_refused_at_once_with_retry_after(servers):
@@ -233,3 +328,107 @@ def test_sigterm_stops_accepting_answers_every_accepted_request_and_exits_0(serv
     assert [len(answer.json()) for answer in answers] == [1, 2, 3]
     assert stopped.process.wait(timeout=30) == 0
     assert "batch: 6 sentences" in stopped.batch_lines()[-1]
+
+
+# Generated requests, valid and not: the Inference API's keys with values of every JSON type, text of every Unicode
+# character (lone surrogates and control characters included), numbers at the edges of float, nesting, extra keys.
+_json_leaf = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(st.characters(codec=None, exclude_categories=()), max_size=40)
+)
+_json = st.recursive(_json_leaf, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3), max_leaves=12)
+_character = st.characters(codec=None, exclude_categories=())
+# Short texts, and texts over the server's 20,000 characters (a long text that fits would take minutes to decode)
+_text = st.text(_character, max_size=60) | st.builds(str.__mul__, _character, st.integers(20_001, 60_000))
+_generate_parameters = st.fixed_dictionaries(
+    {},
+    optional={
+        "num_beams": st.integers(min_value=-3, max_value=12) | _json_leaf,
+        "length_penalty": st.floats(allow_nan=True, allow_infinity=True) | _json_leaf,
+        "max_new_tokens": st.integers(min_value=-3, max_value=2**40) | _json_leaf,
+        "temperature": _json_leaf,
+    },
+)
+_parameters = st.fixed_dictionaries(
+    {},
+    optional={
+        "generate_parameters": _generate_parameters | _json,
+        "src_lang": st.sampled_from(["de", "en", "fr"]) | _json_leaf,
+        "tgt_lang": st.sampled_from(["de", "en", "fr"]) | _json_leaf,
+        "truncation": st.sampled_from(["do_not_truncate", "longest_first", "only_first", "only_second"]) | _json_leaf,
+        "clean_up_tokenization_spaces": _json_leaf,
+    },
+)
+_options = st.fixed_dictionaries({}, optional={"wait_for_model": _json_leaf, "use_cache": _json_leaf})
+# Requests shaped as the schema says, with values at its edges, and requests of any shape
+_requests = st.fixed_dictionaries(
+    {"inputs": _text | st.lists(_text, max_size=5)}, optional={"parameters": _parameters, "options": _options}
+) | st.fixed_dictionaries(
+    {},
+    optional={
+        "inputs": _text | st.lists(_text, max_size=5) | _json,
+        "parameters": _parameters | _json,
+        "options": _options | _json,
+        "extra": _json,
+    },
+)
+
+
+@hypothesis.settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@given(payload=_requests)
+def test_fuzz_any_request_is_answered_200_or_4xx_with_one_line(fuzzed_server, payload):
+    # json.dumps writes NaN and Infinity as Python's parser (and so FastAPI's) reads them, lone surrogates as \ud800
+    answer = requests.post(
+        fuzzed_server.url, data=json.dumps(payload), headers={"Content-Type": "application/json"}, timeout=60
+    )
+    hypothesis.event(f"status {answer.status_code}")  # pytest --hypothesis-show-statistics counts them
+    assert answer.status_code == 200 or 400 <= answer.status_code < 500, (answer.status_code, answer.text)
+    if answer.status_code == 200:
+        texts = [payload["inputs"]] if isinstance(payload["inputs"], str) else payload["inputs"]
+        assert [set(row) for row in answer.json()] == [{"translation_text"}] * len(texts)
+    else:
+        line = answer.json()["error"]
+        assert isinstance(line, str) and line and "\n" not in line
+
+
+@pytest.fixture(scope="module")
+def fuzzed_server(servers, offline, sentences):
+    """The quick server, checked to answer a plain request correctly after the fuzz test."""
+    quick = servers["quick"]
+    yield quick
+    assert quick.translate(sentences[0]).json()[0]["translation_text"] == offline(sentences[:1], **BEAM)[0]
+    assert requests.get(f"{quick.url}/health", timeout=5).json() == {"status": "ok"}
+
+
+def test_the_ctranslate2_engine_serves_what_generate_answers_batched_and_drains_on_sigterm(
+    served_model_dir, offline, sentences, tmp_path
+):
+    """scripts/serve.py --engine ctranslate2 (float32): the same answers as `translate_sentences`, requests sent
+    together in one batch, the checkpoint's defaults, limits refused in one line, a drained SIGTERM."""
+    pytest.importorskip("ctranslate2")
+    engine = ("--engine", "ctranslate2", "--compute-type", "float32", "--ctranslate2-dir", str(tmp_path / "ct2"))
+    server = Server(served_model_dir, tmp_path / "ctranslate2.log", *PATIENT, *engine)
+    try:
+        server.wait_until_ready(STARTUP_SECONDS)
+        assert "ctranslate2 engine: float32 on cpu (asked for)" in server.log.read_text()
+        with ThreadPoolExecutor(len(sentences)) as pool:
+            answers = list(pool.map(lambda text: server.translate(text, num_beams=2), sentences[:4]))
+        expected = offline(sentences[:4], num_beams=2, length_penalty=0.6)
+        assert [answer.json()[0]["translation_text"] for answer in answers] == expected
+        assert server.stats()["batches"] == 1 and "batch: 4 sentences" in server.batch_lines()[-1]
+        defaults, greedy = server.translate(sentences[:2]), server.translate(sentences[:2], num_beams=1)
+        assert [item["translation_text"] for item in defaults.json()] == offline(sentences[:2], **BEAM)
+        assert [item["translation_text"] for item in greedy.json()] == offline(sentences[:2], num_beams=1)
+        over = server.translate("Ein Hund.", num_beams=8)
+        assert over.status_code == 422 and list(over.json()) == ["error"] and "max_beams" in over.json()["error"]
+        with ThreadPoolExecutor(2) as pool:
+            in_flight = [pool.submit(server.translate, inputs) for inputs in (["Ein Hund"], ["Eine Frau", "Ein Mann"])]
+            server.wait_for_queued(3)
+            server.process.send_signal(signal.SIGTERM)
+            assert [len(future.result().json()) for future in in_flight] == [1, 2]
+        assert server.process.wait(timeout=30) == 0
+    finally:
+        server.kill()

@@ -1,0 +1,116 @@
+"""The worker as the service relies on it, in this process with a stand-in engine: a sentence the tokenizer
+cannot take, a batch that fails, or a worker that stops fails only the requests it concerns, and says so."""
+
+import asyncio
+
+import pytest
+
+from hf_vanilla.serving.batching import Batcher, BatchingSettings, RequestRefused
+from hf_vanilla.translation import DecodingOptions
+
+OPTIONS = DecodingOptions(num_beams=1, show_progress=False)
+TOGETHER = BatchingSettings(max_tokens=1000, max_wait_ms=200)  # sentences sent together meet in one batch
+
+
+class EchoEngine:
+    """Translates a text to itself upper-cased; fails a batch holding "poison", cannot tokenize "untokenizable"."""
+
+    max_source_tokens = 8
+
+    def __init__(self):
+        self.batches: list[list[str]] = []
+
+    def translate(self, sources, options):
+        self.batches.append(list(sources))
+        if "poison" in sources:
+            raise RuntimeError("the engine choked")
+        return [source.upper() for source in sources]
+
+    def translate_nbest(self, sources, options):
+        raise NotImplementedError
+
+    def source_tokens(self, source):
+        if source == "untokenizable":
+            raise TypeError("TextEncodeInput must be Union[...]")
+        return len(source.split())
+
+    def describe(self):
+        return {"engine": "echo"}
+
+
+async def _answers(batcher: Batcher, *requests: tuple[list[str], bool]) -> list[list[str] | RequestRefused]:
+    """Each request's translations or the RequestRefused it failed with, all submitted together."""
+    futures = [batcher.submit(texts, OPTIONS, may_cut).future for texts, may_cut in requests]
+    done = await asyncio.wait_for(asyncio.gather(*futures, return_exceptions=True), timeout=10)
+    return list(done)
+
+
+@pytest.fixture
+def engine_and_batcher():
+    engine = EchoEngine()
+    batcher = Batcher(lambda: engine, OPTIONS, TOGETHER)
+    batcher.start()
+    batcher.wait_until_loaded()
+    yield engine, batcher
+    batcher.stop()
+
+
+def test_a_failing_batch_fails_only_the_sentence_at_fault_and_the_worker_goes_on(engine_and_batcher):
+    engine, batcher = engine_and_batcher
+    good, bad = asyncio.run(_answers(batcher, (["a b", "c"], True), (["d", "poison"], True)))
+    assert good == ["A B", "C"]
+    assert isinstance(bad, RequestRefused) and bad.status == 500
+    assert str(bad) == "decoding inputs[1] failed: RuntimeError: the engine choked"
+    assert sorted(engine.batches[-5]) == ["a b", "c", "d", "poison"]  # one batch, then a sentence at a time
+    assert sorted(engine.batches[-4:]) == [["a b"], ["c"], ["d"], ["poison"]]
+    assert asyncio.run(_answers(batcher, (["e"], True))) == [["E"]]
+    assert batcher.failure is None and batcher.queued == 0
+
+
+def test_text_the_tokenizer_cannot_take_fails_its_request_with_400(engine_and_batcher):
+    _, batcher = engine_and_batcher
+    good, bad = asyncio.run(_answers(batcher, (["a"], True), (["b", "untokenizable"], True)))
+    assert good == ["A"]
+    assert bad.status == 400 and str(bad).startswith("inputs[1] cannot be tokenized: TypeError: ")
+    assert batcher.queued == 0
+
+
+def test_a_source_over_the_positions_is_cut_or_refused_as_the_request_asks(engine_and_batcher):
+    _, batcher = engine_and_batcher
+    long_text = " ".join(["w"] * 9)
+    cut, refused = asyncio.run(_answers(batcher, ([long_text], True), (["a", long_text], False)))
+    assert cut == [long_text.upper()]
+    assert refused.status == 422
+    assert str(refused).startswith("inputs[1] is 9 tokens, over the model's 8 positions: send it shorter")
+
+
+def test_a_worker_that_stops_fails_every_waiting_request_and_says_so(engine_and_batcher, monkeypatch):
+    _, batcher = engine_and_batcher
+    stopped = []
+    batcher.on_failure = lambda: stopped.append(True)
+
+    def broken(self):
+        raise MemoryError("no room left")
+
+    monkeypatch.setattr(Batcher, "_decode", lambda self, options, batch: broken(self))
+    (answer,) = asyncio.run(_answers(batcher, (["a", "b"], True)))
+    assert answer.status == 500 and str(answer) == "the translation worker stopped: MemoryError: no room left"
+    assert batcher.failure == str(answer) and stopped == [True]
+
+    async def submit_again():
+        batcher.submit(["c"], OPTIONS)
+
+    with pytest.raises(RequestRefused, match="the translation worker stopped"):
+        asyncio.run(submit_again())
+
+
+def test_a_model_that_fails_to_load_is_a_failure_too():
+    def load():
+        raise OSError("model.safetensors is truncated")
+
+    batcher = Batcher(load, OPTIONS, TOGETHER)
+    batcher.start()
+    batcher.wait_until_loaded()
+    batcher.stop()
+    assert batcher.failure == "the model failed to load: model.safetensors is truncated"
+    assert not batcher.ready.is_set()
