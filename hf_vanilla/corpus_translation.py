@@ -39,7 +39,7 @@ from tqdm.auto import tqdm
 from transformers import set_seed
 
 from .corpus import not_utf8, raw_lines
-from .files import atomic_file, write_text_atomic
+from .files import atomic_file, write_json, write_text_atomic
 from .translation import DecodingOptions, TranslationEngine, lines_numbered_from, named_lines, resolve_device
 
 logger = logging.getLogger(__name__)
@@ -344,7 +344,7 @@ def _claim(directory: Path, fingerprint: Mapping[str, str], state: PartialState)
     with state.main_process_first():
         if state.is_main_process and not recorded.is_file():
             directory.mkdir(parents=True, exist_ok=True)
-            write_text_atomic(recorded, json.dumps(fingerprint, indent=1) + "\n")
+            write_json(recorded, fingerprint)
 
 
 def _chunk_file(directory: Path, index: int) -> Path:
@@ -375,18 +375,14 @@ def _translate_share(
         try:
             for index, chunk in enumerate(chunks):
                 if index in to_do:
-                    _commit(_chunk_file(directory, index), _translated(translate_chunk, index, chunk, job))
+                    translated = _translated(translate_chunk, index, chunk, job)
+                    write_text_atomic(_chunk_file(directory, index), translated)  # committed whole or not at all
                     progress.update(len(chunk))
         except KeyboardInterrupt:
             logger.warning(
                 "Stopped: %s keeps the chunks committed; the same command continues after them", directory
             )
             raise
-
-
-def _commit(path: Path, text: str) -> None:
-    with atomic_file(path) as staging:
-        staging.write_text(text, encoding="utf-8", newline="")
 
 
 def _assemble(job: CorpusJob, line_count: int) -> None:

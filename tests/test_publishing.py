@@ -1,6 +1,7 @@
 """A checkpoint's model card: Hub metadata and sections, facts generated from the checkpoint itself (config,
 generation config, the run's settings), the test scores selection records, and model_card.md, the example."""
 
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from hf_vanilla.publishing import (
     save_card,
     set_decoding_defaults,
 )
-from hf_vanilla.training.run_directory import LAST, run_record
+from hf_vanilla.training.run_directory import LAST, TRAINING_STATE, run_record
 from hf_vanilla.training.settings import load_training_config
 from hf_vanilla.training.train import train
 
@@ -137,11 +138,7 @@ def test_a_cards_facts_are_its_checkpoints_own(departing_run, trained_run):
 
 
 def test_new_decoding_defaults_go_into_the_generation_config_and_the_card(trained_run, tmp_path):
-    checkpoint = tmp_path / "checkpoint"
-    checkpoint.mkdir()
-    for path in (trained_run / LAST).iterdir():
-        if path.is_file():
-            (checkpoint / path.name).write_bytes(path.read_bytes())
+    checkpoint = shutil.copytree(trained_run / LAST, tmp_path / "checkpoint", ignore=shutil.ignore_patterns(TRAINING_STATE))
     set_decoding_defaults(checkpoint, 8, 1.0)
     saved = GenerationConfig.from_pretrained(checkpoint)
     assert (saved.num_beams, saved.length_penalty, saved.eos_token_id) == (8, 1.0, 2)
