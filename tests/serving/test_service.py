@@ -3,8 +3,8 @@ huggingface_hub's InferenceClient and plain HTTP, the tiny model.
 
 Two servers start side by side once for the module: `quick` (the default 5 ms wait) for the answers; `patient`
 (a 3 s wait, so that requests sent together are certain to meet in one batch, and tight limits) for batching and
-misuse, and, in the module's last test, SIGTERM. The model is sharpened, as a trained model's outputs are peaked: beam search then
-has clear winners, and a batch of another shape cannot flip one by float rounding, so answers are compared exactly.
+misuse, and, in the module's last test, SIGTERM. The model is conftest's sharpened one, so answers are compared
+exactly.
 """
 
 import json
@@ -17,64 +17,21 @@ from pathlib import Path
 import hypothesis
 import pytest
 import requests
-from conftest import sharpened
-from huggingface_hub import ModelCard, ModelCardData
 from hypothesis import HealthCheck, given
 from hypothesis import strategies as st
-from transformers import AutoConfig, AutoModelForSeq2SeqLM
+from transformers import AutoConfig
 
 from hf_vanilla.corpus import load_translation_split
-from hf_vanilla.translation import load_model_and_tokenizer, translate_sentences
+
+from .conftest import BEAM, STARTUP_SECONDS, Server
 
 pytest.importorskip("fastapi", reason="the service needs pip install 'hf_vanilla[serve]'")
 pytest.importorskip("uvicorn", reason="the service needs pip install 'hf_vanilla[serve]'")
 import huggingface_hub  # noqa: E402
 from huggingface_hub import InferenceClient  # noqa: E402
 
-from hf_vanilla.serving.process import ServerProcess  # noqa: E402
-
 PATIENT = ["--max-wait-ms", "3000", "--max-queued-sentences", "6", "--max-sentences", "4"]
 PATIENT += ["--max-characters", "300", "--max-beams", "4", "--max-new-tokens", "16"]
-STARTUP_SECONDS = 180  # two processes importing torch at once on a busy 2-core machine (20 s when idle)
-BEAM = {"num_beams": 4, "length_penalty": 0.6}  # what the model's generation_config.json says
-
-
-class Server(ServerProcess):
-    """scripts/serve.py in its own process, with the clients' side of the tests."""
-
-    def __init__(self, model_dir: Path, log: Path, *flags: str):
-        super().__init__(model_dir, log, ("--device", "cpu", *flags))
-
-    def stats(self) -> dict[str, int]:
-        return requests.get(f"{self.url}/stats", timeout=5).json()
-
-    def wait_for_queued(self, sentences: int) -> None:
-        deadline = time.monotonic() + 10
-        while self.stats()["queued"] != sentences:
-            assert time.monotonic() < deadline, f"never {sentences} sentences queued: {self.stats()}"
-            time.sleep(0.05)
-
-    def translate(self, inputs, timeout=30, **generate_parameters) -> requests.Response:
-        payload = {"inputs": inputs, "parameters": {"generate_parameters": generate_parameters}}
-        return requests.post(self.url, json=payload, timeout=timeout)
-
-    def kill(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
-
-
-@pytest.fixture(scope="module")
-def served_model_dir(tiny_model_dir, tmp_path_factory) -> Path:
-    """The tiny model sharpened, saved with its tokenizer and a generation config of beam 4, penalty 0.6."""
-    directory = tmp_path_factory.mktemp("served")
-    for name in ("tokenizer.json", "tokenizer_config.json"):
-        (directory / name).write_bytes((tiny_model_dir / name).read_bytes())
-    model = sharpened(AutoModelForSeq2SeqLM.from_pretrained(tiny_model_dir))
-    model.generation_config.num_beams, model.generation_config.length_penalty = BEAM.values()
-    model.save_pretrained(directory)
-    ModelCard.from_template(ModelCardData(language=["de", "en"])).save(directory / "README.md")
-    return directory
 
 
 @pytest.fixture(scope="module")
@@ -91,17 +48,6 @@ def servers(served_model_dir, tmp_path_factory):
     finally:
         for server in started.values():
             server.kill()
-
-
-@pytest.fixture(scope="module")
-def offline(served_model_dir):
-    """The same model loaded in this process, for `translate_sentences`' answers."""
-    model, tokenizer = load_model_and_tokenizer(served_model_dir, "cpu")
-
-    def translate(sources, **settings):
-        return translate_sentences(model, tokenizer, sources, show_progress=False, **settings)
-
-    return translate
 
 
 @pytest.fixture(scope="module")
