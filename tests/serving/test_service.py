@@ -17,6 +17,7 @@ from pathlib import Path
 import hypothesis
 import pytest
 import requests
+import torch
 from hypothesis import HealthCheck, given
 from hypothesis import strategies as st
 from transformers import AutoConfig
@@ -31,7 +32,7 @@ import huggingface_hub  # noqa: E402
 from huggingface_hub import InferenceClient  # noqa: E402
 
 PATIENT = ["--max-wait-ms", "3000", "--max-queued-sentences", "6", "--max-sentences", "4"]
-PATIENT += ["--max-characters", "300", "--max-beams", "4", "--max-new-tokens", "16"]
+PATIENT += ["--max-characters", "300", "--max-beams", "4", "--max-new-tokens", "16", "--max-attention-tokens", "12"]
 
 
 @pytest.fixture(scope="module")
@@ -144,6 +145,51 @@ def test_a_bad_request_gets_its_status_and_one_line(servers, body, status, messa
     content = body if isinstance(body, bytes) else json.dumps(body).encode()
     answer = requests.post(
         patient.url, data=content, headers={"Content-Type": "application/json"}, timeout=10
+    )
+    assert answer.status_code == status
+    line = answer.json()["error"]
+    assert message in line and "\n" not in line
+    assert patient.stats()["queued"] == 0
+
+
+def test_attention_comes_with_the_translation_post_gives_rows_summing_to_one(servers, offline, sentences):
+    quick = servers["quick"]
+    for settings, heads in (({}, True), ({"num_beams": 1}, False)):
+        answer = quick.attention(sentences[0], heads, **settings)
+        assert answer.status_code == 200, answer.text
+        attention = answer.json()
+        assert attention["translation_text"] == offline(sentences[:1], **{**BEAM, **settings})[0]
+        assert ("cross_attention_heads" in attention) == heads
+    sources, outputs = len(attention["source_tokens"]), len(attention["output_tokens"])
+    assert attention["source_tokens"][-1] == "</s>" and outputs >= 1
+    every_head = torch.tensor(quick.attention(sentences[0], True, num_beams=1).json()["cross_attention_heads"])
+    layers = torch.tensor(attention["cross_attention"])
+    assert every_head.shape == (2, attention["num_heads"], outputs, sources)  # the tiny model's 2 layers
+    torch.testing.assert_close(every_head.sum(-1), torch.ones(every_head.shape[:3]), atol=1e-3, rtol=0)
+    torch.testing.assert_close(every_head.mean(1), layers, atol=1e-3, rtol=0)
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "message"),
+    [
+        ({"inputs": ["Ein Hund"]}, 400, "inputs: Input should be a valid string"),
+        ({"inputs": " \n"}, 400, "inputs: the sentence is blank: send one to translate"),
+        (b'{"inputs": "tea \\ud800 cup"}', 400, "inputs holds a lone surrogate"),
+        ({"inputs": "x", "parameters": {"heads": "yes"}}, 400, "parameters.heads: Input should be a valid boolean"),
+        ({"inputs": "x" * 301}, 413, "301 characters in one request, this server takes at most 300"),
+        ({"inputs": "x", "parameters": {"generate_parameters": {"num_beams": 5}}}, 422, "limit of 4 (max_beams)"),
+        (
+            {"inputs": "Zwei junge Männer stehen am Ufer eines breiten Flusses."},
+            422,
+            "over the 12 this server shows attention for (max_attention_tokens): send a shorter sentence",
+        ),
+    ],
+)
+def test_a_bad_attention_request_gets_its_status_and_one_line(servers, body, status, message):
+    patient = servers["patient"]
+    content = body if isinstance(body, bytes) else json.dumps(body).encode()
+    answer = requests.post(
+        f"{patient.url}/attention", data=content, headers={"Content-Type": "application/json"}, timeout=10
     )
     assert answer.status_code == status
     line = answer.json()["error"]
