@@ -1,9 +1,10 @@
-"""The attention behind one translation: encoder self-, decoder self- and cross-attention (sections 3.2.1, 3.2.2),
-per layer and head, from one teacher-forced forward pass over the output with `output_attentions=True`.
+"""The attention behind one translation: encoder self-, decoder self- and cross-attention (sections 3.2.1
+and 3.2.2), per layer and head, from one teacher-forced forward pass over the output with
+`output_attentions=True`.
 
 Each decoder row is the attention with which the model predicted that row's token, so a cross-attention row
 shows where in the source the model looked to write it. Free of plotting and web code: the PNG heatmaps
-(`hf_vanilla.tools.attention_plots`) and the service's attention endpoint (`hf_vanilla.serving`) both draw on it.
+(`hf_vanilla.tools.attention_plots`) and the service's attention endpoint (`hf_vanilla.serving`) draw on it.
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ class SentenceAttentions:
 
 @contextmanager
 def eager_attention(model: PreTrainedModel) -> Iterator[None]:
-    """`model` on eager attention, which returns its weights (sdpa and the fused kernels return none), and back
-    on its own implementation afterwards, so that a served model decodes at its speed between two plots."""
+    """`model` on eager attention, which returns its weights (sdpa and the fused kernels return none), and
+    back on its own implementation afterwards, so that a served model decodes at its own speed in between."""
     own = model.config._attn_implementation
     if own != "eager":
         model.set_attn_implementation("eager")
@@ -75,6 +76,7 @@ def teacher_forced_attentions(
 
 
 def token_labels(tokenizer: PreTrainedTokenizerBase, ids: torch.Tensor) -> list[str]:
-    """Each token as readable text (byte-level BPE's "Ġ" and "Ã¤" decoded); "▁" marks a word's leading space."""
+    """Each token as readable text (byte-level BPE's "Ġ" and "Ã¤" decoded); "▁" marks a word's leading
+    space."""
     labels = [tokenizer.decode([token_id]) for token_id in ids.tolist()]
     return ["▁" + label[1:] if label.startswith(" ") else label for label in labels]

@@ -90,7 +90,11 @@ def main() -> None:
         args.dtype,
         BatchingSettings(args.max_batch_tokens, args.max_wait_ms, args.max_queued_sentences),
         RequestLimits(
-            args.max_sentences, args.max_characters, args.max_beams, args.max_new_tokens, args.max_attention_tokens
+            args.max_sentences,
+            args.max_characters,
+            args.max_beams,
+            args.max_new_tokens,
+            args.max_attention_tokens,
         ),
         "static" if args.cache_implementation == "static" else None,
     )

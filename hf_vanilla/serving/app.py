@@ -2,11 +2,11 @@
 
 POST / takes {"inputs": text or [texts], "parameters": {...}, "options": {...}} and answers
 [{"translation_text": ...}, ...], one a text, in order, as a Hub translation model answers, so that
-`huggingface_hub.InferenceClient(model="http://HOST:PORT").translation(...)` works unchanged. GET / is the page
-for a browser; POST /attention gives one translation with the cross-attention behind it. Every error, whoever
-raises it, is {"error": one line} with the status saying whose fault it is: 400 a malformed request, 413 / 422 a
-request over the server's limits, 503 (with Retry-After) a full queue or a model still loading, 500 the server's
-own failure (never the client's input). A body is refused once it passes the byte limit, before it is all read.
+`huggingface_hub.InferenceClient(model="http://HOST:PORT").translation(...)` works unchanged. GET / is the
+page for a browser; POST /attention gives one translation with the cross-attention behind it. Every error,
+whoever raises it, is {"error": one line} with the status saying whose fault it is: 400 a malformed request,
+413 / 422 a request over the server's limits, 501 attention from an engine without it, 503 (with Retry-After) a
+full queue or a model still loading, 500 the server's own failure (never the client's input). A body is refused once it passes the byte limit, before it is all read.
 """
 
 from __future__ import annotations
@@ -58,8 +58,8 @@ JSON_BYTES_PER_CHARACTER, JSON_BYTES_PER_SENTENCE, JSON_BYTES_AROUND = 12, 3, 40
 @dataclass(frozen=True)
 class RequestLimits:
     """What one request may ask: sentences, characters (all its sentences together), beams, new tokens
-    (None: as many as the decoder has positions for), and the source tokens of a sentence whose attention it asks
-    (the answer grows with their square)."""
+    (None: as many as the decoder has positions for), and the source tokens of a sentence whose attention it
+    asks (the answer grows with their square)."""
 
     max_sentences: int = 64
     max_characters: int = 20_000
@@ -154,7 +154,8 @@ class TranslationOutput(BaseModel):
 
 
 class AttentionParameters(BaseModel):
-    """How POST /attention decodes its sentence, as POST / would, and whether it answers each head's weights."""
+    """How POST /attention decodes its sentence, as POST / would, and whether it answers each head's
+    weights."""
 
     model_config = ConfigDict(extra="forbid")
     generate_parameters: GenerateParameters | None = None
@@ -185,7 +186,9 @@ class AttentionOutput(BaseModel):
     source_tokens: list[str]
     output_tokens: list[str]
     num_heads: int = Field(description="the heads of each layer")
-    cross_attention: list[list[list[float]]] = Field(description="layer, output token, source token: heads' mean")
+    cross_attention: list[list[list[float]]] = Field(
+        description="layer, output token, source token: heads' mean"
+    )
     cross_attention_heads: list[list[list[list[float]]]] | None = Field(
         None, description="layer, head, output token, source token: with parameters.heads"
     )
@@ -343,7 +346,9 @@ async def _client_gone(request: Request) -> None:
         pass
 
 
-async def worker_answer(batcher: Batcher, request: Request, submit: Callable[[], Any]) -> Response | list[Any]:
+async def worker_answer(
+    batcher: Batcher, request: Request, submit: Callable[[], Any]
+) -> Response | list[Any]:
     """What the worker answers for the work `submit` queues (after the request's checks, which raise
     RequestRefused), or the error Response: the refusal, a full queue, the work's failure, or 499 once the
     client has left (its work is dropped if the worker has not taken it yet)."""
@@ -398,11 +403,8 @@ def create_app(
             return error(500, batcher.failure)
         return error(503, "the model is loading", **{"Retry-After": RETRY_AFTER_SECONDS})
 
-    page = page_html(
-        PageSettings(
-            base.num_beams, base.length_penalty, limits.max_beams, MAX_LENGTH_PENALTY, limits.max_characters, pair
-        )
-    )
+    limits_shown = (limits.max_beams, MAX_LENGTH_PENALTY, limits.max_characters)
+    page = page_html(PageSettings(base.num_beams, base.length_penalty, *limits_shown, pair))
     app = FastAPI(title="hf_vanilla translation", summary=f"Translation with {checkpoint}", lifespan=lifespan)
     app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes)
     app.state.batcher = batcher

@@ -1,5 +1,6 @@
-"""POST /attention's work on the worker: one sentence translated as POST / translates it, and the cross-attention
-behind that translation as JSON (`hf_vanilla.attention`), for the page's heatmap and for any other client."""
+"""POST /attention's work on the worker: one sentence translated as POST / translates it, and the
+cross-attention behind that translation as JSON (`hf_vanilla.attention`), for the page's heatmap and for any
+other client."""
 
 from __future__ import annotations
 
@@ -27,8 +28,8 @@ class AttentionQuery:
     max_tokens: int
 
     def __call__(self, engine: TranslationEngine) -> dict[str, Any]:
-        """The answer, computed on the worker (`Batcher.submit_job`); RequestRefused for an engine that gives no
-        attention (501) or a source over `max_tokens` (422)."""
+        """The answer, computed on the worker (`Batcher.submit_job`); RequestRefused for an engine that gives
+        no attention (501) or a source over `max_tokens` (422)."""
         attention = getattr(engine, "attention", None)
         if attention is None:
             raise RequestRefused(
@@ -46,8 +47,9 @@ class AttentionQuery:
 
 
 def attention_json(attentions: SentenceAttentions, heads: bool) -> dict[str, Any]:
-    """The translation, its tokens and the cross-attention behind it: rows the output tokens, columns the source
-    tokens, each row summing to 1; per layer the mean of its `num_heads` heads, and with `heads` each head's own."""
+    """The translation, its tokens and the cross-attention behind it: rows the output tokens, columns the
+    source tokens, each row summing to 1; per layer the mean of its `num_heads` heads, and with `heads` each
+    head's own."""
     cross = torch.stack(attentions.weights["cross"]).double()  # (layers, heads, output, source)
     answer = {
         "translation_text": attentions.target_text,

@@ -10,8 +10,8 @@ when one fills the token budget or when its oldest sentence has waited `max_wait
 worker was last busy, whichever is later: the clients just answered send their next sentences in that time, and
 make the next batch full instead of the one after. A batch is cut as evaluation
 cuts them (sorted by length, sentences * longest source within `max_tokens`), and the one holding the oldest
-sentence goes first, so no sentence waits behind an endless stream of shorter ones. Work on one sentence that is
-no translation (the attention behind one, `submit_job`) goes between two batches, ahead of the next.
+sentence goes first, so no sentence waits behind an endless stream of shorter ones. Work on one sentence that
+is no translation (the attention behind one, `submit_job`) goes between two batches, ahead of the next.
 """
 
 from __future__ import annotations
@@ -195,12 +195,15 @@ class Batcher:
         return request
 
     def _admit(self, sentences: int) -> None:
-        """RequestRefused once the worker has failed, QueueFull where `sentences` more do not fit in the queue."""
+        """RequestRefused once the worker has failed, QueueFull where `sentences` more do not fit in the
+        queue."""
         if self.failure:
             raise RequestRefused(500, self.failure)
         if self._queued + sentences > self.settings.max_queued_sentences:
             self.stats.refused_sentences += sentences
-            raise QueueFull(f"{self._queued} sentences are waiting, at most {self.settings.max_queued_sentences} may")
+            raise QueueFull(
+                f"{self._queued} sentences are waiting, at most {self.settings.max_queued_sentences} may"
+            )
 
     def cancel(self, request: _Request) -> None:
         """Drop the request's sentences (or job) that the worker has not taken yet (its client has gone)."""
@@ -268,8 +271,8 @@ class Batcher:
             self._queued = 0
 
     def _next_batch(self) -> _Job | tuple[DecodingOptions, list[_Sentence]] | None:
-        """Wait for a job, or a batch that is due, and take it out of the queue; None once stopping with nothing
-        queued."""
+        """Wait for a job, or a batch that is due, and take it out of the queue; None once stopping with
+        nothing queued."""
         with self._condition:
             while True:
                 if self._jobs:  # one sentence's work: it goes before the next batch, delaying it little

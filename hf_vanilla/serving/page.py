@@ -1,4 +1,5 @@
-"""GET /: the translation page, one hand-written HTML file with its script (page.html, shipped in the package).
+"""GET /: the translation page, one hand-written HTML file with its script (page.html, shipped in the
+package).
 
 It loads nothing from elsewhere (no CDN, no build step), so that it works on an offline machine; the server's
 settings go into it once, when the app is made, as the JSON its script starts from.

@@ -1,8 +1,8 @@
-"""What the service's tests share: the served model, the offline translation they compare with, and a real server
-process (scripts/serve.py) with the clients' side of the tests.
+"""What the service's tests share: the served model, the offline translation they compare with, and a real
+server process (scripts/serve.py) with the clients' side of the tests.
 
-tests/serving is a package, so that this conftest does not take the name `conftest` that test modules everywhere
-import tests/conftest.py by.
+tests/serving is a package, so that this conftest does not take the name `conftest`, by which test modules
+everywhere import tests/conftest.py.
 """
 
 import time
@@ -54,8 +54,8 @@ class Server(ServerProcess):
 def served_model_dir(tiny_model_dir, tmp_path_factory) -> Path:
     """The tiny model sharpened, saved with its tokenizer and a generation config of beam 4, penalty 0.6.
 
-    Sharpened, as a trained model's outputs are peaked: beam search then has clear winners, and a batch of another
-    shape cannot flip one by float rounding, so answers are compared exactly."""
+    Sharpened, as a trained model's outputs are peaked: beam search then has clear winners, and a batch of
+    another shape cannot flip one by float rounding, so answers are compared exactly."""
     directory = tmp_path_factory.mktemp("served")
     for name in ("tokenizer.json", "tokenizer_config.json"):
         (directory / name).write_bytes((tiny_model_dir / name).read_bytes())

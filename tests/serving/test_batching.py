@@ -1,6 +1,6 @@
 """The worker as the service relies on it, in this process with a stand-in engine: a sentence the tokenizer
-cannot take, a batch that fails, a job that fails, or a worker that stops fails only the requests it concerns, and
-says so; a job (the attention behind a translation) runs alone, ahead of the batches waiting."""
+cannot take, a batch that fails, a job that fails, or a worker that stops fails only the requests it concerns,
+and says so; a job (the attention behind a translation) runs alone, ahead of the batches waiting."""
 
 import asyncio
 
@@ -141,7 +141,8 @@ def test_a_job_runs_alone_ahead_of_waiting_batches_and_fails_alone(engine_and_ba
 
 def test_an_engine_without_attention_is_refused_with_one_line(engine_and_batcher):
     engine, _ = engine_and_batcher
-    with pytest.raises(RequestRefused, match=r"^this server's engine \(EchoEngine\) gives no attention weights") as err:
+    refusal = r"^this server's engine \(EchoEngine\) gives no attention weights"
+    with pytest.raises(RequestRefused, match=refusal) as err:
         AttentionQuery("a b", OPTIONS, heads=False, max_tokens=8)(engine)
     assert err.value.status == 501
 

@@ -1,6 +1,6 @@
-"""The translation page (GET /) as a user sees it: headless Chromium, driven by Selenium, on a real server process
-with the tiny model. Its translations are compared with offline `translate_sentences`, its heatmap with the
-attention endpoint's token counts. The browser tests skip where Chromium, chromedriver or Selenium is missing
+"""The translation page (GET /) as a user sees it: headless Chromium, driven by Selenium, on a real server
+process with the tiny model. Its translations are compared with offline `translate_sentences`, its heatmap with
+the attention endpoint's token counts. The browser tests skip where Chromium, chromedriver or Selenium is missing
 (.ci/run installs them); the page's HTTP side is checked in this process without them.
 """
 
@@ -38,7 +38,12 @@ def test_the_page_is_served_while_the_model_loads_and_attention_waits_for_it(ser
 
 @pytest.fixture(scope="module")
 def page_server(served_model_dir, tmp_path_factory):
-    server = Server(served_model_dir, tmp_path_factory.mktemp("page") / "server.log", "--max-characters", str(MAX_CHARACTERS))
+    server = Server(
+        served_model_dir,
+        tmp_path_factory.mktemp("page") / "server.log",
+        "--max-characters",
+        str(MAX_CHARACTERS),
+    )
     try:
         server.wait_until_ready(STARTUP_SECONDS)
         yield server
@@ -71,7 +76,9 @@ def page(browser, page_server):
     from selenium.webdriver.support.ui import WebDriverWait
 
     browser.get(page_server.url)
-    WebDriverWait(browser, WAIT_SECONDS).until(lambda driver: driver.find_element("id", "translate").is_enabled())
+    WebDriverWait(browser, WAIT_SECONDS).until(
+        lambda driver: driver.find_element("id", "translate").is_enabled()
+    )
     return browser
 
 
@@ -101,7 +108,9 @@ def translate_on(page, text: str, num_beams: int | None = None, press_keys: bool
 def test_the_page_translates_as_translate_sentences_does(page, offline):
     assert translate_on(page, SOURCES[0]) == offline(SOURCES[:1], **BEAM)[0]
     assert page.find_element("id", "time").text.startswith("Translated in ")
-    assert translate_on(page, SOURCES[1], num_beams=1, press_keys=True) == offline(SOURCES[1:], num_beams=1)[0]
+    assert (
+        translate_on(page, SOURCES[1], num_beams=1, press_keys=True) == offline(SOURCES[1:], num_beams=1)[0]
+    )
     assert page.find_element("id", "length-penalty").get_attribute("disabled")  # greedy search takes none
     assert page.find_element("id", "error").text == ""
 
@@ -119,7 +128,9 @@ def test_the_heatmap_has_a_row_an_output_token_and_a_column_a_source_token(page,
     translation = translate_on(page, SOURCES[0], num_beams=2)
     page.find_element("id", "show-attention").click()
     WebDriverWait(page, WAIT_SECONDS).until(lambda driver: heatmap_shape(driver)[0])
-    expected = page_server.attention(SOURCES[0], True, num_beams=2, length_penalty=BEAM["length_penalty"]).json()
+    expected = page_server.attention(
+        SOURCES[0], True, num_beams=2, length_penalty=BEAM["length_penalty"]
+    ).json()
     assert expected["translation_text"] == translation
     sources, outputs = len(expected["source_tokens"]), len(expected["output_tokens"])
     assert heatmap_shape(page) == (outputs, [sources] * outputs)
@@ -127,16 +138,25 @@ def test_the_heatmap_has_a_row_an_output_token_and_a_column_a_source_token(page,
     assert labels == expected["source_tokens"]
     assert [option.text for option in Select(page.find_element("id", "layer")).options] == ["1", "2"]
 
-    assert [option.text for option in Select(page.find_element("id", "head")).options][1:] == ["1", "2", "3", "4"]
+    assert [option.text for option in Select(page.find_element("id", "head")).options][1:] == [
+        "1",
+        "2",
+        "3",
+        "4",
+    ]
     Select(page.find_element("id", "head")).select_by_visible_text("3")  # fetches every head's weights
-    WebDriverWait(page, WAIT_SECONDS).until(lambda driver: driver.execute_script("return attention.cross_attention_heads"))
+    WebDriverWait(page, WAIT_SECONDS).until(
+        lambda driver: driver.execute_script("return attention.cross_attention_heads")
+    )
     assert heatmap_shape(page) == (outputs, [sources] * outputs)
 
     # Pointing at an output token highlights the source token its row (last layer, head 3) weighs most.
     row = expected["cross_attention_heads"][-1][2][0]
     most_attended = expected["source_tokens"][row.index(max(row))]
     ActionChains(page).move_to_element(page.find_element("css selector", "#heatmap tbody th")).perform()
-    assert [th.text for th in page.find_elements("css selector", "#heatmap thead th.aligned")] == [most_attended]
+    assert [th.text for th in page.find_elements("css selector", "#heatmap thead th.aligned")] == [
+        most_attended
+    ]
     assert page.find_element("id", "alignment").text.startswith(
         f"“{expected['output_tokens'][0]}” attends most to “{most_attended}”"
     )

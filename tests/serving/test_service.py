@@ -3,8 +3,8 @@ huggingface_hub's InferenceClient and plain HTTP, the tiny model.
 
 Two servers start side by side once for the module: `quick` (the default 5 ms wait) for the answers; `patient`
 (a 3 s wait, so that requests sent together are certain to meet in one batch, and tight limits) for batching and
-misuse, and, in the module's last test, SIGTERM. The model is conftest's sharpened one, so answers are compared
-exactly.
+misuse, and, in the module's last test, SIGTERM. The model is conftest's sharpened one, so answers are
+compared exactly.
 """
 
 import json
@@ -32,7 +32,8 @@ import huggingface_hub  # noqa: E402
 from huggingface_hub import InferenceClient  # noqa: E402
 
 PATIENT = ["--max-wait-ms", "3000", "--max-queued-sentences", "6", "--max-sentences", "4"]
-PATIENT += ["--max-characters", "300", "--max-beams", "4", "--max-new-tokens", "16", "--max-attention-tokens", "12"]
+PATIENT += ["--max-characters", "300", "--max-beams", "4", "--max-new-tokens", "16"]
+PATIENT += ["--max-attention-tokens", "12"]
 
 
 @pytest.fixture(scope="module")
@@ -98,53 +99,69 @@ def test_requests_sent_together_share_one_generate_call(servers, offline, senten
     assert f"batch: {len(sentences)} sentences" in patient.batch_lines()[-1]
 
 
+BAD_REQUESTS = [
+    (b'{"inputs": "Ein Hund",', 400, "malformed JSON: "),
+    ({"inputs": 3}, 400, "inputs: must be a string or a list of strings"),
+    ({"inputs": ["Ein Hund", 2]}, 400, "inputs: must be a string or a list of strings"),
+    ({"text": "Ein Hund"}, 400, "inputs: Field required"),
+    ({"inputs": "x", "parameters": {"generate_parameters": {"num_beams": "2"}}}, 400, "num_beams: "),
+    ({"inputs": "x", "parameters": {"generate_parameters": {"num_beams": 0}}}, 400, "num_beams: "),
+    ({"inputs": "x", "parameters": {"generate_parameters": {"top_k": 5}}}, 400, "top_k: Extra inputs"),
+    ({"inputs": "x", "parameters": {"beams": 2}}, 400, "parameters.beams: Extra inputs"),
+    (b'{"inputs": "tea \\ud800 cup"}', 400, "inputs holds a lone surrogate ('\\ud800') at character 4"),
+    (b'{"inputs": ["a", "\\udfff"]}', 400, "inputs[1] holds a lone surrogate"),
+    (b'{"inputs": "x", "parameters": {"generate_parameters": {"length_penalty": NaN}}}', 400, "length_penalty"),
+    (b'{"inputs": "x", "parameters": {"generate_parameters": {"length_penalty": -Infinity}}}', 400, "length"),
+    ({"inputs": "x", "parameters": {"generate_parameters": {"length_penalty": 1e308}}}, 400, "less than or"),
+    ({"inputs": "x", "parameters": {"generate_parameters": {"num_beams": 10**20}}}, 422, "(max_beams)"),
+    (b"[" * 100_000 + b"]" * 100_000, 413, "the request body is over this server's 7708 bytes"),
+    (b'{"inputs": ' + b"[" * 1500 + b"]" * 1500 + b"}", 400, "malformed JSON: nested too deeply"),
+    (b'{"inputs": "caf\xe9"}', 400, "malformed JSON: the body is not UTF-8"),
+    ({"inputs": "x", "parameters": {"src_lang": "fr"}}, 422, "src_lang 'fr': this server translates de -> en"),
+    ({"inputs": "x", "parameters": {"tgt_lang": "de"}}, 422, "tgt_lang 'de': this server translates de -> en"),
+    ({"inputs": "x", "parameters": {"truncation": "cut"}}, 400, "parameters.truncation: Input should be"),
+    ({"inputs": "x", "options": {"use_gpu": True}}, 400, "options.use_gpu: Extra inputs"),
+    ({"inputs": ["Ein Hund"] * 5}, 413, "5 sentences in one request, this server takes at most 4"),
+    (
+        {"inputs": ["x" * 200, "y" * 101]},
+        413,
+        "301 characters in one request, this server takes at most 300",
+    ),
+    (
+        {"inputs": "x", "parameters": {"generate_parameters": {"num_beams": 5}}},
+        422,
+        "limit of 4 (max_beams)",
+    ),
+    (
+        {"inputs": "x", "parameters": {"generate_parameters": {"max_new_tokens": 17}}},
+        422,
+        "max_new_tokens 17 is over this server's limit of 16",
+    ),
+]
+BAD_ATTENTION_REQUESTS = [
+    ({"inputs": ["Ein Hund"]}, 400, "inputs: Input should be a valid string"),
+    ({"inputs": " \n"}, 400, "inputs: the sentence is blank: send one to translate"),
+    (b'{"inputs": "tea \\ud800 cup"}', 400, "inputs holds a lone surrogate"),
+    ({"inputs": "x", "parameters": {"heads": "yes"}}, 400, "parameters.heads: Input should be a valid"),
+    ({"inputs": "x" * 301}, 413, "301 characters in one request, this server takes at most 300"),
+    ({"inputs": "x", "parameters": {"generate_parameters": {"num_beams": 5}}}, 422, "limit of 4 (max_beams)"),
+    (
+        {"inputs": "Zwei junge Männer stehen am Ufer eines breiten Flusses."},
+        422,
+        "over the 12 this server shows attention for (max_attention_tokens): send a shorter sentence",
+    ),
+]
+
+
 @pytest.mark.parametrize(
-    ("body", "status", "message"),
-    [
-        (b'{"inputs": "Ein Hund",', 400, "malformed JSON: "),
-        ({"inputs": 3}, 400, "inputs: must be a string or a list of strings"),
-        ({"inputs": ["Ein Hund", 2]}, 400, "inputs: must be a string or a list of strings"),
-        ({"text": "Ein Hund"}, 400, "inputs: Field required"),
-        ({"inputs": "x", "parameters": {"generate_parameters": {"num_beams": "2"}}}, 400, "num_beams: "),
-        ({"inputs": "x", "parameters": {"generate_parameters": {"num_beams": 0}}}, 400, "num_beams: "),
-        ({"inputs": "x", "parameters": {"generate_parameters": {"top_k": 5}}}, 400, "top_k: Extra inputs"),
-        ({"inputs": "x", "parameters": {"beams": 2}}, 400, "parameters.beams: Extra inputs"),
-        (b'{"inputs": "tea \\ud800 cup"}', 400, "inputs holds a lone surrogate ('\\ud800') at character 4"),
-        (b'{"inputs": ["a", "\\udfff"]}', 400, "inputs[1] holds a lone surrogate"),
-        (b'{"inputs": "x", "parameters": {"generate_parameters": {"length_penalty": NaN}}}', 400, "length_penalty"),
-        (b'{"inputs": "x", "parameters": {"generate_parameters": {"length_penalty": -Infinity}}}', 400, "length"),
-        ({"inputs": "x", "parameters": {"generate_parameters": {"length_penalty": 1e308}}}, 400, "less than or"),
-        ({"inputs": "x", "parameters": {"generate_parameters": {"num_beams": 10**20}}}, 422, "(max_beams)"),
-        (b"[" * 100_000 + b"]" * 100_000, 413, "the request body is over this server's 7708 bytes"),
-        (b'{"inputs": ' + b"[" * 1500 + b"]" * 1500 + b"}", 400, "malformed JSON: nested too deeply"),
-        (b'{"inputs": "caf\xe9"}', 400, "malformed JSON: the body is not UTF-8"),
-        ({"inputs": "x", "parameters": {"src_lang": "fr"}}, 422, "src_lang 'fr': this server translates de -> en"),
-        ({"inputs": "x", "parameters": {"tgt_lang": "de"}}, 422, "tgt_lang 'de': this server translates de -> en"),
-        ({"inputs": "x", "parameters": {"truncation": "cut"}}, 400, "parameters.truncation: Input should be"),
-        ({"inputs": "x", "options": {"use_gpu": True}}, 400, "options.use_gpu: Extra inputs"),
-        ({"inputs": ["Ein Hund"] * 5}, 413, "5 sentences in one request, this server takes at most 4"),
-        (
-            {"inputs": ["x" * 200, "y" * 101]},
-            413,
-            "301 characters in one request, this server takes at most 300",
-        ),
-        (
-            {"inputs": "x", "parameters": {"generate_parameters": {"num_beams": 5}}},
-            422,
-            "limit of 4 (max_beams)",
-        ),
-        (
-            {"inputs": "x", "parameters": {"generate_parameters": {"max_new_tokens": 17}}},
-            422,
-            "max_new_tokens 17 is over this server's limit of 16",
-        ),
-    ],
+    ("path", "body", "status", "message"),
+    [("/", *case) for case in BAD_REQUESTS] + [("/attention", *case) for case in BAD_ATTENTION_REQUESTS],
 )
-def test_a_bad_request_gets_its_status_and_one_line(servers, body, status, message):
+def test_a_bad_request_gets_its_status_and_one_line(servers, path, body, status, message):
     patient = servers["patient"]
     content = body if isinstance(body, bytes) else json.dumps(body).encode()
     answer = requests.post(
-        patient.url, data=content, headers={"Content-Type": "application/json"}, timeout=10
+        f"{patient.url}{path}", data=content, headers={"Content-Type": "application/json"}, timeout=10
     )
     assert answer.status_code == status
     line = answer.json()["error"]
@@ -162,39 +179,12 @@ def test_attention_comes_with_the_translation_post_gives_rows_summing_to_one(ser
         assert ("cross_attention_heads" in attention) == heads
     sources, outputs = len(attention["source_tokens"]), len(attention["output_tokens"])
     assert attention["source_tokens"][-1] == "</s>" and outputs >= 1
-    every_head = torch.tensor(quick.attention(sentences[0], True, num_beams=1).json()["cross_attention_heads"])
+    greedy = quick.attention(sentences[0], True, num_beams=1).json()
+    every_head = torch.tensor(greedy["cross_attention_heads"])
     layers = torch.tensor(attention["cross_attention"])
     assert every_head.shape == (2, attention["num_heads"], outputs, sources)  # the tiny model's 2 layers
     torch.testing.assert_close(every_head.sum(-1), torch.ones(every_head.shape[:3]), atol=1e-3, rtol=0)
     torch.testing.assert_close(every_head.mean(1), layers, atol=1e-3, rtol=0)
-
-
-@pytest.mark.parametrize(
-    ("body", "status", "message"),
-    [
-        ({"inputs": ["Ein Hund"]}, 400, "inputs: Input should be a valid string"),
-        ({"inputs": " \n"}, 400, "inputs: the sentence is blank: send one to translate"),
-        (b'{"inputs": "tea \\ud800 cup"}', 400, "inputs holds a lone surrogate"),
-        ({"inputs": "x", "parameters": {"heads": "yes"}}, 400, "parameters.heads: Input should be a valid boolean"),
-        ({"inputs": "x" * 301}, 413, "301 characters in one request, this server takes at most 300"),
-        ({"inputs": "x", "parameters": {"generate_parameters": {"num_beams": 5}}}, 422, "limit of 4 (max_beams)"),
-        (
-            {"inputs": "Zwei junge Männer stehen am Ufer eines breiten Flusses."},
-            422,
-            "over the 12 this server shows attention for (max_attention_tokens): send a shorter sentence",
-        ),
-    ],
-)
-def test_a_bad_attention_request_gets_its_status_and_one_line(servers, body, status, message):
-    patient = servers["patient"]
-    content = body if isinstance(body, bytes) else json.dumps(body).encode()
-    answer = requests.post(
-        f"{patient.url}/attention", data=content, headers={"Content-Type": "application/json"}, timeout=10
-    )
-    assert answer.status_code == status
-    line = answer.json()["error"]
-    assert message in line and "\n" not in line
-    assert patient.stats()["queued"] == 0
 
 
 def test_the_translation_tasks_documented_parameters_are_taken(servers, offline, sentences):
