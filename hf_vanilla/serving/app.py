@@ -6,7 +6,8 @@ POST / takes {"inputs": text or [texts], "parameters": {...}, "options": {...}} 
 page for a browser; POST /attention gives one translation with the cross-attention behind it. Every error,
 whoever raises it, is {"error": one line} with the status saying whose fault it is: 400 a malformed request,
 413 / 422 a request over the server's limits, 501 attention from an engine without it, 503 (with Retry-After) a
-full queue or a model still loading, 500 the server's own failure (never the client's input). A body is refused once it passes the byte limit, before it is all read.
+full queue or a model still loading, 500 the server's own failure (never the client's input). A body is refused
+once it passes the byte limit, before it is all read.
 """
 
 from __future__ import annotations

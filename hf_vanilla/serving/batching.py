@@ -11,7 +11,8 @@ worker was last busy, whichever is later: the clients just answered send their n
 make the next batch full instead of the one after. A batch is cut as evaluation
 cuts them (sorted by length, sentences * longest source within `max_tokens`), and the one holding the oldest
 sentence goes first, so no sentence waits behind an endless stream of shorter ones. Work on one sentence that
-is no translation (the attention behind one, `submit_job`) goes between two batches, ahead of the next.
+is no translation (the attention behind one, `submit_job`) goes alone between two batches, ahead of any batch
+whose sentences all came after it, so that neither kind of work can keep the other waiting.
 """
 
 from __future__ import annotations
@@ -113,6 +114,7 @@ class _Job:
 
     run: Callable[[TranslationEngine], Any]
     request: _Request
+    arrived: float  # time.monotonic()
 
 
 @dataclass
@@ -184,12 +186,13 @@ class Batcher:
 
     def submit_job(self, run: Callable[[TranslationEngine], Any]) -> _Request:
         """Queue `run(engine)` for the worker to call between two batches, never beside one, as one queued
-        sentence; await the result's `future` for [what it returns], or the RequestRefused it raises (any
-        other exception: a 500 naming it). Raises QueueFull at once when the queue is full."""
+        sentence, ahead of any batch whose sentences all came after it; await the result's `future` for [what
+        it returns], or the RequestRefused it raises (any other exception: a 500 naming it). Raises QueueFull
+        at once when the queue is full."""
         request = _Request(1, asyncio.get_running_loop(), may_cut=False)
         with self._condition:
             self._admit(1)
-            self._jobs.append(_Job(run, request))
+            self._jobs.append(_Job(run, request, time.monotonic()))
             self._queued += 1
             self._condition.notify()
         return request
@@ -275,17 +278,19 @@ class Batcher:
         nothing queued."""
         with self._condition:
             while True:
-                if self._jobs:  # one sentence's work: it goes before the next batch, delaying it little
+                self._count_tokens()
+                due = [(options, group) for options, group in self._pending.items() if self._is_due(group)]
+                # A job goes ahead of the batches due unless one holds a sentence that came before it.
+                if self._jobs and all(group[0].arrived >= self._jobs[0].arrived for _, group in due):
                     self._queued -= 1
                     return self._jobs.popleft()
-                self._count_tokens()
-                for options, group in self._pending.items():
-                    if self._is_due(group):
-                        batch = self._batch_with_oldest(group)
-                        taken = {id(sentence) for sentence in batch}
-                        self._keep(options, [sentence for sentence in group if id(sentence) not in taken])
-                        self._queued -= len(batch)
-                        return options, batch
+                if due:
+                    options, group = due[0]
+                    batch = self._batch_with_oldest(group)
+                    taken = {id(sentence) for sentence in batch}
+                    self._keep(options, [sentence for sentence in group if id(sentence) not in taken])
+                    self._queued -= len(batch)
+                    return options, batch
                 if self._stopping and not self._queued:
                     return None
                 self._condition.wait(timeout=self._seconds_to_next_due())
