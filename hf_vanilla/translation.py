@@ -28,6 +28,7 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
+from hf_vanilla.attention import SentenceAttentions, teacher_forced_attentions
 from hf_vanilla.model.attention_kernels import AUTO_ATTENTION
 from hf_vanilla.model.configuration_vanilla import VanillaTransformerConfig
 from hf_vanilla.model.decoding import (
@@ -304,7 +305,10 @@ def translate_nbest(
 
 class TranslationEngine(Protocol):
     """What decodes sentences with `DecodingOptions`, whichever engine is behind it: transformers' `generate`
-    (`TransformersEngine`, the reference) or another that gives the options the same meaning."""
+    (`TransformersEngine`, the reference) or another that gives the options the same meaning.
+
+    An engine that can also give the attention behind a translation has `attention(source, options)` returning
+    `SentenceAttentions` (`TransformersEngine.attention`); the service refuses attention to one without."""
 
     def translate(self, sources: Sequence[str], options: DecodingOptions) -> list[str]:
         """`translate_sentences`' contract: one translation a source, in order, "" for a blank one."""
@@ -412,6 +416,18 @@ def load_engine(
 
         return load_ctranslate2_engine(model_name_or_path, settings)
     return TransformersEngine(*load_model_and_tokenizer(model_name_or_path, settings.device, settings.dtype))
+
+    def attention(self, source: str, options: DecodingOptions = DEFAULT_DECODING) -> SentenceAttentions:
+        """`source`'s translation as `translate` gives it with `options`, and the attention behind it: the
+        output's own tokens teacher-forced through the model (`hf_vanilla.attention`). A blank source is a
+        ValueError."""
+        decoded = list(_generate_in_batches(self.model, self.tokenizer, [source], options))
+        if not decoded:
+            raise ValueError("the source sentence is blank")
+        [(_, output_ids)] = decoded
+        [source_ids], _ = encode_sources(self.tokenizer, [source], self.max_source_tokens)
+        text = options.detokenize(self.model, self.tokenizer, output_ids)[0]
+        return teacher_forced_attentions(self.model, self.tokenizer, source_ids, output_ids[0].tolist(), text)
 
 
 def resolve_device(device: str | None = None) -> torch.device:

@@ -6,7 +6,8 @@
     curl -s localhost:8000 -H 'Content-Type: application/json' -d '{"inputs": "Ein Hund läuft."}'
 
 Decodes with the checkpoint's generation_config.json (beam size, length penalty) unless a request's
-generate_parameters say otherwise, within the limits set here. GET /health, /ready, /stats; /docs is the API.
+generate_parameters say otherwise, within the limits set here. GET / is a translation page for a browser, with
+the attention behind each translation (POST /attention); GET /health, /ready, /stats; /docs is the API.
 SIGTERM stops accepting, answers every accepted request and exits 0 (docs/serving.md). Should the model fail to
 load or the worker stop, the service answers 500, drains and exits 1, for its supervisor to restart it.
 """
@@ -65,6 +66,12 @@ def parse_args():
         help="a request (default: the decoder's positions)",
     )
     parser.add_argument(
+        "--max-attention-tokens",
+        type=positive_int,
+        default=LIMITS.max_attention_tokens,
+        help="source tokens of a sentence whose attention a request asks (POST /attention)",
+    )
+    parser.add_argument(
         "--access-log", action="store_true", help="a log line a request (default: a line a batch)"
     )
     return parser.parse_args()
@@ -81,7 +88,13 @@ def main() -> None:
         args.model,
         engine,
         BatchingSettings(args.max_batch_tokens, args.max_wait_ms, args.max_queued_sentences),
-        RequestLimits(args.max_sentences, args.max_characters, args.max_beams, args.max_new_tokens),
+        RequestLimits(
+            args.max_sentences,
+            args.max_characters,
+            args.max_beams,
+            args.max_new_tokens,
+            args.max_attention_tokens,
+        ),
         "static" if args.cache_implementation == "static" else None,
     )
     # uvicorn answers the accepted requests on SIGTERM, then raises the signal again under the handler it found:

@@ -2,10 +2,12 @@
 
 POST / takes {"inputs": text or [texts], "parameters": {...}, "options": {...}} and answers
 [{"translation_text": ...}, ...], one a text, in order, as a Hub translation model answers, so that
-`huggingface_hub.InferenceClient(model="http://HOST:PORT").translation(...)` works unchanged. Every error, whoever
-raises it, is {"error": one line} with the status saying whose fault it is: 400 a malformed request, 413 / 422 a
-request over the server's limits, 503 (with Retry-After) a full queue or a model still loading, 500 the server's
-own failure (never the client's input). A body is refused once it passes the byte limit, before it is all read.
+`huggingface_hub.InferenceClient(model="http://HOST:PORT").translation(...)` works unchanged. GET / is the
+page for a browser; POST /attention gives one translation with the cross-attention behind it. Every error,
+whoever raises it, is {"error": one line} with the status saying whose fault it is: 400 a malformed request,
+413 / 422 a request over the server's limits, 501 attention from an engine without it, 503 (with Retry-After) a
+full queue or a model still loading, 500 the server's own failure (never the client's input). A body is refused
+once it passes the byte limit, before it is all read.
 """
 
 from __future__ import annotations
@@ -13,14 +15,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 from huggingface_hub import ModelCard
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator
 from pydantic_core import PydanticCustomError
@@ -41,7 +43,9 @@ from hf_vanilla.translation import (
     unencodable_character,
 )
 
+from .attention import AttentionQuery
 from .batching import DEFAULT_BATCHING, Batcher, BatchingSettings, QueueFull, RequestRefused
+from .page import PageSettings, page_html
 
 logger = logging.getLogger(__name__)
 RETRY_AFTER_SECONDS = "1"
@@ -56,13 +60,15 @@ JSON_BYTES_PER_CHARACTER, JSON_BYTES_PER_SENTENCE, JSON_BYTES_AROUND = 12, 3, 40
 
 @dataclass(frozen=True)
 class RequestLimits:
-    """What one request may ask: sentences, characters (all its sentences together), beams and new tokens
-    (None: as many as the decoder has positions for)."""
+    """What one request may ask: sentences, characters (all its sentences together), beams, new tokens
+    (None: as many as the decoder has positions for), and the source tokens of a sentence whose attention it
+    asks (the answer grows with their square)."""
 
     max_sentences: int = 64
     max_characters: int = 20_000
     max_beams: int = 8
     max_new_tokens: int | None = None
+    max_attention_tokens: int = 128
 
     @property
     def max_body_bytes(self) -> int:
@@ -132,18 +138,63 @@ class TranslationRequest(BaseModel):
         if not (isinstance(value, str) or (isinstance(value, list) and all(isinstance(text, str) for text in value))):
             raise PydanticCustomError("text_or_texts", "must be a string or a list of strings")
         for index, text in enumerate([value] if isinstance(value, str) else value):
-            if (position := unencodable_character(text)) is not None:
-                where = "inputs" if isinstance(value, str) else f"inputs[{index}]"
-                raise PydanticCustomError(
-                    "unicode",
-                    f"{where} holds a lone surrogate ({text[position]!a}) at character {position}, which is no "
-                    "Unicode text: send the text as UTF-8, or pair the surrogate",
-                )
+            check_unicode(text, "inputs" if isinstance(value, str) else f"inputs[{index}]")
         return value
+
+
+def check_unicode(text: str, where: str) -> None:
+    """A validation error for a text holding a lone surrogate, named by `where`."""
+    if (position := unencodable_character(text)) is not None:
+        raise PydanticCustomError(
+            "unicode",
+            f"{where} holds a lone surrogate ({text[position]!a}) at character {position}, which is no "
+            "Unicode text: send the text as UTF-8, or pair the surrogate",
+        )
 
 
 class TranslationOutput(BaseModel):
     translation_text: str
+
+
+class AttentionParameters(BaseModel):
+    """How POST /attention decodes its sentence, as POST / would, and whether it answers each head's
+    weights."""
+
+    model_config = ConfigDict(extra="forbid")
+    generate_parameters: GenerateParameters | None = None
+    heads: StrictBool = Field(False, description="each head's weights too (cross_attention_heads)")
+
+
+class AttentionRequest(BaseModel):
+    """One sentence, whose translation and cross-attention are wanted."""
+
+    model_config = ConfigDict(extra="forbid")
+    inputs: str = Field(description="one text, translated as POST / translates it")
+    parameters: AttentionParameters | None = None
+
+    @field_validator("inputs")
+    @classmethod
+    def _nonblank_unicode(cls, value: str) -> str:
+        if not value.strip():
+            raise PydanticCustomError("blank", "the sentence is blank: send one to translate")
+        check_unicode(value, "inputs")
+        return value
+
+
+class AttentionOutput(BaseModel):
+    """The translation and the cross-attention behind it: rows the output tokens (each the token its row
+    predicts), columns the source tokens; each row of each head sums to 1."""
+
+    translation_text: str
+    source_tokens: list[str]
+    output_tokens: list[str]
+    num_heads: int = Field(description="the heads of each layer")
+    cross_attention: list[list[list[float]]] = Field(
+        description="layer, output token, source token: heads' mean"
+    )
+    cross_attention_heads: list[list[list[list[float]]]] | None = Field(
+        None, description="layer, head, output token, source token: with parameters.heads"
+    )
 
 
 def error(status: int, message: str, **headers: str) -> JSONResponse:
@@ -286,6 +337,32 @@ async def _client_gone(request: Request) -> None:
         pass
 
 
+async def worker_answer(
+    batcher: Batcher, request: Request, submit: Callable[[], Any]
+) -> Response | list[Any]:
+    """What the worker answers for the work `submit` queues (after the request's checks, which raise
+    RequestRefused), or the error Response: the refusal, a full queue, the work's failure, or 499 once the
+    client has left (its work is dropped if the worker has not taken it yet)."""
+    try:
+        queued = submit()
+    except RequestRefused as err:
+        return error(err.status, str(err))
+    except QueueFull as err:
+        return error(503, f"the queue is full: {err}", **{"Retry-After": RETRY_AFTER_SECONDS})
+    gone = asyncio.ensure_future(_client_gone(request))
+    try:
+        await asyncio.wait({queued.future, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+        if not queued.future.done():  # the client left (or the server cancelled this handler)
+            batcher.cancel(queued)
+    if not queued.future.done():
+        return Response(status_code=CLIENT_CLOSED_REQUEST)
+    if failed := queued.future.exception():
+        return error(failed.status, str(failed))
+    return queued.future.result()
+
+
 def create_app(
     checkpoint: str | os.PathLike,
     engine: EngineSettings = DEFAULT_ENGINE,
@@ -317,6 +394,8 @@ def create_app(
             return error(500, batcher.failure)
         return error(503, "the model is loading", **{"Retry-After": RETRY_AFTER_SECONDS})
 
+    limits_shown = (limits.max_beams, MAX_LENGTH_PENALTY, limits.max_characters)
+    page = page_html(PageSettings(base.num_beams, base.length_penalty, *limits_shown, pair))
     app = FastAPI(title="hf_vanilla translation", summary=f"Translation with {checkpoint}", lifespan=lifespan)
     app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes)
     app.state.batcher = batcher
@@ -343,29 +422,41 @@ def create_app(
             return not_ready()
         texts = [body.inputs] if isinstance(body.inputs, str) else body.inputs
         parameters = body.parameters or TranslationParameters()
-        try:
+
+        def submit():
             check_request_size(texts, limits)
             check_pair(parameters, pair)
             options = request_options(base, parameters.generate_parameters, limits, room).replace(
                 clean_up_tokenization_spaces=bool(parameters.clean_up_tokenization_spaces)
             )
-            queued = batcher.submit(texts, options, may_cut=parameters.truncation != "do_not_truncate")
-        except RequestRefused as err:
-            return error(err.status, str(err))
-        except QueueFull as err:
-            return error(503, f"the queue is full: {err}", **{"Retry-After": RETRY_AFTER_SECONDS})
-        gone = asyncio.ensure_future(_client_gone(request))
-        try:
-            await asyncio.wait({queued.future, gone}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            gone.cancel()
-            if not queued.future.done():  # the client left (or the server cancelled this handler)
-                batcher.cancel(queued)
-        if not queued.future.done():
-            return Response(status_code=CLIENT_CLOSED_REQUEST)
-        if failed := queued.future.exception():
-            return error(failed.status, str(failed))
-        return [TranslationOutput(translation_text=text) for text in queued.future.result()]
+            return batcher.submit(texts, options, may_cut=parameters.truncation != "do_not_truncate")
+
+        answer = await worker_answer(batcher, request, submit)
+        if isinstance(answer, Response):
+            return answer
+        return [TranslationOutput(translation_text=text) for text in answer]
+
+    @app.post("/attention", response_model=AttentionOutput, response_model_exclude_none=True)
+    async def attention(body: AttentionRequest, request: Request) -> Response | AttentionOutput:
+        """Translate one sentence as POST / would, and give the cross-attention behind that translation: the
+        worker decodes it alone, between two batches."""
+        if not batcher.ready.is_set() or batcher.failure:
+            return not_ready()
+        parameters = body.parameters or AttentionParameters()
+
+        def submit():
+            check_request_size([body.inputs], limits)
+            options = request_options(base, parameters.generate_parameters, limits, room)
+            query = AttentionQuery(body.inputs, options, parameters.heads, limits.max_attention_tokens)
+            return batcher.submit_job(query)
+
+        answer = await worker_answer(batcher, request, submit)
+        return answer if isinstance(answer, Response) else AttentionOutput(**answer[0])
+
+    @app.get("/", include_in_schema=False)
+    async def translation_page() -> HTMLResponse:
+        """The translation page, for a browser."""
+        return HTMLResponse(page)
 
     @app.get("/health")
     async def health() -> Response:

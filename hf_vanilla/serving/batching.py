@@ -10,7 +10,9 @@ when one fills the token budget or when its oldest sentence has waited `max_wait
 worker was last busy, whichever is later: the clients just answered send their next sentences in that time, and
 make the next batch full instead of the one after. A batch is cut as evaluation
 cuts them (sorted by length, sentences * longest source within `max_tokens`), and the one holding the oldest
-sentence goes first, so no sentence waits behind an endless stream of shorter ones.
+sentence goes first, so no sentence waits behind an endless stream of shorter ones. Work on one sentence that
+is no translation (the attention behind one, `submit_job`) goes alone between two batches, ahead of any batch
+whose sentences all came after it, so that neither kind of work can keep the other waiting.
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ import contextlib
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from hf_vanilla.data import TokenBatchSampler
 from hf_vanilla.model.decoding import DEFAULT_MAX_TOKENS
@@ -104,6 +108,16 @@ class _Sentence:
 
 
 @dataclass
+class _Job:
+    """Work on the engine that is no batch of translations (`Batcher.submit_job`): `run(engine)` answers
+    `request`."""
+
+    run: Callable[[TranslationEngine], Any]
+    request: _Request
+    arrived: float  # time.monotonic()
+
+
+@dataclass
 class BatchStats:
     """What the worker has done so far, for /stats and the tests."""
 
@@ -136,6 +150,7 @@ class Batcher:
         self._load, self._warm_up = load, warm_up
         self._engine: TranslationEngine | None = None  # set by the worker, before `ready`
         self._pending: dict[DecodingOptions, list[_Sentence]] = {}  # each in order of arrival
+        self._jobs: deque[_Job] = deque()
         self._queued = 0
         self._free_since = 0.0  # time.monotonic() when the worker last finished a batch
         self._stopping = False
@@ -162,23 +177,44 @@ class Batcher:
             return request
         now = time.monotonic()
         with self._condition:
-            if self.failure:
-                raise RequestRefused(500, self.failure)
-            if self._queued + len(texts) > self.settings.max_queued_sentences:
-                self.stats.refused_sentences += len(texts)
-                raise QueueFull(
-                    f"{self._queued} sentences are waiting, at most {self.settings.max_queued_sentences} may"
-                )
+            self._admit(len(texts))
             group = self._pending.setdefault(options, [])
             group += [_Sentence(text, index, request, now) for index, text in enumerate(texts)]
             self._queued += len(texts)
             self._condition.notify()
         return request
 
+    def submit_job(self, run: Callable[[TranslationEngine], Any]) -> _Request:
+        """Queue `run(engine)` for the worker to call between two batches, never beside one, as one queued
+        sentence, ahead of any batch whose sentences all came after it; await the result's `future` for [what
+        it returns], or the RequestRefused it raises (any other exception: a 500 naming it). Raises QueueFull
+        at once when the queue is full."""
+        request = _Request(1, asyncio.get_running_loop(), may_cut=False)
+        with self._condition:
+            self._admit(1)
+            self._jobs.append(_Job(run, request, time.monotonic()))
+            self._queued += 1
+            self._condition.notify()
+        return request
+
+    def _admit(self, sentences: int) -> None:
+        """RequestRefused once the worker has failed, QueueFull where `sentences` more do not fit in the
+        queue."""
+        if self.failure:
+            raise RequestRefused(500, self.failure)
+        if self._queued + sentences > self.settings.max_queued_sentences:
+            self.stats.refused_sentences += sentences
+            raise QueueFull(
+                f"{self._queued} sentences are waiting, at most {self.settings.max_queued_sentences} may"
+            )
+
     def cancel(self, request: _Request) -> None:
-        """Drop the request's sentences that no batch has taken yet (its client has gone)."""
+        """Drop the request's sentences (or job) that the worker has not taken yet (its client has gone)."""
         with self._condition:
             request.cancelled = True
+            waiting = len(self._jobs)
+            self._jobs = deque(job for job in self._jobs if not job.request.cancelled)
+            self._queued -= waiting - len(self._jobs)
             for options, group in list(self._pending.items()):
                 kept = [sentence for sentence in group if not sentence.request.cancelled]
                 self._queued -= len(group) - len(kept)
@@ -211,38 +247,50 @@ class Batcher:
         self._engine = engine
         self.ready.set()
         logger.info("model loaded and warm: %s", engine.describe())
-        batch: tuple[DecodingOptions, list[_Sentence]] | None = None
+        work: _Job | tuple[DecodingOptions, list[_Sentence]] | None = None
         try:
-            while (batch := self._next_batch()) is not None:
-                self._decode(*batch)
+            while (work := self._next_batch()) is not None:
+                if isinstance(work, _Job):
+                    self._run_job(work)
+                else:
+                    self._decode(*work)
                 self._free_since = time.monotonic()
         except BaseException as err:  # a bug of ours: no request may wait on a worker that is gone
-            self._stop_failed(f"the translation worker stopped: {type(err).__name__}: {err}", batch[1] if batch else [])
+            in_flight = [work] if isinstance(work, _Job) else work[1] if work else []
+            self._stop_failed(f"the translation worker stopped: {type(err).__name__}: {err}", in_flight)
 
-    def _stop_failed(self, failure: str, in_flight: Sequence[_Sentence] = ()) -> None:
+    def _stop_failed(self, failure: str, in_flight: Sequence[_Sentence | _Job] = ()) -> None:
         """Fail every waiting request and those of the batch `in_flight` with `failure`, which /health reports,
         and call `on_failure`."""
         logger.exception(failure)
         self.failure = failure
         self.on_failure()
         with self._condition:
-            for sentence in [*in_flight, *(sentence for group in self._pending.values() for sentence in group)]:
-                sentence.request.fail(RequestRefused(500, failure))
+            waiting = [*self._jobs, *(sentence for group in self._pending.values() for sentence in group)]
+            for work in [*in_flight, *waiting]:
+                work.request.fail(RequestRefused(500, failure))
             self._pending.clear()
+            self._jobs.clear()
             self._queued = 0
 
-    def _next_batch(self) -> tuple[DecodingOptions, list[_Sentence]] | None:
-        """Wait for a batch that is due and take it out of the queue; None once stopping with nothing queued."""
+    def _next_batch(self) -> _Job | tuple[DecodingOptions, list[_Sentence]] | None:
+        """Wait for a job, or a batch that is due, and take it out of the queue; None once stopping with
+        nothing queued."""
         with self._condition:
             while True:
                 self._count_tokens()
-                for options, group in self._pending.items():
-                    if self._is_due(group):
-                        batch = self._batch_with_oldest(group)
-                        taken = {id(sentence) for sentence in batch}
-                        self._keep(options, [sentence for sentence in group if id(sentence) not in taken])
-                        self._queued -= len(batch)
-                        return options, batch
+                due = [(options, group) for options, group in self._pending.items() if self._is_due(group)]
+                # A job goes ahead of the batches due unless one holds a sentence that came before it.
+                if self._jobs and all(group[0].arrived >= self._jobs[0].arrived for _, group in due):
+                    self._queued -= 1
+                    return self._jobs.popleft()
+                if due:
+                    options, group = due[0]
+                    batch = self._batch_with_oldest(group)
+                    taken = {id(sentence) for sentence in batch}
+                    self._keep(options, [sentence for sentence in group if id(sentence) not in taken])
+                    self._queued -= len(batch)
+                    return options, batch
                 if self._stopping and not self._queued:
                     return None
                 self._condition.wait(timeout=self._seconds_to_next_due())
@@ -321,6 +369,16 @@ class Batcher:
         for sentence, translation in zip(batch, translations, strict=True):
             if translation is not None:
                 sentence.request.deliver(sentence.index, translation)
+
+    def _run_job(self, job: _Job) -> None:
+        """Answer the job's request with what it returns, or fail it with its error; the worker goes on."""
+        try:
+            job.request.deliver(0, job.run(self._engine))
+        except RequestRefused as err:
+            job.request.fail(err)
+        except Exception as err:
+            logger.exception("a job failed")
+            job.request.fail(RequestRefused(500, f"{type(err).__name__}: {err}"))
 
     def _decode_alone(self, options: DecodingOptions, sentence: _Sentence) -> str | None:
         """The sentence's translation, or None once its request has failed with the error."""

@@ -1,22 +1,22 @@
 """Attention heatmaps for one sentence pair: encoder self-, decoder self- and cross-attention, per layer and head.
 
-Needs matplotlib (`pip install hf_vanilla[plot]`). The weights come from one teacher-forced forward pass
-with `output_attentions=True` and eager attention (sdpa does not return them).
+Needs matplotlib (`pip install hf_vanilla[plot]`). The weights are `hf_vanilla.attention`'s: one
+teacher-forced forward pass with `output_attentions=True` on eager attention (sdpa does not return them).
 """
 
 from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from matplotlib.figure import Figure
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from hf_vanilla.attention import SentenceAttentions, teacher_forced_attentions
 from hf_vanilla.files import atomic_file
-from hf_vanilla.model.decoding import paper_max_new_tokens
+from hf_vanilla.translation import DecodingOptions, TransformersEngine
 
 ATTENTION_KINDS = {
     "encoder": ("encoder self-attention", "source (query)", "source (key)"),
@@ -24,61 +24,30 @@ ATTENTION_KINDS = {
     "cross": ("cross-attention", "predicted target token (query)", "source (key)"),
 }
 HEADS_PER_ROW = 4
-
-
-@dataclass
-class SentenceAttentions:
-    """Attention weights of one sentence pair: per layer a (heads, queries, keys) tensor for each kind."""
-
-    source_tokens: list[str]
-    decoder_input_tokens: list[str]
-    predicted_tokens: list[str]  # what each decoder position predicts: the target shifted left
-    target_text: str
-    weights: dict[str, list[torch.Tensor]]  # "encoder", "decoder", "cross"
+GREEDY = DecodingOptions(num_beams=1, show_progress=False)
 
 
 def sentence_attentions(
     model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, source: str, target: str | None = None
 ) -> SentenceAttentions:
-    """Teacher-force `target` (default: the model's greedy translation of `source`) and collect attentions.
+    """Teacher-force `target` (default: the model's greedy translation of `source`, as `translate_sentences`
+    gives it) and collect attentions.
 
     Decoder rows are labelled with the token each position predicts, so a cross-attention row shows
-    where the model looked to produce that token. Switches the model to eager attention.
+    where the model looked to produce that token.
     """
     if not source.strip():
         raise ValueError("the source sentence is blank")
-    if model.config._attn_implementation != "eager":
-        model.set_attn_implementation("eager")
-    model.eval()
-    encoded = tokenizer(source, return_tensors="pt").to(model.device)
-    with torch.inference_mode():
-        if target is None:
-            max_new_tokens = paper_max_new_tokens(model.config, encoded["input_ids"].shape[1])
-            full_target = model.generate(
-                **encoded, num_beams=1, do_sample=False, max_new_tokens=max_new_tokens
-            )[0]
-        else:
-            target_ids = tokenizer(text_target=target, return_tensors="pt")["input_ids"][0].to(model.device)
-            start = torch.tensor([model.config.decoder_start_token_id], device=model.device)
-            full_target = torch.cat([start, target_ids])
-        outputs = model(**encoded, decoder_input_ids=full_target[None, :-1], output_attentions=True)
-    weights = {
-        kind: [layer[0].float().cpu() for layer in getattr(outputs, f"{kind}_attentions")]
-        for kind in ATTENTION_KINDS
-    }
-    return SentenceAttentions(
-        source_tokens=token_labels(tokenizer, encoded["input_ids"][0]),
-        decoder_input_tokens=token_labels(tokenizer, full_target[:-1]),
-        predicted_tokens=token_labels(tokenizer, full_target[1:]),
-        target_text=tokenizer.decode(full_target, skip_special_tokens=True),
-        weights=weights,
+    if target is None:
+        return TransformersEngine(model, tokenizer).attention(source, GREEDY)
+    target_ids = [model.config.decoder_start_token_id, *tokenizer(text_target=target)["input_ids"]]
+    return teacher_forced_attentions(
+        model,
+        tokenizer,
+        tokenizer(source)["input_ids"],
+        target_ids,
+        tokenizer.decode(target_ids, skip_special_tokens=True),
     )
-
-
-def token_labels(tokenizer: PreTrainedTokenizerBase, ids: torch.Tensor) -> list[str]:
-    """Each token as readable text (byte-level BPE's "Ġ" and "Ã¤" decoded); "▁" marks a word's leading space."""
-    labels = [tokenizer.decode([token_id]) for token_id in ids.tolist()]
-    return ["▁" + label[1:] if label.startswith(" ") else label for label in labels]
 
 
 def plot_layer(

@@ -1,10 +1,12 @@
 """The worker as the service relies on it, in this process with a stand-in engine: a sentence the tokenizer
-cannot take, a batch that fails, or a worker that stops fails only the requests it concerns, and says so."""
+cannot take, a batch that fails, a job that fails, or a worker that stops fails only the requests it concerns,
+and says so; a job (the attention behind a translation) runs alone, ahead of the batches waiting."""
 
 import asyncio
 
 import pytest
 
+from hf_vanilla.serving.attention import AttentionQuery
 from hf_vanilla.serving.batching import Batcher, BatchingSettings, RequestRefused
 from hf_vanilla.translation import DecodingOptions
 
@@ -114,3 +116,45 @@ def test_a_model_that_fails_to_load_is_a_failure_too():
     batcher.stop()
     assert batcher.failure == "the model failed to load: model.safetensors is truncated"
     assert not batcher.ready.is_set()
+
+
+def test_a_job_runs_alone_ahead_of_waiting_batches_and_fails_alone(engine_and_batcher):
+    engine, batcher = engine_and_batcher
+
+    def refuse(engine):
+        raise RequestRefused(422, "not this one")
+
+    def crash(engine):
+        raise RuntimeError("the engine choked")
+
+    async def submitted_together():
+        translations = batcher.submit(["a", "b"], OPTIONS)  # due in 200 ms
+        jobs = [batcher.submit_job(run) for run in (lambda engine: len(engine.batches), refuse, crash)]
+        assert batcher.queued == 2 + len(jobs)
+        futures = [translations.future, *(job.future for job in jobs)]
+        return await asyncio.wait_for(asyncio.gather(*futures, return_exceptions=True), timeout=10)
+
+    batches_before = len(engine.batches)
+    translations, counted, refused, crashed = asyncio.run(submitted_together())
+    assert translations == ["A", "B"] and counted == [batches_before]  # the job ran before the batch
+    assert refused.status == 422 and str(refused) == "not this one"
+    assert crashed.status == 500 and str(crashed) == "RuntimeError: the engine choked"
+    assert batcher.failure is None and batcher.queued == 0
+
+
+def test_an_engine_without_attention_is_refused_with_one_line(engine_and_batcher):
+    engine, _ = engine_and_batcher
+    refusal = r"^this server's engine \(EchoEngine\) gives no attention weights"
+    with pytest.raises(RequestRefused, match=refusal) as err:
+        AttentionQuery("a b", OPTIONS, heads=False, max_tokens=8)(engine)
+    assert err.value.status == 501
+
+
+def test_a_job_whose_client_left_is_dropped():
+    batcher = Batcher(EchoEngine, OPTIONS, TOGETHER)  # never started: the job waits
+
+    async def submit_and_leave():
+        batcher.cancel(batcher.submit_job(len))
+
+    asyncio.run(submit_and_leave())
+    assert batcher.queued == 0

@@ -3,8 +3,8 @@ huggingface_hub's InferenceClient and plain HTTP, the tiny model.
 
 Two servers start side by side once for the module: `quick` (the default 5 ms wait) for the answers; `patient`
 (a 3 s wait, so that requests sent together are certain to meet in one batch, and tight limits) for batching and
-misuse, and, in the module's last test, SIGTERM. The model is sharpened, as a trained model's outputs are peaked: beam search then
-has clear winners, and a batch of another shape cannot flip one by float rounding, so answers are compared exactly.
+misuse, and, in the module's last test, SIGTERM. The model is conftest's sharpened one, so answers are
+compared exactly.
 """
 
 import json
@@ -17,64 +17,23 @@ from pathlib import Path
 import hypothesis
 import pytest
 import requests
-from conftest import sharpened
-from huggingface_hub import ModelCard, ModelCardData
+import torch
 from hypothesis import HealthCheck, given
 from hypothesis import strategies as st
-from transformers import AutoConfig, AutoModelForSeq2SeqLM
+from transformers import AutoConfig
 
 from hf_vanilla.corpus import load_translation_split
-from hf_vanilla.translation import load_model_and_tokenizer, translate_sentences
+
+from .conftest import BEAM, STARTUP_SECONDS, Server
 
 pytest.importorskip("fastapi", reason="the service needs pip install 'hf_vanilla[serve]'")
 pytest.importorskip("uvicorn", reason="the service needs pip install 'hf_vanilla[serve]'")
 import huggingface_hub  # noqa: E402
 from huggingface_hub import InferenceClient  # noqa: E402
 
-from hf_vanilla.serving.process import ServerProcess  # noqa: E402
-
 PATIENT = ["--max-wait-ms", "3000", "--max-queued-sentences", "6", "--max-sentences", "4"]
 PATIENT += ["--max-characters", "300", "--max-beams", "4", "--max-new-tokens", "16"]
-STARTUP_SECONDS = 180  # two processes importing torch at once on a busy 2-core machine (20 s when idle)
-BEAM = {"num_beams": 4, "length_penalty": 0.6}  # what the model's generation_config.json says
-
-
-class Server(ServerProcess):
-    """scripts/serve.py in its own process, with the clients' side of the tests."""
-
-    def __init__(self, model_dir: Path, log: Path, *flags: str):
-        super().__init__(model_dir, log, ("--device", "cpu", *flags))
-
-    def stats(self) -> dict[str, int]:
-        return requests.get(f"{self.url}/stats", timeout=5).json()
-
-    def wait_for_queued(self, sentences: int) -> None:
-        deadline = time.monotonic() + 10
-        while self.stats()["queued"] != sentences:
-            assert time.monotonic() < deadline, f"never {sentences} sentences queued: {self.stats()}"
-            time.sleep(0.05)
-
-    def translate(self, inputs, timeout=30, **generate_parameters) -> requests.Response:
-        payload = {"inputs": inputs, "parameters": {"generate_parameters": generate_parameters}}
-        return requests.post(self.url, json=payload, timeout=timeout)
-
-    def kill(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
-
-
-@pytest.fixture(scope="module")
-def served_model_dir(tiny_model_dir, tmp_path_factory) -> Path:
-    """The tiny model sharpened, saved with its tokenizer and a generation config of beam 4, penalty 0.6."""
-    directory = tmp_path_factory.mktemp("served")
-    for name in ("tokenizer.json", "tokenizer_config.json"):
-        (directory / name).write_bytes((tiny_model_dir / name).read_bytes())
-    model = sharpened(AutoModelForSeq2SeqLM.from_pretrained(tiny_model_dir))
-    model.generation_config.num_beams, model.generation_config.length_penalty = BEAM.values()
-    model.save_pretrained(directory)
-    ModelCard.from_template(ModelCardData(language=["de", "en"])).save(directory / "README.md")
-    return directory
+PATIENT += ["--max-attention-tokens", "12"]
 
 
 @pytest.fixture(scope="module")
@@ -91,17 +50,6 @@ def servers(served_model_dir, tmp_path_factory):
     finally:
         for server in started.values():
             server.kill()
-
-
-@pytest.fixture(scope="module")
-def offline(served_model_dir):
-    """The same model loaded in this process, for `translate_sentences`' answers."""
-    model, tokenizer = load_model_and_tokenizer(served_model_dir, "cpu")
-
-    def translate(sources, **settings):
-        return translate_sentences(model, tokenizer, sources, show_progress=False, **settings)
-
-    return translate
 
 
 @pytest.fixture(scope="module")
@@ -151,58 +99,92 @@ def test_requests_sent_together_share_one_generate_call(servers, offline, senten
     assert f"batch: {len(sentences)} sentences" in patient.batch_lines()[-1]
 
 
+BAD_REQUESTS = [
+    (b'{"inputs": "Ein Hund",', 400, "malformed JSON: "),
+    ({"inputs": 3}, 400, "inputs: must be a string or a list of strings"),
+    ({"inputs": ["Ein Hund", 2]}, 400, "inputs: must be a string or a list of strings"),
+    ({"text": "Ein Hund"}, 400, "inputs: Field required"),
+    ({"inputs": "x", "parameters": {"generate_parameters": {"num_beams": "2"}}}, 400, "num_beams: "),
+    ({"inputs": "x", "parameters": {"generate_parameters": {"num_beams": 0}}}, 400, "num_beams: "),
+    ({"inputs": "x", "parameters": {"generate_parameters": {"top_k": 5}}}, 400, "top_k: Extra inputs"),
+    ({"inputs": "x", "parameters": {"beams": 2}}, 400, "parameters.beams: Extra inputs"),
+    (b'{"inputs": "tea \\ud800 cup"}', 400, "inputs holds a lone surrogate ('\\ud800') at character 4"),
+    (b'{"inputs": ["a", "\\udfff"]}', 400, "inputs[1] holds a lone surrogate"),
+    (b'{"inputs": "x", "parameters": {"generate_parameters": {"length_penalty": NaN}}}', 400, "length_penalty"),
+    (b'{"inputs": "x", "parameters": {"generate_parameters": {"length_penalty": -Infinity}}}', 400, "length"),
+    ({"inputs": "x", "parameters": {"generate_parameters": {"length_penalty": 1e308}}}, 400, "less than or"),
+    ({"inputs": "x", "parameters": {"generate_parameters": {"num_beams": 10**20}}}, 422, "(max_beams)"),
+    (b"[" * 100_000 + b"]" * 100_000, 413, "the request body is over this server's 7708 bytes"),
+    (b'{"inputs": ' + b"[" * 1500 + b"]" * 1500 + b"}", 400, "malformed JSON: nested too deeply"),
+    (b'{"inputs": "caf\xe9"}', 400, "malformed JSON: the body is not UTF-8"),
+    ({"inputs": "x", "parameters": {"src_lang": "fr"}}, 422, "src_lang 'fr': this server translates de -> en"),
+    ({"inputs": "x", "parameters": {"tgt_lang": "de"}}, 422, "tgt_lang 'de': this server translates de -> en"),
+    ({"inputs": "x", "parameters": {"truncation": "cut"}}, 400, "parameters.truncation: Input should be"),
+    ({"inputs": "x", "options": {"use_gpu": True}}, 400, "options.use_gpu: Extra inputs"),
+    ({"inputs": ["Ein Hund"] * 5}, 413, "5 sentences in one request, this server takes at most 4"),
+    (
+        {"inputs": ["x" * 200, "y" * 101]},
+        413,
+        "301 characters in one request, this server takes at most 300",
+    ),
+    (
+        {"inputs": "x", "parameters": {"generate_parameters": {"num_beams": 5}}},
+        422,
+        "limit of 4 (max_beams)",
+    ),
+    (
+        {"inputs": "x", "parameters": {"generate_parameters": {"max_new_tokens": 17}}},
+        422,
+        "max_new_tokens 17 is over this server's limit of 16",
+    ),
+]
+BAD_ATTENTION_REQUESTS = [
+    ({"inputs": ["Ein Hund"]}, 400, "inputs: Input should be a valid string"),
+    ({"inputs": " \n"}, 400, "inputs: the sentence is blank: send one to translate"),
+    (b'{"inputs": "tea \\ud800 cup"}', 400, "inputs holds a lone surrogate"),
+    ({"inputs": "x", "parameters": {"heads": "yes"}}, 400, "parameters.heads: Input should be a valid"),
+    ({"inputs": "x" * 301}, 413, "301 characters in one request, this server takes at most 300"),
+    ({"inputs": "x", "parameters": {"generate_parameters": {"num_beams": 5}}}, 422, "limit of 4 (max_beams)"),
+    (
+        {"inputs": "Zwei junge Männer stehen am Ufer eines breiten Flusses."},
+        422,
+        "over the 12 this server shows attention for (max_attention_tokens): send a shorter sentence",
+    ),
+]
+
+
 @pytest.mark.parametrize(
-    ("body", "status", "message"),
-    [
-        (b'{"inputs": "Ein Hund",', 400, "malformed JSON: "),
-        ({"inputs": 3}, 400, "inputs: must be a string or a list of strings"),
-        ({"inputs": ["Ein Hund", 2]}, 400, "inputs: must be a string or a list of strings"),
-        ({"text": "Ein Hund"}, 400, "inputs: Field required"),
-        ({"inputs": "x", "parameters": {"generate_parameters": {"num_beams": "2"}}}, 400, "num_beams: "),
-        ({"inputs": "x", "parameters": {"generate_parameters": {"num_beams": 0}}}, 400, "num_beams: "),
-        ({"inputs": "x", "parameters": {"generate_parameters": {"top_k": 5}}}, 400, "top_k: Extra inputs"),
-        ({"inputs": "x", "parameters": {"beams": 2}}, 400, "parameters.beams: Extra inputs"),
-        (b'{"inputs": "tea \\ud800 cup"}', 400, "inputs holds a lone surrogate ('\\ud800') at character 4"),
-        (b'{"inputs": ["a", "\\udfff"]}', 400, "inputs[1] holds a lone surrogate"),
-        (b'{"inputs": "x", "parameters": {"generate_parameters": {"length_penalty": NaN}}}', 400, "length_penalty"),
-        (b'{"inputs": "x", "parameters": {"generate_parameters": {"length_penalty": -Infinity}}}', 400, "length"),
-        ({"inputs": "x", "parameters": {"generate_parameters": {"length_penalty": 1e308}}}, 400, "less than or"),
-        ({"inputs": "x", "parameters": {"generate_parameters": {"num_beams": 10**20}}}, 422, "(max_beams)"),
-        (b"[" * 100_000 + b"]" * 100_000, 413, "the request body is over this server's 7708 bytes"),
-        (b'{"inputs": ' + b"[" * 1500 + b"]" * 1500 + b"}", 400, "malformed JSON: nested too deeply"),
-        (b'{"inputs": "caf\xe9"}', 400, "malformed JSON: the body is not UTF-8"),
-        ({"inputs": "x", "parameters": {"src_lang": "fr"}}, 422, "src_lang 'fr': this server translates de -> en"),
-        ({"inputs": "x", "parameters": {"tgt_lang": "de"}}, 422, "tgt_lang 'de': this server translates de -> en"),
-        ({"inputs": "x", "parameters": {"truncation": "cut"}}, 400, "parameters.truncation: Input should be"),
-        ({"inputs": "x", "options": {"use_gpu": True}}, 400, "options.use_gpu: Extra inputs"),
-        ({"inputs": ["Ein Hund"] * 5}, 413, "5 sentences in one request, this server takes at most 4"),
-        (
-            {"inputs": ["x" * 200, "y" * 101]},
-            413,
-            "301 characters in one request, this server takes at most 300",
-        ),
-        (
-            {"inputs": "x", "parameters": {"generate_parameters": {"num_beams": 5}}},
-            422,
-            "limit of 4 (max_beams)",
-        ),
-        (
-            {"inputs": "x", "parameters": {"generate_parameters": {"max_new_tokens": 17}}},
-            422,
-            "max_new_tokens 17 is over this server's limit of 16",
-        ),
-    ],
+    ("path", "body", "status", "message"),
+    [("/", *case) for case in BAD_REQUESTS] + [("/attention", *case) for case in BAD_ATTENTION_REQUESTS],
 )
-def test_a_bad_request_gets_its_status_and_one_line(servers, body, status, message):
+def test_a_bad_request_gets_its_status_and_one_line(servers, path, body, status, message):
     patient = servers["patient"]
     content = body if isinstance(body, bytes) else json.dumps(body).encode()
     answer = requests.post(
-        patient.url, data=content, headers={"Content-Type": "application/json"}, timeout=10
+        f"{patient.url}{path}", data=content, headers={"Content-Type": "application/json"}, timeout=10
     )
     assert answer.status_code == status
     line = answer.json()["error"]
     assert message in line and "\n" not in line
     assert patient.stats()["queued"] == 0
+
+
+def test_attention_comes_with_the_translation_post_gives_rows_summing_to_one(servers, offline, sentences):
+    quick = servers["quick"]
+    for settings, heads in (({}, True), ({"num_beams": 1}, False)):
+        answer = quick.attention(sentences[0], heads, **settings)
+        assert answer.status_code == 200, answer.text
+        attention = answer.json()
+        assert attention["translation_text"] == offline(sentences[:1], **{**BEAM, **settings})[0]
+        assert ("cross_attention_heads" in attention) == heads
+    sources, outputs = len(attention["source_tokens"]), len(attention["output_tokens"])
+    assert attention["source_tokens"][-1] == "</s>" and outputs >= 1
+    greedy = quick.attention(sentences[0], True, num_beams=1).json()
+    every_head = torch.tensor(greedy["cross_attention_heads"])
+    layers = torch.tensor(attention["cross_attention"])
+    assert every_head.shape == (2, attention["num_heads"], outputs, sources)  # the tiny model's 2 layers
+    torch.testing.assert_close(every_head.sum(-1), torch.ones(every_head.shape[:3]), atol=1e-3, rtol=0)
+    torch.testing.assert_close(every_head.mean(1), layers, atol=1e-3, rtol=0)
 
 
 def test_the_translation_tasks_documented_parameters_are_taken(servers, offline, sentences):

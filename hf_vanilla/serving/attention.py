@@ -1,0 +1,63 @@
+"""POST /attention's work on the worker: one sentence translated as POST / translates it, and the
+cross-attention behind that translation as JSON (`hf_vanilla.attention`), for the page's heatmap and for any
+other client."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from hf_vanilla.attention import SentenceAttentions
+from hf_vanilla.translation import DecodingOptions, TranslationEngine
+
+from .batching import RequestRefused
+
+DECIMALS = 4  # of each weight in the JSON: a heatmap shows no finer difference, and the answer stays small
+
+
+@dataclass(frozen=True)
+class AttentionQuery:
+    """One sentence, the options it decodes with, whether every head's weights are wanted (else their mean a
+    layer), and the most source tokens the server draws attention for."""
+
+    text: str
+    options: DecodingOptions
+    heads: bool
+    max_tokens: int
+
+    def __call__(self, engine: TranslationEngine) -> dict[str, Any]:
+        """The answer, computed on the worker (`Batcher.submit_job`); RequestRefused for an engine that gives
+        no attention (501) or a source over `max_tokens` (422)."""
+        attention = getattr(engine, "attention", None)
+        if attention is None:
+            raise RequestRefused(
+                501,
+                f"this server's engine ({type(engine).__name__}) gives no attention weights: serve the model "
+                "with transformers' generate to see them",
+            )
+        if (tokens := engine.source_tokens(self.text)) > self.max_tokens:
+            raise RequestRefused(
+                422,
+                f"inputs is {tokens} tokens, over the {self.max_tokens} this server shows attention for "
+                "(max_attention_tokens): send a shorter sentence",
+            )
+        return attention_json(attention(self.text, self.options), self.heads)
+
+
+def attention_json(attentions: SentenceAttentions, heads: bool) -> dict[str, Any]:
+    """The translation, its tokens and the cross-attention behind it: rows the output tokens, columns the
+    source tokens, each row summing to 1; per layer the mean of its `num_heads` heads, and with `heads` each
+    head's own."""
+    cross = torch.stack(attentions.weights["cross"]).double()  # (layers, heads, output, source)
+    answer = {
+        "translation_text": attentions.target_text,
+        "source_tokens": attentions.source_tokens,
+        "output_tokens": attentions.predicted_tokens,
+        "num_heads": cross.shape[1],
+        "cross_attention": cross.mean(dim=1).round(decimals=DECIMALS).tolist(),
+    }
+    if heads:
+        answer["cross_attention_heads"] = cross.round(decimals=DECIMALS).tolist()
+    return answer
