@@ -358,6 +358,18 @@ class TransformersEngine:
         dtype = str(self.model.dtype).removeprefix("torch.")
         return {"engine": TRANSFORMERS, "device": str(self.model.device), "dtype": dtype}
 
+    def attention(self, source: str, options: DecodingOptions = DEFAULT_DECODING) -> SentenceAttentions:
+        """`source`'s translation as `translate` gives it with `options`, and the attention behind it: the
+        output's own tokens teacher-forced through the model (`hf_vanilla.attention`). A blank source is a
+        ValueError."""
+        decoded = list(_generate_in_batches(self.model, self.tokenizer, [source], options))
+        if not decoded:
+            raise ValueError("the source sentence is blank")
+        [(_, output_ids)] = decoded
+        [source_ids], _ = encode_sources(self.tokenizer, [source], self.max_source_tokens)
+        text = options.detokenize(self.model.config, self.tokenizer, output_ids)[0]
+        return teacher_forced_attentions(self.model, self.tokenizer, source_ids, output_ids[0].tolist(), text)
+
 
 TRANSFORMERS, CTRANSLATE2 = "transformers", "ctranslate2"
 ENGINES = (TRANSFORMERS, CTRANSLATE2)
@@ -416,18 +428,6 @@ def load_engine(
 
         return load_ctranslate2_engine(model_name_or_path, settings)
     return TransformersEngine(*load_model_and_tokenizer(model_name_or_path, settings.device, settings.dtype))
-
-    def attention(self, source: str, options: DecodingOptions = DEFAULT_DECODING) -> SentenceAttentions:
-        """`source`'s translation as `translate` gives it with `options`, and the attention behind it: the
-        output's own tokens teacher-forced through the model (`hf_vanilla.attention`). A blank source is a
-        ValueError."""
-        decoded = list(_generate_in_batches(self.model, self.tokenizer, [source], options))
-        if not decoded:
-            raise ValueError("the source sentence is blank")
-        [(_, output_ids)] = decoded
-        [source_ids], _ = encode_sources(self.tokenizer, [source], self.max_source_tokens)
-        text = options.detokenize(self.model, self.tokenizer, output_ids)[0]
-        return teacher_forced_attentions(self.model, self.tokenizer, source_ids, output_ids[0].tolist(), text)
 
 
 def resolve_device(device: str | None = None) -> torch.device:
