@@ -8,11 +8,18 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from hf_vanilla.model.decoding import DEFAULT_MAX_TOKENS, PAPER_EXTRA_OUTPUT_TOKENS, PAPER_GENERATION_KWARGS
+from hf_vanilla.model.decoding import (
+    DEFAULT_MAX_TOKENS,
+    PAPER_EXTRA_OUTPUT_TOKENS,
+    PAPER_GENERATION_KWARGS,
+    beam_settings,
+)
 from hf_vanilla.training.settings import PUBLIC_MULTI30K
 
-from .corpus import ACCEPTED_FORMS, dataset_spec
+from .corpus import ACCEPTED_FORMS, COMPRESSION_SUFFIXES, dataset_spec
+from .corpus_translation import DEFAULT_CHUNK_LINES, ERROR_HANDLERS, OUTPUT_FORMATS, CorpusSettings
 from .precision import DTYPE_NAMES
+from .translation import COMPUTE_TYPES, ENGINES, TRANSFORMERS, EngineSettings
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -74,26 +81,16 @@ def add_beam_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def beam_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """`generate` kwargs from `add_beam_arguments`: greedy search has no length penalty (generate warns)."""
-    kwargs: dict[str, Any] = {"num_beams": args.num_beams}
-    if args.num_beams > 1:
-        kwargs["length_penalty"] = args.length_penalty
-    return kwargs
+    """`generate` kwargs from `add_beam_arguments` (`beam_settings`: greedy search has no length penalty)."""
+    return beam_settings(args.num_beams, args.length_penalty)
 
 
 def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
-    """Batch size, device, dtype and cache options of the translating scripts."""
+    """Batch size, engine, device, dtype and cache options of the translating scripts."""
     parser.add_argument(
         "--max-tokens", type=positive_int, default=DEFAULT_MAX_TOKENS, help="source tokens per batch"
     )
-    parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:1... (auto: the GPU if present)")
-    parser.add_argument(
-        "--dtype",
-        default="float32",
-        choices=["auto", *DTYPE_NAMES],
-        help="weights and activations; auto: bfloat16 where the GPU or CPU runs it natively, float16 on a GPU "
-        "without bfloat16, float32 otherwise",
-    )
+    add_engine_arguments(parser)
     parser.add_argument(
         "--cache-implementation",
         choices=["dynamic", "static"],
@@ -105,13 +102,148 @@ def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def runtime_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """`max_tokens`, `device` and `dtype` (evaluation's `Runtime`) from the options of `add_runtime_arguments`."""
-    return {"max_tokens": args.max_tokens, "device": args.device, "dtype": args.dtype}
+    """`max_tokens` and `engine` (evaluation's `Runtime`) from the options of `add_runtime_arguments`."""
+    return {"max_tokens": args.max_tokens, "engine": engine_settings(args)}
+
+
+def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
+    """The engine that decodes, with its device and precision: `--engine`, `--device`, `--dtype` (the transformers
+    engine's), `--compute-type` and `--ctranslate2-dir` (the ctranslate2 engine's); read them back with
+    `engine_settings`."""
+    parser.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default=TRANSFORMERS,
+        help="transformers: generate, the reference; ctranslate2: the same decoding, faster (converted from the "
+        "checkpoint on first use; pip install 'hf_vanilla[ct2]'; docs/speed.md says what it cannot do)",
+    )
+    parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:1... (auto: the GPU if present)")
+    parser.add_argument(
+        "--dtype",
+        default="float32",
+        choices=["auto", *DTYPE_NAMES],
+        help="the transformers engine's weights and activations; auto: bfloat16 where the GPU or CPU runs it "
+        "natively, float16 on a GPU without bfloat16, float32 otherwise",
+    )
+    parser.add_argument(
+        "--compute-type",
+        default="auto",
+        choices=COMPUTE_TYPES,
+        help="the ctranslate2 engine's weights_activations; auto: CTranslate2's fastest on the device (int8 "
+        "weights where it has int8 kernels), logged",
+    )
+    parser.add_argument(
+        "--ctranslate2-dir",
+        default=None,
+        help="where the ctranslate2 engine caches converted models, by checkpoint digest (default: "
+        "$HF_HOME/hf_vanilla/ctranslate2, never the checkpoint's directory)",
+    )
+
+
+def engine_settings(args: argparse.Namespace) -> EngineSettings:
+    """The `EngineSettings` of the options of `add_engine_arguments`."""
+    return EngineSettings(args.engine, args.device, args.dtype, args.compute_type, args.ctranslate2_dir)
 
 
 def cache_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     """The `generate` kwarg of `--cache-implementation` (none for the dynamic cache, generate's default)."""
     return {"cache_implementation": "static"} if args.cache_implementation == "static" else {}
+
+
+def add_sampling_arguments(parser: argparse.ArgumentParser) -> None:
+    """Sampling instead of beam search (back-translation's); read them back with `sampling_kwargs`."""
+    parser.add_argument(
+        "--sampling",
+        action="store_true",
+        help="draw each translation token by token from the model's distribution instead of beam search "
+        "(num_beams becomes 1), as back-translation does; reproducible with --seed",
+    )
+    parser.add_argument(
+        "--top-k", type=int, default=0, help="with --sampling, draw from the k likeliest tokens only; 0: all"
+    )
+    parser.add_argument(
+        "--top-p",
+        type=float,
+        default=1.0,
+        help="with --sampling, draw from the fewest likeliest tokens whose probabilities sum to p (nucleus)",
+    )
+    parser.add_argument(
+        "--temperature", type=float, default=1.0, help="with --sampling, divide the logits by this to draw"
+    )
+
+
+def sampling_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """`generate` kwargs from `add_sampling_arguments`, over `beam_kwargs`' (one beam, so no length penalty, which
+    generate would warn of): none without --sampling."""
+    if not args.sampling:
+        return {}
+    return {
+        "num_beams": 1,
+        "length_penalty": None,
+        "do_sample": True,
+        "top_k": args.top_k,
+        "top_p": args.top_p,
+        "temperature": args.temperature,
+    }
+
+
+def add_corpus_arguments(parser: argparse.ArgumentParser) -> None:
+    """The input, the output and how a corpus goes between them; read them back with `corpus_settings`."""
+    parser.add_argument(
+        "--input",
+        default="-",
+        help=f"text file, one sentence a line, or compressed ({'/'.join(COMPRESSION_SUFFIXES)}); -: stdin",
+    )
+    parser.add_argument(
+        "--output",
+        default="-",
+        help="file to write atomically; from an --input file, its finished chunks are committed beside it "
+        "(OUTPUT.chunks) so that the same command continues after a crash; -: stdout",
+    )
+    parser.add_argument(
+        "--chunk-lines",
+        type=positive_int,
+        default=DEFAULT_CHUNK_LINES,
+        help="lines read, translated and committed at a time: memory and the work a crash loses grow with it",
+    )
+    parser.add_argument(
+        "--errors",
+        choices=ERROR_HANDLERS,
+        default="strict",
+        help="a line that is not UTF-8: strict stops the run naming it; replace translates it with "
+        "replacement characters",
+    )
+    parser.add_argument(
+        "--output-format",
+        choices=OUTPUT_FORMATS,
+        default="text",
+        help="text: a line a translation; jsonl: a JSON object a translation, with its source line's index "
+        "(from 0), rank and beam search's score",
+    )
+    parser.add_argument(
+        "--nbest",
+        type=positive_int,
+        default=1,
+        help="write each line's N best translations (needs --num-beams N or more); in text, N lines a line",
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="random seed; each chunk draws from its own stream (this seed, the chunk's number), so sampled "
+        "translations are the same resumed, sharded or not",
+    )
+
+
+def corpus_settings(args: argparse.Namespace) -> CorpusSettings:
+    """The corpus settings of `add_corpus_arguments`."""
+    return CorpusSettings(
+        chunk_lines=args.chunk_lines,
+        errors=args.errors,
+        output_format=args.output_format,
+        nbest=args.nbest,
+        seed=args.seed,
+    )
 
 
 def add_dataset_arguments(parser: argparse.ArgumentParser) -> None:

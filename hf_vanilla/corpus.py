@@ -22,7 +22,7 @@ import json
 import logging
 import re
 import shlex
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -327,18 +327,27 @@ def _suggested_pattern(path: str) -> str:
     return re.sub(r"\.[A-Za-z_-]{2,12}(?=(\.(gz|bz2|xz|zst))?$)", "." + LANGUAGE_PLACEHOLDER, path, count=1)
 
 
-def _lines(path: str) -> Iterator[bytes]:
-    """The raw lines of a file, decompressed by its suffix as datasets decompresses it."""
+def raw_lines(path: str) -> Iterator[bytes]:
+    """The raw lines of a file, line ends kept, decompressed by its suffix as datasets decompresses it; a
+    compression whose library is missing (zstandard for .zst) is a CorpusError, not compressed bytes read raw."""
+    suffix = Path(path).suffix
+    if suffix in COMPRESSION_SUFFIXES and fsspec.utils.infer_compression(path) is None:
+        raise CorpusError(f"{path}: reading {suffix} files needs a library: pip install zstandard")
     with fsspec.open(path, "rb", compression="infer") as file:
         yield from file
 
 
+def not_utf8(line: bytes, err: UnicodeDecodeError) -> str:
+    """What is wrong with a `line` that does not decode as UTF-8, the first bad byte named."""
+    return f"is not UTF-8 (byte {line[err.start]:#04x} at position {err.start})"
+
+
 def _first_non_utf8_line(path: str) -> str | None:
-    for number, line in enumerate(_lines(path), 1):
+    for number, line in enumerate(raw_lines(path), 1):
         try:
             line.decode("utf-8")
         except UnicodeDecodeError as err:
-            return f"{path} line {number} is not UTF-8 (byte {line[err.start]:#04x} at position {err.start})"
+            return f"{path} line {number} {not_utf8(line, err)}"
     return None
 
 
@@ -369,7 +378,7 @@ def _first_unreadable_line_of_folder(
 def _first_unreadable_json_line(path: str, languages: Sequence[str] = ()) -> str | None:
     if _holds_json_array(path):
         return None
-    for number, line in enumerate(_lines(path), 1):
+    for number, line in enumerate(raw_lines(path), 1):
         problem = _line_problem(line, languages)
         if problem:
             return f"{path} line {number} {problem}"
@@ -378,7 +387,7 @@ def _first_unreadable_json_line(path: str, languages: Sequence[str] = ()) -> str
 
 def _holds_json_array(path: str) -> bool:
     """Whether a .json file is one JSON array rather than JSON lines."""
-    return next(_lines(path), b"").lstrip().startswith(b"[")
+    return next(raw_lines(path), b"").lstrip().startswith(b"[")
 
 
 def _line_problem(line: bytes, languages: Sequence[str]) -> str:
@@ -388,7 +397,7 @@ def _line_problem(line: bytes, languages: Sequence[str]) -> str:
     try:
         row = json.loads(line.decode("utf-8").strip())
     except UnicodeDecodeError as err:
-        return f"is not UTF-8 (byte {line[err.start]:#04x} at position {err.start})"
+        return not_utf8(line, err)
     except json.JSONDecodeError as err:
         return f"is not valid JSON ({err.msg}: column {err.colno})"
     if not isinstance(row, dict):
@@ -396,3 +405,13 @@ def _line_problem(line: bytes, languages: Sequence[str]) -> str:
     texts = row.get(TRANSLATION_COLUMN, row)
     missing = [lang for lang in languages if not isinstance(texts, dict) or lang not in texts]
     return f"has no {missing[0]!r} text" if missing else ""
+
+
+def write_translation_jsonl(
+    path: str | Path, pairs: Iterable[tuple[str, str]], source_lang: str, target_lang: str
+) -> None:
+    """`pairs` in the Hub `translation` layout, one `{"translation": {source_lang: ..., target_lang: ...}}` a
+    line, as `load_translation_split` reads them. Not atomic: write into a staging directory
+    (`files.atomic_directory`)."""
+    rows = [{source_lang: source, target_lang: target} for source, target in pairs]
+    datasets.Dataset.from_dict({"translation": rows}).to_json(path, force_ascii=False)

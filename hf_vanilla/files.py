@@ -1,11 +1,14 @@
 """Atomic writes, the one way this package writes files: a crash leaves the old file or the new one, never half.
 
-Each writer works on a temporary sibling, which is renamed over the target only when the writing succeeded.
+Each writer works on a temporary sibling, which is renamed over the target only when the writing succeeded:
+`atomic_file` (any writer's file), `write_text_atomic`, `write_json` (reports and records), `atomic_directory`
+(a directory written whole) and `publish_directory`. Only appended logs and lock files are written in place.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import tempfile
@@ -37,14 +40,32 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
     return Path(path)
 
 
-def publish_directory(staging: str | os.PathLike, final: str | os.PathLike) -> Path:
-    """Move the complete directory `staging` to `final`, replacing what was there.
+def write_json(path: str | os.PathLike, data) -> Path:
+    """Write `data` to `path` atomically as JSON that people read too: indented, non-ASCII kept, a final newline."""
+    return write_text_atomic(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+
+
+def refuse_existing(path: str | os.PathLike, overwrite: bool) -> None:
+    """A FileExistsError for an output that exists, unless it may be overwritten."""
+    if Path(path).exists() and not overwrite:
+        raise FileExistsError(f"{path} exists; pass overwrite=True (--overwrite) to replace it")
+
+
+def publish_directory(staging: str | os.PathLike, final: str | os.PathLike, keep_existing: bool = False) -> Path:
+    """Move the complete directory `staging` to `final`, replacing what was there (with `keep_existing`, a `final`
+    that exists stays, and `staging` is left to its owner: another writer published the same content first).
 
     A crash leaves either the old `final`, or (between the two renames) no `final` and the old one
     under a dot-name: never a `final` that is half-written.
     """
     staging, final = Path(staging), Path(final)
-    if final.exists():
+    if keep_existing:
+        try:
+            staging.rename(final)  # fails onto a directory with files
+        except OSError:
+            if not final.is_dir():
+                raise
+    elif final.exists():
         # A directory cannot be renamed over a non-empty one: move the old one aside first.
         retired = final.parent / f"{STAGING_PREFIX}retired-{final.name}"
         shutil.rmtree(retired, ignore_errors=True)
@@ -57,14 +78,16 @@ def publish_directory(staging: str | os.PathLike, final: str | os.PathLike) -> P
 
 
 @contextlib.contextmanager
-def atomic_directory(output_dir: str | os.PathLike) -> Iterator[Path]:
-    """Yield a private staging directory that replaces `output_dir` only when the block ends without error."""
+def atomic_directory(output_dir: str | os.PathLike, keep_existing: bool = False) -> Iterator[Path]:
+    """Yield a private staging directory that replaces `output_dir` only when the block ends without error (with
+    `keep_existing`, one that exists by then stays: `publish_directory`)."""
     output_dir = Path(output_dir)
     output_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.tmp-", dir=output_dir.parent))
+    # Under STAGING_PREFIX, so that a run directory's clean-up finds what a crash left here.
+    staging = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{output_dir.name}-", dir=output_dir.parent))
     staging.chmod(0o755)  # mkdtemp's 0o700 would hide the result from other users
     try:
         yield staging
-        publish_directory(staging, output_dir)
+        publish_directory(staging, output_dir, keep_existing)
     finally:
         shutil.rmtree(staging, ignore_errors=True)

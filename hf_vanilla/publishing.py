@@ -1,25 +1,32 @@
-"""A saved model directory that works alone: loaded, run and published without this package installed.
+"""A saved model directory that works alone: loaded, run and published without this package installed; and its
+model card, generated from what the checkpoint is.
 
 `save_pretrained` alone copies the modeling code and maps one Auto class. A checkpoint written with
 `save_model_directory` also maps `AutoModel`, registers the `vanilla-translation` pipeline in its config (as
 transformers' `Pipeline.save_pretrained` does; the model's `save_pretrained` then copies the pipeline's code, here
 and wherever transformers saves the model again), and holds a README.md model card with Hub metadata, so that
-`push_to_hub` of the directory publishes a usable model.
+`push_to_hub` of the directory publishes a usable model. The card's facts come from the checkpoint's own files
+(architecture from config.json, decoding defaults from generation_config.json) and from what its run recorded
+(`RunRecord`); `set_decoding_defaults` and `record_results` change checkpoint and card together.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase
+from transformers.utils import GENERATION_CONFIG_NAME
 
 from hf_vanilla.corpus import TRAIN_SPLIT, parse_dataset
+from hf_vanilla.files import atomic_file, write_text_atomic
 from hf_vanilla.model.configuration_vanilla import VanillaTransformerConfig
+from hf_vanilla.model.decoding import PAPER_EXTRA_OUTPUT_TOKENS, PAPER_GENERATION_KWARGS
 from hf_vanilla.model.hub import CARD_FILE
 from hf_vanilla.model.modeling_vanilla import (
     VanillaTransformerForConditionalGeneration,
@@ -52,16 +59,17 @@ def save_model_directory(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
     directory: str | os.PathLike,
-    card: ModelCard,
+    run: RunRecord,
     state_dict: dict[str, torch.Tensor] | None = None,
 ) -> Path:
-    """`save_pretrained` of model (with the pipeline's code) and tokenizer into `directory`, and the model card."""
+    """`save_pretrained` of model (with the pipeline's code) and tokenizer into `directory`, and the model card
+    of what was saved and the `run` that made it."""
     directory = Path(directory)
     model.config.auto_map = dict(AUTO_MAP)
     model.config.custom_pipelines = custom_pipeline_entry()
     model.save_pretrained(directory, state_dict=state_dict)
     tokenizer.save_pretrained(directory)
-    card.save(directory / CARD_FILE)
+    save_card(directory_card(directory, run), directory)
     return directory
 
 
@@ -99,8 +107,24 @@ MULTI30K_CITATION = """@inproceedings{elliott2016multi30k,
   booktitle = {Proceedings of the 5th Workshop on Vision and Language},
   year      = {2016}
 }"""
+MODEL_DETAILS_HEADING = "## Model details"
 EVALUATION_HEADING = "## Evaluation"
 TOKENIZED_BLEUS = ("tokenized_lowercased", "bleu_paper")  # report keys of the BLEUs on Moses tokens
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """What a card says of the run that made a checkpoint, beside what the checkpoint's own files say: its languages
+    and data, a one-line summary, the training settings the run recorded (config key -> value; none: the card says
+    they were not recorded) and the checkpoint's validation scores while training."""
+
+    source_lang: str
+    target_lang: str
+    dataset: str
+    summary: str
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    validation: Mapping[str, float] | None = None
+    validation_sentences: int | None = None
 
 
 def _results(dataset: str, name: str, split: str, scores) -> list[EvalResult]:
@@ -121,32 +145,105 @@ def _results(dataset: str, name: str, split: str, scores) -> list[EvalResult]:
     ]
 
 
-def _validation_results(dataset: str, validation, validation_sentences) -> list[EvalResult]:
+def _validation_results(run: RunRecord) -> list[EvalResult]:
     """A checkpoint's validation scores during training (greedy decoding) as model-index rows."""
+    smoothing = run.settings.get("label_smoothing")  # the validation loss is the training loss
+    loss = "cross-entropy per target token" + (f", label smoothing {smoothing}" if smoothing else "")
     scores = [
-        (metric, name, round(validation[key], 4), None)
-        for key, metric, name in (
-            ("val_bleu", "bleu", "sacreBLEU, greedy"),
-            ("val_loss", "loss", "label-smoothed cross-entropy per target token"),
-        )
-        if key in (validation or {})
+        (metric, name, round(run.validation[key], 4), None)
+        for key, metric, name in (("val_bleu", "bleu", "sacreBLEU, greedy"), ("val_loss", "loss", loss))
+        if key in (run.validation or {})
     ]
-    name = f"{dataset_name(dataset)} validation ({validation_sentences or 'all'} sentences)"
-    return _results(dataset, name, "validation", scores)
+    name = f"{dataset_name(run.dataset)} validation ({run.validation_sentences or 'all'} sentences)"
+    return _results(run.dataset, name, "validation", scores)
 
 
-def _card_metadata(source_lang, target_lang, dataset, results: list[EvalResult]) -> ModelCardData:
+def _card_metadata(run: RunRecord, results: list[EvalResult]) -> ModelCardData:
     """The card's YAML block, as Hub model cards carry it: languages, license, task, dataset, model-index."""
     return ModelCardData(
-        language=[source_lang, target_lang],
+        language=[run.source_lang, run.target_lang],
         license="apache-2.0",
         library_name="transformers",
         pipeline_tag="translation",
         tags=["translation", "hf_vanilla", "vanilla-transformer"],
-        datasets=None if is_local_dataset(dataset) else [dataset],
+        datasets=None if is_local_dataset(run.dataset) else [run.dataset],
         metrics=["bleu", "chrf"],
-        model_name=f"hf_vanilla-{source_lang}-{target_lang}",
+        model_name=f"hf_vanilla-{run.source_lang}-{run.target_lang}",
         eval_results=results or None,
+    )
+
+
+def architecture(config: VanillaTransformerConfig) -> str:
+    """What the config makes of the paper's encoder-decoder: LayerNorm placement, embedding sharing, sizes."""
+    layer_norm = (
+        "pre-LayerNorm, x + Sublayer(LayerNorm(x)) with a LayerNorm after each stack (a departure from the paper's "
+        "post-LayerNorm)"
+        if config.pre_layernorm
+        else "post-LayerNorm, LayerNorm(x + Sublayer(x)), as in the paper"
+    )
+    embeddings = (
+        "one embedding matrix shared by the encoder input, the decoder input and the pre-softmax projection, as in "
+        "the paper"
+        if config.tie_word_embeddings
+        else "one embedding matrix shared by the encoder and decoder inputs, and a pre-softmax projection of its "
+        "own (a departure: the paper shares that matrix too)"
+    )
+    return (
+        f"the paper's encoder-decoder with sinusoidal positions and ReLU feed-forward layers; {layer_norm}; "
+        f"{embeddings}. d_model {config.d_model}, d_ff {config.d_ff}, {config.num_attention_heads} heads, "
+        f"{config.encoder_layers}+{config.decoder_layers} layers, a joint BPE vocabulary of {config.vocab_size} "
+        "tokens"
+    )
+
+
+def decoding_defaults(generation: GenerationConfig) -> str:
+    """The beam search a checkpoint's generation config makes the default of `pipeline` and `generate`."""
+    if generation.num_beams is None:
+        paper = PAPER_GENERATION_KWARGS
+        return (
+            f"none saved: the pipeline uses the paper's beam {paper['num_beams']} with length penalty "
+            f"{paper['length_penalty']}, a plain `generate` greedy search"
+        )
+    if generation.num_beams == 1:
+        return "greedy search (num_beams 1)"
+    penalty = generation.length_penalty
+    return f"beam search with {generation.num_beams} beams, length penalty " + (
+        "transformers' default" if penalty is None else f"{penalty}"
+    )
+
+
+def decoding_label(settings: Mapping[str, Any]) -> str:
+    """The beam size and length penalty of decoding `settings`, as reports name a decoding: "num_beams 8,
+    length_penalty 1.0"; "greedy" where they set neither."""
+    chosen = [f"{key} {settings[key]}" for key in ("num_beams", "length_penalty") if key in settings]
+    return ", ".join(chosen) or "greedy"
+
+
+def model_details(config: VanillaTransformerConfig, generation: GenerationConfig) -> str:
+    """The card's section of what the checkpoint's config.json and generation_config.json say."""
+    reversed_words = (
+        "- Writes each translation's words last first (trained on reversed target words, for reranking: a "
+        "departure); the pipeline returns them in reading order, a plain `generate` as written.\n"
+        if config.right_to_left
+        else ""
+    )
+    return (
+        f"{MODEL_DETAILS_HEADING}\n\n- Architecture: {architecture(config)}.\n{reversed_words}"
+        f"- Decoding defaults (generation_config.json, what `pipeline` and `generate` use unless told otherwise): "
+        f"{decoding_defaults(generation)}. The pipeline stops each translation at its source length + "
+        f"{PAPER_EXTRA_OUTPUT_TOKENS} tokens (section 6.1), a plain `generate` at the decoder's "
+        f"{config.max_position_embeddings} positions.\n- License: Apache-2.0.\n"
+    )
+
+
+def training_procedure(settings: Mapping[str, Any]) -> str:
+    """The card's recipe: the settings the run recorded, as its training config names them."""
+    if not settings:
+        return "Not recorded with this checkpoint.\n"
+    listed = "".join(f"- {name}: {value}\n" for name, value in settings.items())
+    return (
+        "hf_vanilla's training loop (section 5: Adam, the learning rate warmed up, then decayed with the inverse "
+        f"square root of the update), with these settings of its training config:\n{listed}"
     )
 
 
@@ -162,23 +259,13 @@ def evaluation_section(results: list[EvalResult] | None) -> str:
     return f"{EVALUATION_HEADING}\n\n| data | metric | score | sacreBLEU signature |\n|---|---|---|---|\n{rows}\n"
 
 
-CARD_TEMPLATE = """---
-{metadata}
----
-
+CARD_TEXT = """
 # {name}
 
 The Transformer of ["Attention Is All You Need"]({paper}) (Vaswani et al., 2017), trained with hf_vanilla to
 translate {source_lang} -> {target_lang} on {data}. {summary}
 
-## Model details
-
-- Architecture: the paper's encoder-decoder (post-LayerNorm, sinusoidal positions, ReLU feed-forward, one
-  embedding matrix shared by encoder input, decoder input and output projection); d_model {d_model},
-  d_ff {d_ff}, {heads} heads, {encoder_layers}+{decoder_layers} layers, a joint BPE vocabulary of {vocab_size} tokens.
-- Decoding defaults (generation_config.json): beam 4, length penalty 0.6, at most source length + 50 tokens.
-- License: Apache-2.0.
-
+{details}
 ## Intended uses and limitations
 
 Translation of single sentences {source_lang} -> {target_lang} in the domain of its training data, and research on
@@ -205,9 +292,7 @@ model = AutoModelForSeq2SeqLM.from_pretrained("PATH_OR_HUB_ID", trust_remote_cod
 
 ## Training procedure
 
-The paper's recipe (section 5): Adam (0.9, 0.98, 1e-9) with warm-up and inverse square root decay, label
-smoothing 0.1, dropout on sublayer outputs and embeddings.
-{training}
+{procedure}
 {evaluation}
 ## Citation
 
@@ -218,56 +303,83 @@ MULTI30K_DOMAIN = (
 )
 
 
-def model_card(
-    config: VanillaTransformerConfig,
-    source_lang: str,
-    target_lang: str,
-    dataset: str,
-    summary: str,
-    validation: dict[str, float] | None = None,
-    validation_sentences: int | None = None,
-    training: Mapping[str, Any] | None = None,
-) -> ModelCard:
-    """A checkpoint's model card (`CARD_TEMPLATE`, the Hub's conventions): metadata with model-index, model details,
-    intended use and limitations, how to use, training data and procedure (`training`: setting name -> value),
-    evaluation (validation scores while training; test scores once `record_results` adds them), citation."""
-    data = _card_metadata(
-        source_lang, target_lang, dataset, _validation_results(dataset, validation, validation_sentences)
-    )
-    multi30k = "multi30k" in dataset_name(dataset).lower()
+def card_of(metadata: ModelCardData, text: str) -> ModelCard:
+    """A card (a model's or a tokenizer's README.md): `metadata`, the YAML block the Hub reads, then `text`."""
+    return ModelCard(f"---\n{metadata.to_yaml()}\n---\n{text}")
+
+
+def model_card(config: VanillaTransformerConfig, generation: GenerationConfig, run: RunRecord) -> ModelCard:
+    """A checkpoint's model card, by the Hub's conventions, generated from what the checkpoint is: metadata with
+    model-index; model details from its config and generation config; intended use and limitations; how to use;
+    training data and procedure from `run`; evaluation (validation scores while training, test scores once
+    `record_results` adds them); citation."""
+    multi30k = "multi30k" in dataset_name(run.dataset).lower()
     citations = [CITATION, MULTI30K_CITATION] if multi30k else [CITATION]
-    return ModelCard(
-        CARD_TEMPLATE.format(
-            metadata=data.to_yaml(),
-            name=data.model_name,
+    validation = _validation_results(run)
+    return card_of(
+        _card_metadata(run, validation),
+        CARD_TEXT.format(
+            name=f"hf_vanilla-{run.source_lang}-{run.target_lang}",
             paper=PAPER,
-            source_lang=source_lang,
-            target_lang=target_lang,
-            data=dataset_label(dataset),
-            summary=summary,
-            d_model=config.d_model,
-            d_ff=config.d_ff,
-            heads=config.num_attention_heads,
-            encoder_layers=config.encoder_layers,
-            decoder_layers=config.decoder_layers,
-            vocab_size=config.vocab_size,
+            source_lang=run.source_lang,
+            target_lang=run.target_lang,
+            data=dataset_label(run.dataset),
+            summary=run.summary,
+            details=model_details(config, generation),
             domain=MULTI30K_DOMAIN if multi30k else "Trained on the data named above only.",
             task=TASK,
-            training="".join(f"- {name}: {value}\n" for name, value in (training or {}).items()),
-            evaluation=evaluation_section(data.eval_results),
+            procedure=training_procedure(run.settings),
+            evaluation=evaluation_section(validation),
             citations="\n".join(f"```bibtex\n{citation}\n```\n" for citation in citations),
-        )
+        ),
     )
+
+
+def directory_card(directory: str | os.PathLike, run: RunRecord) -> ModelCard:
+    """`model_card` of the checkpoint saved in `directory`, from its config.json and generation_config.json."""
+    return model_card(
+        VanillaTransformerConfig.from_pretrained(directory), GenerationConfig.from_pretrained(directory), run
+    )
+
+
+def save_card(card: ModelCard, directory: str | os.PathLike) -> Path:
+    """Write `card` as the README.md of `directory`, atomically."""
+    return write_text_atomic(Path(directory) / CARD_FILE, str(card))
+
+
+def _replace_section(text: str, section: str) -> str:
+    """`text` with the section of `section`'s heading (its first line) replaced by `section`."""
+    heading = section.partition("\n")[0]
+    head, _, rest = text.partition(heading + "\n")
+    tail = rest[rest.find("\n## ") + 1 :] if "\n## " in rest else ""
+    return head + section + ("\n" if tail else "") + tail
+
+
+def set_decoding_defaults(directory: str | os.PathLike, num_beams: int, length_penalty: float | None) -> Path:
+    """Make `num_beams` and `length_penalty` (None: none, as greedy search takes) the decoding that `pipeline` and
+    `generate` use by default for the checkpoint in `directory`: its generation_config.json, written atomically,
+    and its card's model details, where it has a card. Returns the generation config's path."""
+    directory = Path(directory)
+    generation = GenerationConfig.from_pretrained(directory)
+    generation.update(num_beams=num_beams, length_penalty=length_penalty)
+    generation.validate(strict=True)
+    path = directory / GENERATION_CONFIG_NAME
+    with atomic_file(path) as staging:
+        generation.to_json_file(staging)
+    if (directory / CARD_FILE).is_file():
+        card = ModelCard.load(directory / CARD_FILE)
+        details = model_details(VanillaTransformerConfig.from_pretrained(directory), generation)
+        card.text = _replace_section(card.text, details)
+        save_card(card, directory)
+    return path
 
 
 def record_results(directory: str | os.PathLike, dataset: str, split: str, report: Mapping[str, Any]) -> ModelCard:
     """Write a split's scores (an evaluation report) into the card of the checkpoint in `directory`: model-index
     rows and the Evaluation table, replacing that split's earlier rows, so a pushed model shows them."""
-    card_path = Path(directory) / CARD_FILE
-    card = ModelCard.load(card_path)
-    decoding = report.get("generation", {})
-    setting = ", ".join(f"{key} {value}" for key, value in decoding.items() if key in ("num_beams", "length_penalty"))
-    name = f"{dataset_name(dataset)} {split} ({report.get('sentences', 'all')} sentences; {setting or 'greedy'})"
+    card = ModelCard.load(Path(directory) / CARD_FILE)
+    setting = decoding_label(report.get("generation", {}))
+    name = f"{dataset_name(dataset)} {split} ({report.get('sentences', 'all')} sentences; {setting})"
     scores = [
         ("bleu", "sacreBLEU", report["cased"]["bleu"], report["cased"].get("bleu_signature")),
         ("bleu", "sacreBLEU, lowercased", report["lowercased"]["bleu"], report["lowercased"].get("bleu_signature")),
@@ -282,8 +394,6 @@ def record_results(directory: str | os.PathLike, dataset: str, split: str, repor
     card.data.eval_results = kept + _results(
         dataset, name, split, [(metric, label, round(value, 2), signature) for metric, label, value, signature in scores]
     )
-    head, _, rest = card.text.partition(EVALUATION_HEADING)
-    tail = rest[rest.find("\n## ") :] if "\n## " in rest else "\n"
-    card.text = head + evaluation_section(card.data.eval_results) + tail
-    card.save(card_path)
+    card.text = _replace_section(card.text, evaluation_section(card.data.eval_results))
+    save_card(card, directory)
     return card

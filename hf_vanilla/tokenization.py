@@ -12,13 +12,15 @@ from pathlib import Path
 from typing import Any
 
 import datasets
+from huggingface_hub import ModelCard, ModelCardData
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerFast
 
 from hf_vanilla.model.decoding import check_tokenizer_fingerprint, tokenizer_fingerprint
 
-from .files import atomic_directory
+from .files import atomic_directory, write_json
+from .publishing import card_of, save_card
 
 logger = logging.getLogger(__name__)
 
@@ -101,20 +103,21 @@ def save_tokenizer(
     with atomic_directory(output_dir) as staging:
         tokenizer.save_pretrained(staging)
         if learned_from is not None:
-            (staging / LEARNED_FROM_FILE).write_text(json.dumps(learned_from, indent=2, ensure_ascii=False) + "\n")
-            (staging / "README.md").write_text(_tokenizer_card(tokenizer, learned_from), encoding="utf-8")
+            write_json(staging / LEARNED_FROM_FILE, learned_from)
+            save_card(_tokenizer_card(tokenizer, learned_from), staging)
     return output_dir
 
 
-def _tokenizer_card(tokenizer: PreTrainedTokenizerFast, learned_from: dict[str, Any]) -> str:
+def _tokenizer_card(tokenizer: PreTrainedTokenizerFast, learned_from: dict[str, Any]) -> ModelCard:
+    """A tokenizer directory's README.md: its languages for the Hub, and what it learned from."""
     languages = learned_from["languages"]
-    return (
-        "---\nlanguage:\n" + "".join(f"- {lang}\n" for lang in languages) + "library_name: transformers\n---\n\n"
-        f"# Joint byte-level BPE, {' + '.join(languages)}\n\n"
+    return card_of(
+        ModelCardData(language=languages, library_name="transformers"),
+        f"\n# Joint byte-level BPE, {' + '.join(languages)}\n\n"
         f"One vocabulary of {len(tokenizer):,} tokens for both languages (the paper's shared vocabulary, section "
         f"5.1), learned from {learned_from['pairs']:,} pairs of `{learned_from['dataset']}` (split "
         f"`{learned_from['split']}`, data fingerprint `{learned_from['fingerprint']}`). A training run of another "
-        "language pair refuses it.\n"
+        "language pair refuses it.\n",
     )
 
 

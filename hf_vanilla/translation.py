@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import logging
 import os
@@ -18,8 +20,10 @@ from transformers import (
     AutoConfig,
     AutoModelForSeq2SeqLM,
     AutoTokenizer,
+    GenerationConfig,
     LogitsProcessor,
     LogitsProcessorList,
+    PreTrainedConfig,
     PreTrainedModel,
     PreTrainedTokenizerBase,
 )
@@ -44,13 +48,16 @@ from .precision import resolve_precision
 from .tokenization import check_tokenizer_matches_model
 
 logger = logging.getLogger(__name__)
-LINES_NAMED = 10  # a warning about long lines names this many of them
+LINES_NAMED = 10  # a warning about lines (too long, not UTF-8) names this many of them
 TOKENIZER_FILE, WEIGHTS_FILE = "tokenizer.json", "model.safetensors"
 # What a saved model directory needs to load here: the model's config and weights, the tokenizer's files.
 MODEL_DIRECTORY_FILES = ("config.json", WEIGHTS_FILE, TOKENIZER_FILE, "tokenizer_config.json")
 # Logits processors made for each batch from its encoded sources (`input_ids`, `attention_mask`), for those that
 # need the sources: an ensemble's other members encode them (`hf_vanilla.research.ensemble`).
 BatchLogitsProcessors = Callable[[Mapping[str, torch.Tensor]], Sequence[LogitsProcessor]]
+# The line number of the first source, for the warnings that name lines: 1, unless a caller translating a file
+# a chunk at a time says where its chunk begins (`lines_numbered_from`).
+_FIRST_LINE_NUMBER = contextvars.ContextVar("first_line_number", default=1)
 
 
 @dataclass(frozen=True)
@@ -98,10 +105,10 @@ class DecodingOptions:
             **self.other_generate_kwargs,
         }
 
-    def detokenize(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, output_ids) -> list[str]:
-        """`output_ids` (rows of token ids) as one line of text each, in the model's word order."""
+    def detokenize(self, config: PreTrainedConfig, tokenizer: PreTrainedTokenizerBase, output_ids) -> list[str]:
+        """`output_ids` (rows of token ids) as one line of text each, in the word order of a model with `config`."""
         return decode_translations(
-            tokenizer, output_ids, writes_right_to_left(model), self.clean_up_tokenization_spaces
+            tokenizer, output_ids, writes_right_to_left(config), self.clean_up_tokenization_spaces
         )
 
 
@@ -118,10 +125,26 @@ def unencodable_character(text: str) -> int | None:
     return None
 
 
+def named_lines(numbers: Sequence[int]) -> str:
+    """The first LINES_NAMED line `numbers` for a warning, "..." after them if there are more."""
+    return ", ".join(map(str, numbers[:LINES_NAMED])) + ("..." if len(numbers) > LINES_NAMED else "")
+
+
+@contextlib.contextmanager
+def lines_numbered_from(first_line: int) -> Iterator[None]:
+    """Within the block, the warnings that name sources by line number count them from `first_line`: a chunk's
+    sources by their lines in the file it was read from."""
+    token = _FIRST_LINE_NUMBER.set(first_line)
+    try:
+        yield
+    finally:
+        _FIRST_LINE_NUMBER.reset(token)
+
+
 def _encode_within_positions(
-    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, sources: Sequence[str], skip_long_lines: bool
+    tokenizer: PreTrainedTokenizerBase, sources: Sequence[str], positions: int, skip_long_lines: bool
 ) -> dict[int, list[int]]:
-    """The token ids of each nonblank source, by index: a source longer than the encoder's positions cut to
+    """The token ids of each nonblank source, by index: a source longer than the encoder's `positions` cut to
     fit, or left out with `skip_long_lines`; either way one warning counts them and names the first lines."""
     nonblank = [index for index, source in enumerate(sources) if source.strip()]
     if not nonblank:
@@ -129,21 +152,19 @@ def _encode_within_positions(
     for index in nonblank:
         if (position := unencodable_character(sources[index])) is not None:
             raise ValueError(
-                f"line {index + 1} holds a lone surrogate ({sources[index][position]!a}) at character {position}, "
-                "which is no Unicode text and no tokenizer takes: decode the text as UTF-8"
+                f"line {index + _FIRST_LINE_NUMBER.get()} holds a lone surrogate ({sources[index][position]!a}) at "
+                f"character {position}, which is no Unicode text and no tokenizer takes: decode the text as UTF-8"
             )
-    limit = max_source_tokens(model)
-    input_ids, too_long = encode_sources(tokenizer, [sources[index] for index in nonblank], limit)
+    input_ids, too_long = encode_sources(tokenizer, [sources[index] for index in nonblank], positions)
     if too_long:
-        lines = [nonblank[position] + 1 for position in too_long]
+        lines = [nonblank[position] + _FIRST_LINE_NUMBER.get() for position in too_long]
         logger.warning(
-            "%d of %d lines are longer than the model's %d positions and were %s: line %s%s",
+            "%d of %d lines are longer than the model's %d positions and were %s: line %s",
             len(lines),
             len(sources),
-            limit,
-            "left blank" if skip_long_lines else f"cut to their first {limit} tokens",
-            ", ".join(map(str, lines[:LINES_NAMED])),
-            "..." if len(lines) > LINES_NAMED else "",
+            positions,
+            "left blank" if skip_long_lines else f"cut to their first {positions} tokens",
+            named_lines(lines),
         )
     left_out = set(too_long) if skip_long_lines else set()
     return {
@@ -153,6 +174,36 @@ def _encode_within_positions(
     }
 
 
+def encoded_batches(
+    tokenizer: PreTrainedTokenizerBase, config: PreTrainedConfig, sources: Sequence[str], options: DecodingOptions
+) -> Iterator[tuple[list[int], list[list[int]]]]:
+    """The token ids of the nonblank `sources` in the batches every engine decodes, each with the indices in
+    `sources` of its sentences (`translate_sentences` says how sentences are batched and cut), under a progress bar.
+
+    An explicit `max_new_tokens` beyond the decoder's positions is a ValueError before anything is encoded."""
+    if (options.max_new_tokens or 0) > (room := max_new_tokens_room(config)):
+        raise ValueError(
+            f"max_new_tokens={options.max_new_tokens} is more than the decoder has positions for: at most {room} "
+            f"(max_position_embeddings {config.max_position_embeddings} less the start token)"
+        )
+    to_translate = _encode_within_positions(
+        tokenizer, sources, max_source_tokens(config), options.skip_long_lines
+    )
+    if not to_translate:
+        return
+    indices, input_ids = list(to_translate), list(to_translate.values())
+    sampler = TokenBatchSampler([len(ids) for ids in input_ids], options.max_tokens, shuffle=False)
+    with tqdm(total=len(indices), unit="sent", desc="Translating", disable=not options.show_progress) as progress:
+        for batch in sampler:
+            yield [indices[position] for position in batch], [input_ids[position] for position in batch]
+            progress.update(len(batch))
+
+
+def source_length(tokenizer: PreTrainedTokenizerBase, source: str) -> int:
+    """The tokens `source` encodes to, `</s>` included, before any cut to the model's positions."""
+    return len(tokenizer(source, verbose=False)["input_ids"])
+
+
 def _generate_in_batches(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
@@ -160,30 +211,14 @@ def _generate_in_batches(
     options: DecodingOptions,
     logits_processors: BatchLogitsProcessors | None = None,
 ) -> Iterator[tuple[list[int], Any]]:
-    """`generate`'s output for each batch of the nonblank `sources`, with the indices in `sources` of its
-    sentences (`translate_sentences` says how sentences are batched, cut and limited)."""
+    """`generate`'s output for each batch of the nonblank `sources` (`encoded_batches`), with the indices in
+    `sources` of its sentences."""
     generate_kwargs = options.generate_kwargs()
-    if generate_kwargs.get("max_new_tokens", 0) > (room := max_new_tokens_room(model)):
-        raise ValueError(
-            f"max_new_tokens={generate_kwargs['max_new_tokens']} is more than the decoder has positions for: at "
-            f"most {room} (max_position_embeddings {model.config.max_position_embeddings} less the start token)"
-        )
-    to_translate = _encode_within_positions(model, tokenizer, sources, options.skip_long_lines)
-    if not to_translate:
-        return
-    indices, input_ids = list(to_translate), list(to_translate.values())
-    sampler = TokenBatchSampler([len(ids) for ids in input_ids], options.max_tokens, shuffle=False)
     model_was_training = model.training
     model.eval()
     try:
-        with (
-            torch.inference_mode(),
-            tqdm(
-                total=len(indices), unit="sent", desc="Translating", disable=not options.show_progress
-            ) as progress,
-        ):
-            for batch in sampler:
-                batch_ids = [input_ids[position] for position in batch]
+        with torch.inference_mode():
+            for indices, batch_ids in encoded_batches(tokenizer, model.config, sources, options):
                 encoded = tokenizer.pad({"input_ids": batch_ids}, return_tensors="pt").to(model.device)
                 limit = (
                     {}
@@ -195,11 +230,7 @@ def _generate_in_batches(
                     if logits_processors
                     else {}
                 )
-                yield (
-                    [indices[position] for position in batch],
-                    model.generate(**encoded, **limit, **processors, **generate_kwargs),
-                )
-                progress.update(len(batch))
+                yield indices, model.generate(**encoded, **limit, **processors, **generate_kwargs)
     finally:
         model.train(model_was_training)
 
@@ -224,15 +255,15 @@ def translate_sentences(
     Blank or empty sources translate to "" without running the model; a line break inside a
     translation becomes a space, so one line in gives one line out. A source longer than the model's
     positions (`max_position_embeddings`) is cut to fit, or with `skip_long_lines` translates to "";
-    a warning names those lines (1-based positions in `sources`). An explicit `max_new_tokens` beyond the
-    decoder's positions is a ValueError before anything is decoded. `logits_processors` gives each batch
+    a warning names those lines (1-based positions in `sources`, or numbered as `lines_numbered_from` says).
+    An explicit `max_new_tokens` beyond the decoder's positions is a ValueError before anything is decoded. `logits_processors` gives each batch
     logits processors made from its encoded sources (an ensemble's: `hf_vanilla.research.ensemble`); `generate`'s
     own (temperature, top-k...) act on `model`'s scores before them.
     """
     translations = [""] * len(sources)
     options = options.replace(**settings)
     for indices, outputs in _generate_in_batches(model, tokenizer, sources, options, logits_processors):
-        for index, text in zip(indices, options.detokenize(model, tokenizer, outputs), strict=True):
+        for index, text in zip(indices, options.detokenize(model.config, tokenizer, outputs), strict=True):
             translations[index] = text
     return translations
 
@@ -264,7 +295,7 @@ def translate_nbest(
     )
     batches = _generate_in_batches(model, tokenizer, sources, nbest_options, logits_processors)
     for indices, outputs in batches:
-        texts = nbest_options.detokenize(model, tokenizer, outputs.sequences)
+        texts = nbest_options.detokenize(model.config, tokenizer, outputs.sequences)
         scores = outputs.sequences_scores.tolist() if beam_search else [0.0] * len(texts)
         for position, index in enumerate(indices):
             rows = range(position * num_beams, (position + 1) * num_beams)
@@ -296,6 +327,10 @@ class TranslationEngine(Protocol):
         """The tokens `source` encodes to, `</s>` included, before any cut to `max_source_tokens`."""
         ...
 
+    def describe(self) -> dict[str, str]:
+        """What a report records of the engine: its name, device and precision."""
+        ...
+
 
 @dataclass(frozen=True)
 class TransformersEngine:
@@ -314,10 +349,14 @@ class TransformersEngine:
 
     @property
     def max_source_tokens(self) -> int:
-        return max_source_tokens(self.model)
+        return max_source_tokens(self.model.config)
 
     def source_tokens(self, source: str) -> int:
-        return len(self.tokenizer(source, verbose=False)["input_ids"])
+        return source_length(self.tokenizer, source)
+
+    def describe(self) -> dict[str, str]:
+        dtype = str(self.model.dtype).removeprefix("torch.")
+        return {"engine": TRANSFORMERS, "device": str(self.model.device), "dtype": dtype}
 
     def attention(self, source: str, options: DecodingOptions = DEFAULT_DECODING) -> SentenceAttentions:
         """`source`'s translation as `translate` gives it with `options`, and the attention behind it: the
@@ -330,6 +369,65 @@ class TransformersEngine:
         [source_ids], _ = encode_sources(self.tokenizer, [source], self.max_source_tokens)
         text = options.detokenize(self.model, self.tokenizer, output_ids)[0]
         return teacher_forced_attentions(self.model, self.tokenizer, source_ids, output_ids[0].tolist(), text)
+
+
+TRANSFORMERS, CTRANSLATE2 = "transformers", "ctranslate2"
+ENGINES = (TRANSFORMERS, CTRANSLATE2)
+# CTranslate2's compute types (weights_activations); "auto": the fastest the device runs (`hf_vanilla.ctranslate2_engine`)
+COMPUTE_TYPES = ("auto", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "float32", "float16", "bfloat16")
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """Which engine decodes and how it runs: `engine` "transformers" (`generate`, the reference) or "ctranslate2";
+    `device` (None or "auto": the GPU if present); the transformers engine's `dtype` ("auto", "float32",
+    "bfloat16", "float16"); the CTranslate2 engine's `compute_type` (`COMPUTE_TYPES`) and `ctranslate2_dir`, where
+    its converted models are cached (None: under the Hugging Face cache)."""
+
+    engine: str = TRANSFORMERS
+    device: str | None = None
+    dtype: str = "float32"
+    compute_type: str = "auto"
+    ctranslate2_dir: str | os.PathLike | None = None
+
+    @property
+    def precision(self) -> str:
+        """What the engine was asked to compute in: the transformers engine's dtype, the ctranslate2 engine's
+        compute type."""
+        return self.dtype if self.engine == TRANSFORMERS else self.compute_type
+
+    def __post_init__(self):
+        if self.engine not in ENGINES:
+            raise ValueError(f"unknown engine {self.engine!r}; choose one of {', '.join(ENGINES)}")
+        if self.compute_type not in COMPUTE_TYPES:
+            raise ValueError(f"unknown compute type {self.compute_type!r}; choose one of {', '.join(COMPUTE_TYPES)}")
+        if self.engine == TRANSFORMERS and self.compute_type != "auto":
+            raise ValueError(
+                f"compute type {self.compute_type} is the ctranslate2 engine's (--engine ctranslate2); the transformers "
+                "engine takes --dtype"
+            )
+        if self.engine == CTRANSLATE2 and self.dtype != "float32":
+            raise ValueError(
+                f"dtype {self.dtype} is the transformers engine's; the ctranslate2 engine takes --compute-type "
+                "(float32, bfloat16, float16, int8...)"
+            )
+
+
+DEFAULT_ENGINE = EngineSettings()
+
+
+def load_engine(
+    model_name_or_path: str | os.PathLike, settings: EngineSettings = DEFAULT_ENGINE
+) -> TranslationEngine:
+    """The engine `settings` name for a saved model directory (or Hub id) and its tokenizer: `generate` over the
+    model as `load_model_and_tokenizer` loads it, or CTranslate2 over the model converted on first use
+    (`hf_vanilla.ctranslate2_engine.load_ctranslate2_engine`)."""
+    if settings.engine == CTRANSLATE2:
+        # ctranslate2 is an optional extra, imported only when chosen
+        from .ctranslate2_engine import load_ctranslate2_engine
+
+        return load_ctranslate2_engine(model_name_or_path, settings)
+    return TransformersEngine(*load_model_and_tokenizer(model_name_or_path, settings.device, settings.dtype))
 
 
 def resolve_device(device: str | None = None) -> torch.device:
@@ -404,10 +502,19 @@ def load_models(
             model, tokenizer = load_model_and_tokenizer(path, device, dtype)
         except (ValueError, FileNotFoundError) as err:
             raise type(err)(f"{role} {path}: {err}") from err
-        if right_to_left is not None and writes_right_to_left(model) != right_to_left:
+        if right_to_left is not None and writes_right_to_left(model.config) != right_to_left:
             raise ValueError(f"{role} {path} {_WRONG_WORD_ORDER[right_to_left]}")
         loaded.append((model, tokenizer))
     return loaded
+
+
+def generation_defaults(model_name_or_path: str | os.PathLike) -> GenerationConfig:
+    """A saved model's generation_config.json, or the one transformers derives from its config.json: what decides
+    the options a `DecodingOptions` leaves to the model (beam size, length penalty)."""
+    try:
+        return GenerationConfig.from_pretrained(model_name_or_path)
+    except OSError:
+        return GenerationConfig.from_model_config(AutoConfig.from_pretrained(model_name_or_path))
 
 
 def load_tokenizer(

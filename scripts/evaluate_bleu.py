@@ -6,7 +6,8 @@ dataset order) and SPLIT.SRC-TGT.json (scores with signatures, settings, speed) 
 For a German or English target (with sacremoses installed) it adds the paper's BLEU beside sacreBLEU:
 tensor2tensor's get_ende_bleu.sh, Moses-tokenized, compounds split, cased ("bleu_paper"; docs/wmt14.md).
 
-    python scripts/evaluate_bleu.py outputs/multi30k-small/final --split test --source-lang de --target-lang en
+    python scripts/evaluate_bleu.py outputs/multi30k-small-de-en/checkpoint_best --split test \\
+        --source-lang de --target-lang en
 """
 
 import json

@@ -2,7 +2,9 @@
 
 Section 6.1 set beam size and length penalty "after experimentation on the development set"; this does
 the same, and picks between a run's best, last and averaged checkpoints at the same time. The test split
-is decoded once, with the winner only. Writes selection.json and the test hypotheses and report.
+is decoded once, with the winner only. Writes selection.json and the test hypotheses and report, and makes the
+chosen beam size and length penalty the chosen checkpoint's decoding defaults (its generation_config.json, which
+`pipeline` and `generate` read), beside the test scores in its model card.
 
     python scripts/select_checkpoint.py outputs/multi30k-small-de-en --source-lang de --target-lang en \\
         --num-beams 4 8 --length-penalty 0.6 1.0 --output-dir outputs/multi30k-small-de-en/evaluation
@@ -25,6 +27,7 @@ from hf_vanilla.evaluation.paper_bleu import PAPER_BLEU_KEY, PAPER_BLEU_NAME
 from hf_vanilla.evaluation.scoring import Runtime, ScoreOptions, TranslationData
 from hf_vanilla.evaluation.selection import SelectionGrid, select_on_validation
 from hf_vanilla.model.decoding import PAPER_GENERATION_KWARGS
+from hf_vanilla.publishing import decoding_label
 from hf_vanilla.research.cli import add_research_arguments, research_decoder
 from hf_vanilla.research.reranking import (
     LANGUAGE_MODEL_WEIGHT,
@@ -122,6 +125,9 @@ def print_selection(selection: dict, validation_split: str) -> None:
             f"chrF {report['cased']['chrf']:.2f}" + "".join(f"; {score}" for score in beside)
             + (" (beside, not instead)" if beside else "")
         )
+    if selection["decoding_defaults_file"]:
+        saved_to = selection["decoding_defaults_file"]
+        print(f"decoding defaults ({decoding_label(chosen)}) saved to {saved_to}: pipeline and generate use them")
 
 if __name__ == "__main__":
     main()

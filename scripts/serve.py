@@ -2,6 +2,7 @@
 
     pip install 'hf_vanilla[serve]'
     python scripts/serve.py outputs/multi30k-small/final --port 8000
+    python scripts/serve.py outputs/multi30k-small/final --engine ctranslate2 --compute-type int8   # faster
     curl -s localhost:8000 -H 'Content-Type: application/json' -d '{"inputs": "Ein Hund läuft."}'
 
 Decodes with the checkpoint's generation_config.json (beam size, length penalty) unless a request's
@@ -17,8 +18,7 @@ import sys
 
 import uvicorn
 
-from hf_vanilla.cli import ArgumentParser, positive_int
-from hf_vanilla.precision import DTYPE_NAMES
+from hf_vanilla.cli import ArgumentParser, add_engine_arguments, engine_settings, positive_int
 from hf_vanilla.serving import BatchingSettings, RequestLimits, create_app
 
 BATCHING, LIMITS = BatchingSettings(), RequestLimits()
@@ -29,11 +29,7 @@ def parse_args():
     parser.add_argument("model", help="saved model directory (with its tokenizer)")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
     parser.add_argument("--port", type=int, default=8000, help="port to listen on")
-    parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:1... (auto: the GPU if present)")
-    parser.add_argument(
-        "--dtype", default="float32", choices=["auto", *DTYPE_NAMES], help="weights and activations (auto: bfloat16 "
-        "where the hardware runs it natively, float16 on a GPU without it, else float32)"
-    )
+    add_engine_arguments(parser)
     parser.add_argument(
         "--cache-implementation",
         choices=["dynamic", "static"],
@@ -84,10 +80,13 @@ def parse_args():
 def main() -> None:
     args = parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        engine = engine_settings(args)
+    except ValueError as err:
+        sys.exit(f"error: {err}")
     app = create_app(
         args.model,
-        args.device,
-        args.dtype,
+        engine,
         BatchingSettings(args.max_batch_tokens, args.max_wait_ms, args.max_queued_sentences),
         RequestLimits(
             args.max_sentences,

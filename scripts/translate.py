@@ -1,47 +1,90 @@
-"""Translate text line by line with a saved model: one line in, one line out, in order.
+"""Translate text line by line with a saved model: one line in, one line out, in order, any number of lines.
 
-Reads the whole input (a file or stdin), translates it in length-sorted batches with the paper's
-decoding (beam 4, length penalty 0.6, source length + 50) unless told otherwise, and writes the
-translations, blank lines kept blank, to a file (atomically) or to stdout.
+Reads the input (a file, compressed or not, or stdin) a chunk of lines at a time, translates each chunk in
+length-sorted batches with the paper's decoding (beam 4, length penalty 0.6, source length + 50) unless told
+otherwise, and writes its translations, blank lines kept blank, as soon as it is done. From --input FILE to
+--output FILE the finished chunks are committed beside the output: the same command continues after a crash, and
+several processes share the chunks (docs/translating-corpora.md).
 
     python scripts/translate.py outputs/multi30k-small/final < input.de > output.en
+    python scripts/translate.py CHECKPOINT --input mono.de.gz --output mono.en --sampling --seed 1
+    accelerate launch --multi_gpu --num_processes 8 scripts/translate.py CHECKPOINT --input IN --output OUT
 
 With --rerank-with (models of the reverse direction) or --rerank-right-to-left (right-to-left models), beam
 search's whole n-best list is reranked (README, "Reranking with the reverse direction").
 """
 
 import logging
+import signal
 import sys
 
-from hf_vanilla.cli import ArgumentParser, add_decoding_arguments, decoding_kwargs, runtime_kwargs
+from hf_vanilla.cli import (
+    ArgumentParser,
+    add_corpus_arguments,
+    add_decoding_arguments,
+    add_sampling_arguments,
+    corpus_settings,
+    decoding_kwargs,
+    runtime_kwargs,
+    sampling_kwargs,
+)
+from hf_vanilla.corpus_translation import (
+    CorpusJob,
+    CorpusTranslationError,
+    best_only,
+    describe_decoding,
+    engine_translator,
+    model_digest,
+    process_device,
+    process_state,
+    translate_corpus,
+)
 from hf_vanilla.evaluation.scoring import Runtime
 from hf_vanilla.research.cli import add_research_arguments, research_decoder
-from hf_vanilla.translation import load_model_and_tokenizer, read_lines, write_lines_atomic
+from hf_vanilla.translation import load_engine
 
 
 def main() -> None:
     parser = ArgumentParser(description=__doc__)
     add_decoding_arguments(parser)
+    add_sampling_arguments(parser)
+    add_corpus_arguments(parser)
     add_research_arguments(parser)
-    parser.add_argument("--input", default="-", help="UTF-8 text file, one sentence a line (default: stdin)")
-    parser.add_argument("--output", default="-", help="file to write (default: stdout)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # stopped as by Ctrl-C: what is committed stays
 
     try:
+        # Under several processes each translates on its own device.
+        args.device = process_device(args.device, process_state(args.device))
         # Plain beam search without research options; a word bonus alone is refused before any model loads.
         decoder = research_decoder(args)
-        lines = read_lines(args.input)
-        model, tokenizer = load_model_and_tokenizer(args.model, args.device, args.dtype)
-        runtime = Runtime(**runtime_kwargs(args), show_progress=not args.quiet)
-        ((_, translations),) = decoder(model, tokenizer, lines, decoding_kwargs(args), runtime)
-    except (ValueError, FileNotFoundError) as err:
+        settings = corpus_settings(args)
+        runtime = Runtime(**runtime_kwargs(args), show_progress=False)
+        generate_kwargs = {**decoding_kwargs(args), **sampling_kwargs(args)}
+        options = runtime.decoding(generate_kwargs)
+        engine = load_engine(args.model, runtime.engine)
+        if not decoder.extra_models:
+            translate_chunk = engine_translator(engine, options, settings)
+        elif settings.nbest > 1:
+            raise CorpusTranslationError(
+                "--nbest lists beam search's own translations: not with research options"
+            )
+        else:  # the research decoder's one variant (a reranking weight is one value here)
+            translate_chunk = best_only(lambda sources: decoder(engine, sources, generate_kwargs, runtime)[0][1])
+        research = {**decoder.extra_models, **decoder.weights}
+        decoding = describe_decoding(
+            options, engine=runtime.engine.engine, precision=runtime.engine.precision, **research
+        )
+        job = CorpusJob(
+            args.input, args.output, settings, {"model": model_digest(args.model), "decoding": decoding}
+        )
+        translate_corpus(translate_chunk, job, show_progress=not args.quiet)
+    except (ValueError, FileNotFoundError, ImportError) as err:
         sys.exit(f"error: {err}")
-    if args.output == "-":
-        sys.stdout.writelines(f"{line}\n" for line in translations)
-    else:
-        write_lines_atomic(args.output, translations)
+    except KeyboardInterrupt:
+        sys.exit(130)
 
 
 if __name__ == "__main__":

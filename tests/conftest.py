@@ -4,6 +4,8 @@ import json
 import logging
 import os
 import runpy
+import shutil
+import signal
 import subprocess
 import sys
 import traceback
@@ -74,6 +76,20 @@ def run_script(script: str, *args, stdin: str = "", check: bool = False) -> subp
     return completed
 
 
+def run_in_session(command: list[str], environment: dict, timeout: int = 300) -> subprocess.CompletedProcess:
+    """`command` in a session of its own, killed whole if it overruns."""
+    process = subprocess.Popen(
+        command, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert process.returncode == 0, stderr[-3000:]
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+
+
 def _exit_status(run, stderr) -> int:
     """What the interpreter would exit with after `run`, writing to `stderr` what it would print."""
     try:
@@ -121,6 +137,12 @@ def tiny_model_dir(corpus_path, tmp_path_factory) -> Path:
     save_tokenizer(tokenizer, directory)  # first: it replaces the whole directory
     VanillaTransformerForConditionalGeneration(config).save_pretrained(directory)
     return directory
+
+
+@pytest.fixture
+def tiny_model_copy(tiny_model_dir, tmp_path) -> Path:
+    """A copy of the tiny model that a test may change: selection writes its choice into the chosen checkpoint."""
+    return Path(shutil.copytree(tiny_model_dir, tmp_path / "checkpoint"))
 
 
 @pytest.fixture(scope="session")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -13,11 +12,7 @@ from typing import Any, Protocol
 
 import datasets
 from sacrebleu.metrics import BLEU, CHRF, TER
-from transformers import (
-    PreTrainedModel,
-    PreTrainedTokenizerBase,
-    set_seed,
-)
+from transformers import set_seed
 
 from hf_vanilla.corpus import load_translation_split
 from hf_vanilla.evaluation.paper_bleu import (
@@ -28,16 +23,18 @@ from hf_vanilla.evaluation.paper_bleu import (
     paper_bleu_report,
     require_moses_tokenizer,
 )
-from hf_vanilla.files import write_text_atomic
+from hf_vanilla.files import write_json
 from hf_vanilla.model.decoding import (
     DEFAULT_MAX_TOKENS,
     PAPER_EXTRA_OUTPUT_TOKENS,
     paper_decoding_defaults,
 )
 from hf_vanilla.translation import (
+    DEFAULT_ENGINE,
     DecodingOptions,
-    load_model_and_tokenizer,
-    translate_sentences,
+    EngineSettings,
+    TranslationEngine,
+    load_engine,
     write_lines_atomic,
 )
 
@@ -158,11 +155,10 @@ class TranslationData:
 
 @dataclass(frozen=True)
 class Runtime:
-    """Where and how models run: device (None or "auto": the GPU if present), dtype ("auto", "float32",
-    "bfloat16", "float16"), source tokens per batch, and whether a progress bar shows."""
+    """How models run: the engine that decodes, on its device in its precision (`EngineSettings`), source tokens
+    per batch, and whether a progress bar shows."""
 
-    device: str | None = None
-    dtype: str = "float32"
+    engine: EngineSettings = DEFAULT_ENGINE
     max_tokens: int = DEFAULT_MAX_TOKENS
     show_progress: bool = True
 
@@ -197,32 +193,27 @@ Evaluated = tuple[dict[str, Any], list[str], dict[str, Any]]
 class Decoder(Protocol):
     """How evaluation turns sources into translations; research extras (ensembles, reranking) plug in here.
 
-    Called with a model, its tokenizer, the sources, the decoding `settings` (`translate_sentences` keywords and
-    the decoder's own) and the `runtime`, it returns one or more variants, each with its settings: passed back in,
-    a variant's settings decode that variant alone. `extra_models`: the saved models it decodes with beside the
-    evaluated one, by role, for the reports.
+    Called with the engine of the evaluated model, the sources, the decoding `settings` (`translate_sentences`
+    keywords and the decoder's own) and the `runtime`, it returns one or more variants, each with its settings:
+    passed back in, a variant's settings decode that variant alone. `extra_models`: the saved models it decodes
+    with beside the evaluated one, by role, for the reports.
     """
 
     extra_models: Mapping[str, Sequence[str]]
 
     def __call__(
-        self,
-        model: PreTrainedModel,
-        tokenizer: PreTrainedTokenizerBase,
-        sources: Sequence[str],
-        settings: Mapping[str, Any],
-        runtime: Runtime,
+        self, engine: TranslationEngine, sources: Sequence[str], settings: Mapping[str, Any], runtime: Runtime
     ) -> list[Variant]: ...
 
 
 @dataclass(frozen=True)
 class BeamSearch:
-    """The paper's decoding, `translate_sentences` with the settings given: one variant, no other models."""
+    """The paper's decoding, the engine's with the settings given: one variant, no other models."""
 
     extra_models: Mapping[str, Sequence[str]] = field(default_factory=dict)
 
-    def __call__(self, model, tokenizer, sources, settings, runtime: Runtime) -> list[Variant]:
-        return [(dict(settings), translate_sentences(model, tokenizer, sources, runtime.decoding(settings)))]
+    def __call__(self, engine, sources, settings, runtime: Runtime) -> list[Variant]:
+        return [(dict(settings), engine.translate(sources, runtime.decoding(settings)))]
 
 
 BEAM_SEARCH = BeamSearch()
@@ -289,8 +280,7 @@ def _translation_report(
 
 
 def evaluate_translation(
-    model: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerBase,
+    engine: TranslationEngine,
     sources: Sequence[str],
     references: Sequence[str | None],
     target_lang: str = "",
@@ -299,12 +289,12 @@ def evaluate_translation(
     decoder: Decoder = BEAM_SEARCH,
     **settings,
 ) -> list[Evaluated]:
-    """Translate `sources` with `decoder` and `settings` and score against `references`: (settings, hypotheses,
-    report) for each variant the decoder gives (plain beam search: one).
+    """Translate `sources` with `engine` through `decoder` with `settings` and score against `references`:
+    (settings, hypotheses, report) for each variant the decoder gives (plain beam search: one).
 
     The report holds "cased" and "lowercased" sacreBLEU / chrF (and TER with `scoring.ter`), each with its
     signature, the number of sentences and of blank sources (translated to "", logged), the variant's
-    generation settings and the speed (a decoding's whole time, for each of its variants); with
+    generation settings, the engine (`describe`) and the speed (a decoding's whole time, for each of its variants); with
     `scoring.tokenized_bleu`, also "tokenized_lowercased" (the papers' BLEU, `score_tokenized_lowercased`).
     `target_lang` selects sacreBLEU's tokenizer for zh / ja / ko. A missing or blank reference is an error: it
     would lower the score silently.
@@ -313,11 +303,10 @@ def evaluate_translation(
         require_moses_tokenizer()  # before decoding, not after
     blank_sources = _check_evaluation_input(sources, references)
     started = time.perf_counter()
-    variants = decoder(model, tokenizer, sources, settings, runtime)
+    variants = decoder(engine, sources, settings, runtime)
     seconds = time.perf_counter() - started
     speed = {
-        "device": str(model.device),
-        "dtype": str(model.dtype).removeprefix("torch."),
+        **engine.describe(),
         "seconds": round(seconds, 3),
         "sentences_per_second": round(len(sources) / seconds, 2),
     }
@@ -348,12 +337,12 @@ def score_model(
 ) -> list[dict[str, Any]]:
     """A saved model decoded on `pairs` (`source` / `target`) by `decoder` with each of `settings`: one row for
     each variant, with its settings, cased and lowercased BLEU, chrF, the BLEU signature and the seconds spent."""
-    model, tokenizer = load_model_and_tokenizer(model_name_or_path, runtime.device, runtime.dtype)
+    engine = load_engine(model_name_or_path, runtime.engine)
     sources, references = pairs["source"], pairs["target"]
     rows = []
     for setting in settings:
         evaluated = evaluate_translation(
-            model, tokenizer, sources, references, target_lang, runtime, SACREBLEU_ONLY, decoder, **setting
+            engine, sources, references, target_lang, runtime, SACREBLEU_ONLY, decoder, **setting
         )
         rows += [
             {
@@ -392,12 +381,12 @@ def evaluate_bleu(
     if scoring.tokenized_bleu:
         require_moses_tokenizer()  # before loading anything
     pairs = data.pairs(split)
-    model, tokenizer = load_model_and_tokenizer(model_name_or_path, runtime.device, runtime.dtype)
+    engine = load_engine(model_name_or_path, runtime.engine)
     set_seed(seed)
     settings = {**paper_decoding_defaults(generate_kwargs), **generate_kwargs}
     sources, references = pairs["source"], pairs["target"]
     evaluated = evaluate_translation(
-        model, tokenizer, sources, references, data.target_lang, runtime, scoring, decoder, **settings
+        engine, sources, references, data.target_lang, runtime, scoring, decoder, **settings
     )
     if len(evaluated) != 1:
         raise ValueError(
@@ -418,7 +407,5 @@ def evaluate_bleu(
         "seed": seed,
         "hypotheses_file": str(hypotheses_path),
     }
-    write_text_atomic(
-        Path(output_dir) / f"{stem}.json", json.dumps(report, indent=2, ensure_ascii=False) + "\n"
-    )
+    write_json(Path(output_dir) / f"{stem}.json", report)
     return report

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -12,9 +11,9 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from hf_vanilla.files import write_text_atomic
-from hf_vanilla.model.decoding import PAPER_GENERATION_KWARGS
-from hf_vanilla.publishing import CARD_FILE, record_results
+from hf_vanilla.files import write_json
+from hf_vanilla.model.decoding import PAPER_GENERATION_KWARGS, beam_settings
+from hf_vanilla.publishing import CARD_FILE, record_results, set_decoding_defaults
 
 from .paper_bleu import PAPER_BLEU_KEY, require_moses_tokenizer
 from .scoring import (
@@ -70,11 +69,8 @@ def decoding_grid(num_beams: Sequence[int], length_penalties: Sequence[float]) -
         raise ValueError(
             f"need beam sizes >= 1 and length penalties, got {list(num_beams)}, {list(length_penalties)}"
         )
-    return [
-        {"num_beams": beams, **({"length_penalty": penalty} if beams > 1 else {})}
-        for beams in dict.fromkeys(num_beams)
-        for penalty in (dict.fromkeys(length_penalties) if beams > 1 else (None,))
-    ]
+    settings = [beam_settings(beams, penalty) for beams in num_beams for penalty in length_penalties]
+    return [dict(unique) for unique in dict.fromkeys(tuple(setting.items()) for setting in settings)]
 
 
 @dataclass(frozen=True)
@@ -115,8 +111,11 @@ def select_on_validation(
     Every model of `models` (run directories expand to their best, last and average checkpoints) is decoded on
     the grid's validation split with each of its settings, by `decoder` (each of its variants is a row: a
     reranking decoder's weights are chosen too). The winner alone is then evaluated on each of the grid's report
-    splits with `evaluate_bleu`, so a test set is reported, never tuned on, and those scores go into the chosen
-    checkpoint's model card where it is one model decoded alone (`record_results`). `generate_kwargs`
+    splits with `evaluate_bleu`, so a test set is reported, never tuned on. Where the winner is one model decoded
+    alone, its beam size and length penalty become its checkpoint's decoding defaults (generation_config.json,
+    `set_decoding_defaults`: what `pipeline` and `generate` then use) and the reports' scores go into its model
+    card (`record_results`), so the card's scores are what its users get; the selection's
+    "decoding_defaults_file" names the file written (None: none). `generate_kwargs`
     (`cache_implementation="static"`, say) go to every decoding; `scoring` to the reports (validation is chosen
     on sacreBLEU alone). Writes `selection.json` (every validation score and the choice) and the reports into
     `output_dir`; returns the same dictionary.
@@ -136,8 +135,9 @@ def select_on_validation(
         split: evaluate_bleu(chosen["model"], data, output_dir, split, runtime, scoring, decoder, **decoding)
         for split in grid.report_splits
     }
-    if not decoder.extra_models:  # an ensemble's or reranker's scores are not the checkpoint's own
-        _record_in_card(Path(chosen["model"]), data.dataset, reports)
+    defaults_file = None
+    if not decoder.extra_models:  # an ensemble's or reranker's decoding and scores are not the checkpoint's own
+        defaults_file = str(_make_checkpoint_default(Path(chosen["model"]), decoding, data.dataset, reports))
     selection = {
         "validation_split": grid.validation_split,
         "validation_sentences": len(pairs),
@@ -145,19 +145,24 @@ def select_on_validation(
         "signature": signature,
         "validation": rows,
         "chosen": chosen,
+        "decoding_defaults_file": defaults_file,
         "reports": {
             split: {case: report[case] for case in SCORE_KINDS if case in report}
             for split, report in reports.items()
         },
     }
-    write_text_atomic(
-        Path(output_dir) / "selection.json", json.dumps(selection, indent=2, ensure_ascii=False) + "\n"
-    )
+    write_json(Path(output_dir) / "selection.json", selection)
     return selection
 
 
-def _record_in_card(model_dir: Path, dataset: str, reports: dict[str, dict[str, Any]]) -> None:
-    """Each report split's scores into the chosen checkpoint's card, where it has one (a run's checkpoints do)."""
+def _make_checkpoint_default(
+    model_dir: Path, decoding: dict[str, Any], dataset: str, reports: dict[str, dict[str, Any]]
+) -> Path:
+    """The chosen beam size and length penalty into the chosen checkpoint's generation config, and each report
+    split's scores into its card, where it has one (a run's checkpoints do). Returns the generation config's
+    path."""
+    saved = set_decoding_defaults(model_dir, decoding["num_beams"], decoding.get("length_penalty"))
     if (model_dir / CARD_FILE).is_file():
         for split, report in reports.items():
             record_results(model_dir, dataset, split, report)
+    return saved

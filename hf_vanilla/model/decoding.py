@@ -16,7 +16,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
-from transformers import PreTrainedModel, PreTrainedTokenizerBase, StoppingCriteria, StoppingCriteriaList
+from transformers import (
+    PreTrainedConfig,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    StoppingCriteria,
+    StoppingCriteriaList,
+)
 
 PAPER_GENERATION_KWARGS = {"num_beams": 4, "length_penalty": 0.6}
 PAPER_EXTRA_OUTPUT_TOKENS = 50
@@ -24,9 +30,9 @@ DEFAULT_MAX_TOKENS = 4096
 DECODER_PROMPT_LENGTH = 1  # the decoder start token, which generate counts in max_length
 
 
-def max_source_tokens(model: PreTrainedModel) -> int:
-    """The longest source the encoder takes: one position per token, `</s>` included."""
-    return model.config.max_position_embeddings
+def max_source_tokens(config: PreTrainedConfig) -> int:
+    """The longest source the encoder of a model with `config` takes: one position per token, `</s>` included."""
+    return config.max_position_embeddings
 
 
 def encode_sources(
@@ -45,16 +51,16 @@ def encode_sources(
     return input_ids, too_long
 
 
-def max_new_tokens_room(model: PreTrainedModel) -> int:
+def max_new_tokens_room(config: PreTrainedConfig) -> int:
     """The most tokens the decoder can produce: one position each, after the decoder start token's."""
-    return model.config.max_position_embeddings - DECODER_PROMPT_LENGTH
+    return config.max_position_embeddings - DECODER_PROMPT_LENGTH
 
 
 def paper_max_new_tokens(
-    model: PreTrainedModel, longest_source: int, extra_output_tokens: int = PAPER_EXTRA_OUTPUT_TOKENS
+    config: PreTrainedConfig, longest_source: int, extra_output_tokens: int = PAPER_EXTRA_OUTPUT_TOKENS
 ) -> int:
     """Section 6.1's output limit, input length + 50, capped so the decoder stays within its positions."""
-    return min(longest_source + extra_output_tokens, max_new_tokens_room(model))
+    return min(longest_source + extra_output_tokens, max_new_tokens_room(config))
 
 
 class NewTokenLimit(StoppingCriteria):
@@ -82,11 +88,19 @@ def paper_length_limit(
     """`generate` keywords for section 6.1's limit: each sentence at most its own source length + 50 new tokens."""
     # One transfer of the source lengths, not one per sentence (each a device synchronisation on a GPU).
     lengths = attention_mask.sum(-1).tolist()
-    limits = torch.tensor([paper_max_new_tokens(model, length, extra_output_tokens) for length in lengths])
+    limits = torch.tensor([paper_max_new_tokens(model.config, length, extra_output_tokens) for length in lengths])
     return {
         "max_new_tokens": int(limits.max()),
         "stopping_criteria": StoppingCriteriaList([NewTokenLimit(limits)]),
     }
+
+
+def beam_settings(num_beams: int, length_penalty: float | None = None) -> dict[str, Any]:
+    """`generate` keywords for beam search of `num_beams` with `length_penalty`: greedy search (beam 1) takes none,
+    for it ranks no finished hypotheses (generate warns of one, and a generation config with one fails validation)."""
+    if num_beams == 1 or length_penalty is None:
+        return {"num_beams": num_beams}
+    return {"num_beams": num_beams, "length_penalty": length_penalty}
 
 
 def paper_decoding_defaults(settings: Mapping[str, Any]) -> dict[str, Any]:
@@ -119,10 +133,10 @@ def reverse_words(text: str) -> str:
     return " ".join(reversed(text.split()))
 
 
-def writes_right_to_left(model: PreTrainedModel) -> bool:
-    """Whether `model` was trained on reversed target words (`config.right_to_left`); other model classes
-    (MarianMT) have no such switch and write left to right."""
-    return bool(getattr(model.config, "right_to_left", False))
+def writes_right_to_left(config: PreTrainedConfig) -> bool:
+    """Whether a model with `config` was trained on reversed target words (`config.right_to_left`); other model
+    classes (MarianMT) have no such switch and write left to right."""
+    return bool(getattr(config, "right_to_left", False))
 
 
 def decode_translations(

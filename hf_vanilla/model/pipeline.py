@@ -78,7 +78,7 @@ class VanillaTranslationPipeline(Pipeline):
     def preprocess(self, text: str) -> dict[str, Any]:
         if not isinstance(text, str):
             raise TypeError(f"{TASK} takes a string or a list of strings, got {type(text).__name__}")
-        limit = max_source_tokens(self.model)
+        limit = max_source_tokens(self.model.config)
         input_ids, too_long = encode_sources(self.tokenizer, [text], limit)
         if too_long:
             logger.warning(
@@ -119,7 +119,7 @@ class VanillaTranslationPipeline(Pipeline):
 
     def postprocess(self, model_outputs: dict[str, Any]) -> list[dict[str, str]]:
         texts = decode_translations(
-            self.tokenizer, model_outputs["output_ids"][0], writes_right_to_left(self.model)
+            self.tokenizer, model_outputs["output_ids"][0], writes_right_to_left(self.model.config)
         )
         return [{"translation_text": "" if model_outputs["blank"] else text} for text in texts]
 

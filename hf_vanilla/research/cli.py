@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import argparse
 
-from .decoders import ResearchDecoder, ResearchModels, load_research_decoder
+from hf_vanilla.translation import TRANSFORMERS
+
+from .decoders import RESEARCH_NEEDS_GENERATE, ResearchDecoder, ResearchModels, load_research_decoder
 from .reranking import (
     DEFAULT_LANGUAGE_MODEL_WEIGHT,
     DEFAULT_RERANK_WEIGHT,
@@ -88,8 +90,8 @@ def add_research_arguments(parser: argparse.ArgumentParser, several_weights: boo
 
 def research_decoder(args: argparse.Namespace) -> ResearchDecoder:
     """The decoder the options of `add_research_arguments` ask for, its models loaded on `args.device` in
-    `args.dtype`: plain beam search without them. A word bonus without a reranking model is a ValueError, raised
-    before any model loads."""
+    `args.dtype`: plain beam search without them. A word bonus without a reranking model, or research models with
+    an engine other than transformers (`add_engine_arguments`), is a ValueError raised before any model loads."""
 
     def tried(weight: float | list[float] | None) -> list[float] | None:
         return weight if weight is None or isinstance(weight, list) else [weight]
@@ -97,6 +99,8 @@ def research_decoder(args: argparse.Namespace) -> ResearchDecoder:
     models = ResearchModels(
         args.ensemble, args.rerank_with, args.rerank_right_to_left, args.rerank_language_model
     )
+    if models.by_role() and args.engine != TRANSFORMERS:
+        raise ValueError(f"{RESEARCH_NEEDS_GENERATE}, not --engine {args.engine}")
     weights = reranking_weights(
         models.rerank_with,
         tried(args.rerank_weight),

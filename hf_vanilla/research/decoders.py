@@ -9,13 +9,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers import PreTrainedModel
 
-from hf_vanilla.evaluation.scoring import Runtime, Variant
-from hf_vanilla.translation import translate_sentences
+from hf_vanilla.evaluation.scoring import BEAM_SEARCH, Runtime, Variant
+from hf_vanilla.translation import TransformersEngine, TranslationEngine, translate_sentences
 
 from .ensemble import ensemble_logits_processors, load_ensemble
 from .reranking import RerankingModels, load_reranking_models, translate_reranked, weight_grid
+
+# Ensembles mix models' scores in generate's logits processors, reranking scores n-best lists with torch models.
+RESEARCH_NEEDS_GENERATE = "ensembles and reranking decode with transformers' generate (--engine transformers)"
 
 
 @dataclass(frozen=True)
@@ -42,7 +45,8 @@ class ResearchDecoder:
     """Decodes with `members` (an ensemble's models beside the evaluated one) and, given `weights` (each reranking
     weight's values to try, by name: `reranking_weights`), reranks beam search's n-best list with `rerankers` once
     for every combination of weights: one variant each, its weights in its settings. A weight named in the
-    settings is taken as given, so a variant's settings decode that variant alone."""
+    settings is taken as given, so a variant's settings decode that variant alone. Without members or weights it is
+    plain beam search on any engine; with them, `generate`'s (`TransformersEngine`): a ValueError otherwise."""
 
     members: Sequence[PreTrainedModel] = ()
     rerankers: RerankingModels = RerankingModels()
@@ -50,13 +54,13 @@ class ResearchDecoder:
     extra_models: Mapping[str, Sequence[str]] = field(default_factory=dict)
 
     def __call__(
-        self,
-        model: PreTrainedModel,
-        tokenizer: PreTrainedTokenizerBase,
-        sources: Sequence[str],
-        settings: Mapping[str, Any],
-        runtime: Runtime,
+        self, engine: TranslationEngine, sources: Sequence[str], settings: Mapping[str, Any], runtime: Runtime
     ) -> list[Variant]:
+        if not self.members and not self.weights:
+            return BEAM_SEARCH(engine, sources, settings, runtime)
+        if not isinstance(engine, TransformersEngine):
+            raise ValueError(f"{RESEARCH_NEEDS_GENERATE}, not {engine.describe()['engine']}")
+        model, tokenizer = engine.model, engine.tokenizer
         options: dict[str, Any] = {"max_tokens": runtime.max_tokens, "show_progress": runtime.show_progress}
         if self.members:
             options["logits_processors"] = ensemble_logits_processors(model, tokenizer, self.members)

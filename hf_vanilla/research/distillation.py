@@ -12,7 +12,7 @@ import json
 import logging
 import os
 import shutil
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,10 +22,11 @@ import torch
 from tqdm.auto import tqdm
 from transformers import AutoConfig, PreTrainedModel, PreTrainedTokenizerBase
 
-from hf_vanilla.corpus import split_names
+from hf_vanilla.corpus import split_names, write_translation_jsonl
 from hf_vanilla.evaluation.scoring import DEFAULT_RUNTIME, Runtime, TranslationData, score_translations
-from hf_vanilla.files import atomic_directory, write_text_atomic
+from hf_vanilla.files import atomic_directory, write_json
 from hf_vanilla.translation import (
+    TRANSFORMERS,
     load_model_and_tokenizer,
     read_lines,
     translate_sentences,
@@ -111,6 +112,10 @@ def distill_dataset(
     one's forward model) reads them instead of decoding.
     """
     output_dir = Path(output_dir)
+    if runtime.engine.engine != TRANSFORMERS:  # the saved translations are keyed by the torch model's weights
+        raise ValueError(
+            f"distillation decodes with transformers' generate (--engine transformers), not {runtime.engine.engine}"
+        )
     _check_request(teachers, saved, output_dir, overwrite)
     pairs = _load_splits(data, train_split)
     sources, targets = pairs[train_split]["source"], pairs[train_split]["target"]
@@ -124,7 +129,7 @@ def distill_dataset(
         ("backward", teachers.backward, targets, sources, data.source_lang),
     ):
         for model_name in models:
-            model, tokenizer = load_model_and_tokenizer(model_name, runtime.device, runtime.dtype)
+            model, tokenizer = load_model_and_tokenizer(model_name, runtime.engine.device, runtime.engine.dtype)
             translations = _saved_translations(
                 model,
                 tokenizer,
@@ -168,8 +173,8 @@ def _write_dataset(
     with atomic_directory(output_dir) as staging:
         for split, rows in pairs.items():
             split_pairs = rows if isinstance(rows, list) else zip(rows["source"], rows["target"], strict=True)
-            _write_translation_jsonl(staging / f"{split}.jsonl", split_pairs, data.source_lang, data.target_lang)
-        (staging / PROVENANCE_FILE).write_text(json.dumps(provenance, indent=2) + "\n", encoding="utf-8")
+            write_translation_jsonl(staging / f"{split}.jsonl", split_pairs, data.source_lang, data.target_lang)
+        write_json(staging / PROVENANCE_FILE, provenance)
 
 
 def _saved_translations(
@@ -195,7 +200,7 @@ def _saved_translations(
     directory = translations_dir / hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
     directory.mkdir(parents=True, exist_ok=True)
     if not (directory / "key.json").is_file():  # what made them, for a reader; the first run's words
-        write_text_atomic(directory / "key.json", json.dumps({"made_by": description} | key, indent=2) + "\n")
+        write_json(directory / "key.json", {"made_by": description} | key)
     translations: list[str] = []
     with tqdm(total=len(inputs), unit="sent", desc=description, disable=not show_progress) as progress:
         for start in range(0, len(inputs), chunk_size):
@@ -227,10 +232,3 @@ def _model_fingerprint(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBas
         digest.update(text.encode())
     return digest.hexdigest()
 
-
-def _write_translation_jsonl(
-    path: Path, pairs: Iterable[tuple[str, str]], source_lang: str, target_lang: str
-) -> None:
-    """One `{"translation": {source_lang: ..., target_lang: ...}}` object a line, the Hub `translation` layout."""
-    rows = [{source_lang: source, target_lang: target} for source, target in pairs]
-    datasets.Dataset.from_dict({"translation": rows}).to_json(path, force_ascii=False)

@@ -57,7 +57,7 @@ def check_ensemble(
             check_tokenizer_matches_model(tokenizer, member.config)
         except ValueError as err:
             raise ValueError(f"ensemble member {index} does not share the first model's tokenizer: {err}") from err
-        if writes_right_to_left(member) != writes_right_to_left(model):
+        if writes_right_to_left(member.config) != writes_right_to_left(model.config):
             raise ValueError(
                 f"ensemble member {index} writes {_word_order(member)}, the first model {_word_order(model)}: an "
                 "ensemble's models must write in one order (a right-to-left model reranks: --rerank-right-to-left)"
@@ -67,7 +67,7 @@ def check_ensemble(
 
 
 def _word_order(model: PreTrainedModel) -> str:
-    return "right to left" if writes_right_to_left(model) else "left to right"
+    return "right to left" if writes_right_to_left(model.config) else "left to right"
 
 
 class EnsembleLogitsProcessor(LogitsProcessor):

@@ -9,7 +9,6 @@ should read like. A sentence is read as <s> tokens... </s>.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import tempfile
@@ -33,7 +32,7 @@ from transformers import (
 )
 
 from hf_vanilla.data import TokenBatchSampler
-from hf_vanilla.files import atomic_directory
+from hf_vanilla.files import atomic_directory, write_json
 from hf_vanilla.precision import cpu_description, resolve_precision
 from hf_vanilla.translation import resolve_device
 
@@ -170,7 +169,7 @@ def train_language_model(
         }
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
-        (staging / RECORD_FILE).write_text(json.dumps(record, indent=2) + "\n")
+        write_json(staging / RECORD_FILE, record)
     return record
 
 

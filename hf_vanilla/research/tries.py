@@ -47,7 +47,7 @@ from accelerate import PartialState
 from tqdm.auto import tqdm
 
 from hf_vanilla.evaluation.selection import RUN_CANDIDATES, weights_digest
-from hf_vanilla.files import write_text_atomic
+from hf_vanilla.files import write_json, write_text_atomic
 from hf_vanilla.tools.benchmark import describe_environment, environment
 from hf_vanilla.tools.plotting import read_training_log
 from hf_vanilla.training.run_directory import AVERAGE, LAST, LOG_FILE, RETIRED_LAST
@@ -292,7 +292,7 @@ def _run_one(
         else:
             result["selection_exit"] = processes.run(command, select_log, env)
             if result["selection_exit"] == 0:
-                write_text_atomic(run_dir / SELECTION / SELECTED_WITH, json.dumps(inputs, indent=2) + "\n")
+                write_json(run_dir / SELECTION / SELECTED_WITH, inputs)
             else:
                 result["selection_error"] = _last_message(select_log)
     return result
@@ -457,9 +457,7 @@ def run_tries(
         for row in rows:
             row["machine"] = describe_machine(described)
         listed = rows + _earlier_rows(output_dir, {attempt.name for attempt in tries})
-        write_text_atomic(
-            output_dir / TRIES_JSON, json.dumps({"environment": described, "tries": listed}, indent=2) + "\n"
-        )
+        write_json(output_dir / TRIES_JSON, {"environment": described, "tries": listed})
         write_text_atomic(output_dir / TRIES_TABLE, tries_table(listed, described))
     return rows
 

@@ -29,15 +29,17 @@ from pydantic_core import PydanticCustomError
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
-from transformers import AutoConfig, GenerationConfig
+from transformers import AutoConfig
 
 from hf_vanilla.model.configuration_vanilla import VanillaTransformerConfig
-from hf_vanilla.model.decoding import DECODER_PROMPT_LENGTH
+from hf_vanilla.model.decoding import DECODER_PROMPT_LENGTH, beam_settings
 from hf_vanilla.model.hub import checkpoint_card
 from hf_vanilla.translation import (
+    DEFAULT_ENGINE,
     DecodingOptions,
-    TransformersEngine,
-    load_model_and_tokenizer,
+    EngineSettings,
+    generation_defaults,
+    load_engine,
     unencodable_character,
 )
 
@@ -276,14 +278,6 @@ def check_pair(parameters: TranslationParameters | None, pair: tuple[str, str] |
             )
 
 
-def generation_defaults(checkpoint: str | os.PathLike) -> GenerationConfig:
-    """The checkpoint's generation_config.json, or the one transformers derives from its config.json."""
-    try:
-        return GenerationConfig.from_pretrained(checkpoint)
-    except OSError:
-        return GenerationConfig.from_model_config(AutoConfig.from_pretrained(checkpoint))
-
-
 def server_options(
     checkpoint: str | os.PathLike, batching: BatchingSettings, cache_implementation: str | None = None
 ) -> DecodingOptions:
@@ -291,8 +285,7 @@ def server_options(
     penalty, each batch one `generate` call within the batching budget, no progress bar."""
     defaults = generation_defaults(checkpoint)
     return DecodingOptions(
-        num_beams=defaults.num_beams,
-        length_penalty=defaults.length_penalty if defaults.num_beams > 1 else None,
+        **beam_settings(defaults.num_beams, defaults.length_penalty),
         cache_implementation=cache_implementation,
         max_tokens=batching.max_tokens,
         show_progress=False,
@@ -303,7 +296,7 @@ def request_options(
     base: DecodingOptions, chosen: GenerateParameters | None, limits: RequestLimits, room: int
 ) -> DecodingOptions:
     """`base` with the request's choices over it; RequestRefused (422) for beams or new tokens over the limits.
-    Greedy search takes no length penalty (generate would warn about one)."""
+    Greedy search takes no length penalty (`beam_settings`)."""
     settings = chosen.model_dump(exclude_none=True) if chosen else {}
     num_beams = settings.get("num_beams", base.num_beams)
     if num_beams > limits.max_beams:
@@ -317,11 +310,8 @@ def request_options(
             f"max_new_tokens {settings['max_new_tokens']} is over this server's limit of {most_new_tokens} "
             "(max_new_tokens)",
         )
-    if num_beams > 1:
-        settings.setdefault("length_penalty", base.length_penalty)
-    else:
-        settings["length_penalty"] = None
-    return base.replace(**settings)
+    beam = beam_settings(num_beams, settings.get("length_penalty", base.length_penalty))
+    return base.replace(**{**settings, "length_penalty": None, **beam})
 
 
 def check_request_size(texts: list[str], limits: RequestLimits) -> None:
@@ -375,13 +365,13 @@ async def worker_answer(
 
 def create_app(
     checkpoint: str | os.PathLike,
-    device: str | None = None,
-    dtype: str = "float32",
+    engine: EngineSettings = DEFAULT_ENGINE,
     batching: BatchingSettings = DEFAULT_BATCHING,
     limits: RequestLimits = RequestLimits(),
     cache_implementation: str | None = None,
 ) -> FastAPI:
-    """The service for a saved model directory: the model loads on the worker thread once the server runs."""
+    """The service for a saved model directory, decoding on `engine`: the model loads (for the ctranslate2 engine,
+    converted on first use) on the worker thread once the server runs."""
     if limits.max_sentences > batching.max_queued_sentences:
         raise ValueError(
             f"max_sentences {limits.max_sentences} is more than the queue holds ({batching.max_queued_sentences}):"
@@ -390,7 +380,7 @@ def create_app(
     base = server_options(checkpoint, batching, cache_implementation)
     room = AutoConfig.from_pretrained(checkpoint).max_position_embeddings - DECODER_PROMPT_LENGTH
     pair = model_pair(checkpoint)
-    batcher = Batcher(lambda: TransformersEngine(*load_model_and_tokenizer(checkpoint, device, dtype)), base, batching)
+    batcher = Batcher(lambda: load_engine(checkpoint, engine), base, batching)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

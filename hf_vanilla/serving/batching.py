@@ -246,7 +246,7 @@ class Batcher:
             return
         self._engine = engine
         self.ready.set()
-        logger.info("model loaded and warm: %s", engine)
+        logger.info("model loaded and warm: %s", engine.describe())
         work: _Job | tuple[DecodingOptions, list[_Sentence]] | None = None
         try:
             while (work := self._next_batch()) is not None:

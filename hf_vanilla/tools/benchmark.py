@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import json
 import os
 import statistics
 import tempfile
@@ -26,13 +25,14 @@ from tokenizers import Tokenizer, models
 from tqdm.auto import tqdm
 from transformers import CompileConfig, PreTrainedTokenizerFast
 
-from hf_vanilla.files import write_text_atomic
+from hf_vanilla.ctranslate2_engine import save_ctranslate2_model
+from hf_vanilla.files import write_json
 from hf_vanilla.model.attention_kernels import AUTO_ATTENTION
 from hf_vanilla.model.configuration_vanilla import SIZE_FIELDS, VanillaTransformerConfig
 from hf_vanilla.model.modeling_vanilla import VanillaTransformerForConditionalGeneration
 from hf_vanilla.precision import CLOCKS, cpu_description, matmul_peak_flops, resolve_precision, synchronize
 
-from .export import convert_to_ctranslate2, export_to_marian, to_marian
+from .export import to_marian
 
 BENCHMARK_VOCAB_SIZE = 8000  # the joint BPE size used on Multi30k
 SPECIAL_TOKENS = ("<pad>", "<s>", "</s>", "<unk>")
@@ -303,14 +303,15 @@ def synthetic_tokenizer(vocab_size: int) -> PreTrainedTokenizerFast:
 
 
 def _ctranslate2_runs(model, shapes, new_tokens: int, workdir: Path, quantizations) -> dict:
-    """CTranslate2 translators of the exported model, one generation run per (shape, quantization)."""
+    """CTranslate2 translators of the converted model, one generation run per (shape, quantization)."""
     import ctranslate2
 
     tokenizer = synthetic_tokenizer(model.config.vocab_size)
-    marian_dir = export_to_marian(model, workdir / "marian", tokenizer=tokenizer)
     runs = {}
     for quantization in quantizations:
-        path = convert_to_ctranslate2(marian_dir, workdir / f"ct2-{quantization}", quantization)
+        path = workdir / f"ct2-{quantization}"
+        path.mkdir()
+        save_ctranslate2_model(model, tokenizer, path, quantization)
         translator = ctranslate2.Translator(str(path), device="cpu", intra_threads=torch.get_num_threads())
         for batch_size, num_beams, inputs in shapes:
             sources = [
@@ -635,7 +636,7 @@ def _mib(value: int | None) -> str:
 
 def save_results(results: dict, path: str | os.PathLike) -> Path:
     """Write the JSON atomically: a crash never leaves half a file."""
-    return write_text_atomic(path, json.dumps(results, indent=2))
+    return write_json(path, results)
 
 
 __all__ = [

@@ -1,4 +1,5 @@
-"""The MarianMT bridge: a trained model as a stock `MarianMTModel` directory, and from there CTranslate2.
+"""The MarianMT bridge: a trained model as a stock `MarianMTModel` directory (CTranslate2 converts from the
+checkpoint itself: `hf_vanilla.ctranslate2_engine`).
 
 The paper's post-LN Transformer with ReLU, scaled embeddings and fixed sinusoidal positions is the function
 transformers' `MarianMTModel` computes, up to three differences that the conversion absorbs:
@@ -22,7 +23,7 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer, GenerationConfig, MarianConfig, MarianMTModel, PreTrainedTokenizerBase
 
-from hf_vanilla.files import atomic_directory
+from hf_vanilla.files import atomic_directory, refuse_existing, write_json
 from hf_vanilla.model.configuration_vanilla import VanillaTransformerConfig
 from hf_vanilla.model.modeling_vanilla import VanillaTransformerForConditionalGeneration
 
@@ -183,7 +184,7 @@ def export_to_marian(
         )
     marian = to_marian(model)
     output_dir = Path(output_dir)
-    _refuse_existing(output_dir, overwrite)
+    refuse_existing(output_dir, overwrite)
     with atomic_directory(output_dir) as staging:
         marian.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
@@ -198,7 +199,7 @@ def _name_a_tokenizer_class_every_transformers_knows(directory: Path) -> None:
     config = json.loads(config_file.read_text())
     if config.get("tokenizer_class") == "TokenizersBackend":
         config["tokenizer_class"] = "PreTrainedTokenizerFast"
-        config_file.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n")
+        write_json(config_file, config)
 
 
 @torch.no_grad()
@@ -224,64 +225,8 @@ def max_logit_difference(
     return (ours.float() - theirs.float()).abs().max().item()
 
 
-def _ctranslate2_loader():
-    """CTranslate2's Marian loader, minus the two habits of original Marian models that ours do not share.
-
-    The stock loader (what `ct2-transformers-converter` uses) starts the decoder from a zero embedding and
-    drops the last vocabulary entry, because Helsinki-NLP models start from a zero pad embedding stored at the
-    last id. Ours start from `<s>` and keep every id, which is what the BART loader this one reuses does.
-    """
-    from ctranslate2.converters.transformers import BartLoader
-
-    class PaperMarianLoader(BartLoader):
-        @property
-        def architecture_name(self):
-            return "MarianMTModel"
-
-        def get_model_spec(self, model):
-            model.config.normalize_before = False  # post-LN
-            model.config.normalize_embedding = False  # no LayerNorm on the embeddings
-            return super().get_model_spec(model)
-
-    return PaperMarianLoader()
-
-
-def convert_to_ctranslate2(
-    marian_dir: str | os.PathLike,
-    output_dir: str | os.PathLike,
-    quantization: str | None = None,
-    overwrite: bool = False,
-) -> Path:
-    """Convert an exported Marian directory to a CTranslate2 model (`quantization`: int8, float32, ...).
-
-    Needs `pip install ctranslate2`. Translate with `ctranslate2.Translator(output_dir)` on token strings
-    (`tokenizer.convert_ids_to_tokens`); the decoder start token is already configured.
-    """
-    try:
-        from ctranslate2.converters.converter import Converter
-    except ImportError as error:
-        raise ImportError(
-            "converting to CTranslate2 needs the ctranslate2 package: pip install ctranslate2"
-        ) from error
-
-    marian_dir = Path(marian_dir)
-
-    class ExportedMarianConverter(Converter):
-        def _load(self):
-            model = MarianMTModel.from_pretrained(marian_dir)
-            tokenizer = AutoTokenizer.from_pretrained(marian_dir)
-            return _ctranslate2_loader()(model, tokenizer)
-
-    output_dir = Path(output_dir)
-    _refuse_existing(output_dir, overwrite)
-    with atomic_directory(output_dir) as staging:
-        ExportedMarianConverter().convert(str(staging), quantization=quantization, force=True)
-    return output_dir
-
-
 __all__ = [
     "MARIAN_LAYER_NORM_EPS",
-    "convert_to_ctranslate2",
     "export_to_marian",
     "marian_config_from_vanilla",
     "marian_dimension_order",
@@ -290,7 +235,3 @@ __all__ = [
     "to_marian",
 ]
 
-
-def _refuse_existing(output_dir: Path, overwrite: bool) -> None:
-    if output_dir.exists() and not overwrite:
-        raise FileExistsError(f"{output_dir} exists; pass overwrite=True (--overwrite) to replace it")

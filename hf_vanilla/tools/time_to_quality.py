@@ -9,7 +9,6 @@ the same way, gives the score to reach.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,8 +18,8 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from hf_vanilla.evaluation.scoring import Runtime, TranslationData, score_model
-from hf_vanilla.files import atomic_file, write_text_atomic
-from hf_vanilla.model.decoding import PAPER_GENERATION_KWARGS
+from hf_vanilla.files import atomic_file, write_json
+from hf_vanilla.model.decoding import PAPER_GENERATION_KWARGS, beam_settings
 from hf_vanilla.precision import cpu_description
 from hf_vanilla.training.run_directory import LOG_FILE, checkpoint_step, numbered_checkpoints
 
@@ -101,8 +100,7 @@ def time_to_quality(
     `output_dir` (default: the run directory) and returns the report.
     """
     decoding = {**PAPER_GENERATION_KWARGS, **generate_kwargs}
-    if decoding["num_beams"] == 1:
-        decoding.pop("length_penalty", None)
+    decoding.update(beam_settings(decoding.pop("num_beams"), decoding.pop("length_penalty", None)))
     minutes = checkpoint_minutes(run_dir)
     pairs = data.pairs(split)
     scoring = dict(pairs=pairs, target_lang=data.target_lang, runtime=runtime, settings=[decoding])
@@ -118,14 +116,15 @@ def time_to_quality(
         "sentences": len(pairs),
         "direction": f"{data.source_lang}-{data.target_lang}",
         "decoding": decoding,
-        "dtype": runtime.dtype,
+        "engine": runtime.engine.engine,
+        "dtype": runtime.engine.precision,
         "cpu": cpu_description(),
         "checkpoints": points,
         "target": target_score,
         "reached": None if target_score is None else minutes_to_reach(points, target_score["bleu"]),
     }
     output_dir = Path(output_dir or run_dir)
-    write_text_atomic(output_dir / REPORT_FILE, json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+    write_json(output_dir / REPORT_FILE, report)
     plot_time_to_quality(report, output_dir / PLOT_FILE)
     return report
 

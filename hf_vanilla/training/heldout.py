@@ -9,13 +9,13 @@ the run directory as `heldout/{split}.jsonl` in the Hub `translation` layout, wh
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import datasets
 
+from hf_vanilla.corpus import write_translation_jsonl
 from hf_vanilla.files import atomic_directory
 
 from .settings import TrainingError
@@ -73,9 +73,6 @@ def write_heldout(
     """`heldout/{split}.jsonl` in `run_dir` (one directory, written whole), in the Hub `translation` layout."""
     with atomic_directory(Path(run_dir) / HELDOUT_DIR) as staging:
         for split, pairs in heldout.items():
-            lines = (
-                json.dumps({"translation": {source_lang: source, target_lang: target}}, ensure_ascii=False) + "\n"
-                for source, target in zip(pairs["source"], pairs["target"], strict=True)
-            )
-            (staging / f"{split}.jsonl").write_text("".join(lines), encoding="utf-8")
+            split_pairs = zip(pairs["source"], pairs["target"], strict=True)
+            write_translation_jsonl(staging / f"{split}.jsonl", split_pairs, source_lang, target_lang)
     return Path(run_dir) / HELDOUT_DIR

@@ -2,8 +2,8 @@
 
 A run directory holds `checkpoint_<step>` (numbered, one per save), `checkpoint_last` (also carrying the
 training state for `--resume`), `checkpoint_best` and, after averaging, `checkpoint_average`, each a standalone
-`save_pretrained` directory (see `standalone.py`); `train_log.jsonl`, one JSON record a line; and
-`training_config.yaml`. Every directory is written under a staging name and renamed into place, so a crash
+`save_pretrained` directory with its model card (`hf_vanilla.publishing`); `train_log.jsonl`, one JSON record a
+line; and `training_config.yaml`. Every directory is written under a staging name and renamed into place, so a crash
 never leaves one that looks complete but is not.
 """
 
@@ -15,19 +15,16 @@ import os
 import re
 import shutil
 import socket
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import torch
-from huggingface_hub import ModelCard
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from hf_vanilla.files import STAGING_PREFIX, publish_directory, write_text_atomic
-from hf_vanilla.model.configuration_vanilla import VanillaTransformerConfig
-from hf_vanilla.publishing import CARD_FILE, model_card
+from hf_vanilla.files import STAGING_PREFIX, atomic_directory, publish_directory, write_text_atomic
+from hf_vanilla.publishing import CARD_FILE, RunRecord, directory_card, save_card
 
 from .settings import TrainingConfig, TrainingError, load_training_config
 
@@ -78,14 +75,14 @@ def numbered_checkpoints(run_dir: str | os.PathLike) -> list[Path]:
 
 
 def average_checkpoints(
-    checkpoint_dirs: Sequence[str | os.PathLike], output_dir: str | os.PathLike, card: ModelCard | None = None
+    checkpoint_dirs: Sequence[str | os.PathLike], output_dir: str | os.PathLike, run: RunRecord | None = None
 ) -> Path:
     """Write a model directory whose weights are the element-wise mean of those in `checkpoint_dirs`.
 
-    The config, tokenizer, generation config and code are copied from the last directory, and `card` (a model
-    card of the average) replaces its README.md. Weights are read
-    with safetensors only (never a pickle) and summed in float64, then cast back to their dtype;
-    tensors that are not floating point (none in this model) are taken from the last checkpoint.
+    The config, tokenizer, generation config and code are copied from the last directory; with `run` (what made
+    the checkpoints), a model card of the average too. Weights are read with safetensors only (never a pickle) and
+    summed in float64, then cast back to their dtype; tensors that are not floating point (none in this model)
+    are taken from the last checkpoint.
     """
     checkpoint_dirs = [Path(path) for path in checkpoint_dirs]
     if not checkpoint_dirs:
@@ -97,25 +94,19 @@ def average_checkpoints(
                 f"{directory} has weight files {_weight_files(directory)}, but {checkpoint_dirs[-1]} has "
                 f"{weight_files}: checkpoints of different models cannot be averaged"
             )
-    output_dir = Path(output_dir)
-    output_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=output_dir.parent))
-    try:
-        shutil.copytree(
-            checkpoint_dirs[-1], staging, dirs_exist_ok=True, ignore=shutil.ignore_patterns("*.safetensors")
-        )
-        if card is not None:  # the last checkpoint's card describes it, not the average
-            card.save(staging / CARD_FILE)
+    with atomic_directory(output_dir) as staging:
+        # The last checkpoint's card describes it, not the average.
+        ignored = shutil.ignore_patterns("*.safetensors", CARD_FILE)
+        shutil.copytree(checkpoint_dirs[-1], staging, dirs_exist_ok=True, ignore=ignored)
         for name in weight_files:
             save_file(
                 _mean_tensors([directory / name for directory in checkpoint_dirs]),
                 staging / name,
                 {"format": "pt"},
             )
-        publish_directory(staging, output_dir)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return output_dir
+        if run is not None:
+            save_card(directory_card(staging, run), staging)
+    return Path(output_dir)
 
 
 def _weight_files(directory: Path) -> list[str]:
@@ -301,10 +292,8 @@ def average_run_checkpoints(
         raise TrainingError(f"{output_dir} holds {len(checkpoints)} numbered checkpoints, fewer than {count}")
     config = config or load_training_config(output_dir / CONFIG_FILE)
     summary = f"The average of the weights of {', '.join(path.name for path in checkpoints)} (section 6.1)."
-    model_config = VanillaTransformerConfig.from_pretrained(checkpoints[-1])
-    card = run_model_card(config, model_config, summary, metrics=None)
     try:
-        average_checkpoints(checkpoints, target or output_dir / AVERAGE, card)
+        average_checkpoints(checkpoints, target or output_dir / AVERAGE, run_record(config, summary, metrics=None))
     except ValueError as err:
         raise TrainingError(str(err)) from err
     return checkpoints
@@ -312,27 +301,22 @@ def average_run_checkpoints(
 
 # The training settings a checkpoint's card lists: what the recipe chose where the paper gives a value or a range.
 CARD_SETTINGS = (
-    "max_steps", "max_minutes", "max_tokens", "tokens_per_update", "warmup", "lr", "label_smoothing", "dropout",
-    "early_dropout_updates", "attention_dropout", "activation_dropout", "average_last", "mixed_precision", "seed",
+    "init_from", "max_steps", "max_minutes", "max_tokens", "tokens_per_update", "adam_beta1", "adam_beta2",
+    "adam_eps", "warmup", "lr", "lr_cooldown", "label_smoothing", "rdrop_alpha", "dropout", "early_dropout_updates",
+    "early_dropout", "attention_dropout", "activation_dropout", "clip_grad_norm", "average_last", "mixed_precision",
+    "seed",
 )  # fmt: skip
 
 
-def run_model_card(
-    config: TrainingConfig,
-    model_config: VanillaTransformerConfig,
-    summary: str,
-    metrics: dict[str, float] | None,
-) -> ModelCard:
-    """The README.md of a checkpoint of this run, with its validation scores when it was validated and the
-    settings that made it (`CARD_SETTINGS`, those set)."""
-    settings = {name: getattr(config, name) for name in CARD_SETTINGS if getattr(config, name) is not None}
-    return model_card(
-        model_config,
+def run_record(config: TrainingConfig, summary: str, metrics: dict[str, float] | None) -> RunRecord:
+    """What a checkpoint's card says of this run: its data, `summary`, the settings that made it (`CARD_SETTINGS`,
+    those set) and the checkpoint's validation scores (`metrics`) when it was validated."""
+    return RunRecord(
         config.source_lang,
         config.target_lang,
         config.dataset,
         summary,
-        metrics,
-        config.validation_max_sentences,
-        settings,
+        settings={name: getattr(config, name) for name in CARD_SETTINGS if getattr(config, name) is not None},
+        validation=metrics,
+        validation_sentences=config.validation_max_sentences,
     )

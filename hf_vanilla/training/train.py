@@ -48,6 +48,7 @@ from hf_vanilla.evaluation.scoring import TEST_SPLIT, bleu_metric
 from hf_vanilla.files import write_text_atomic
 from hf_vanilla.model.attention_kernels import AUTO_ATTENTION
 from hf_vanilla.model.configuration_vanilla import SIZE_FIELDS, VanillaTransformerConfig
+from hf_vanilla.model.decoding import beam_settings
 from hf_vanilla.model.modeling_vanilla import VanillaTransformerForConditionalGeneration
 from hf_vanilla.precision import resolve_precision
 from hf_vanilla.tokenization import (
@@ -537,9 +538,7 @@ def generation_config(config: TrainingConfig, model_config: VanillaTransformerCo
     fails before training, not at the first save.
     """
     generation = GenerationConfig(
-        num_beams=config.num_beams,
-        # Greedy search has no length penalty; generate refuses a config that sets one.
-        **({"length_penalty": config.length_penalty} if config.num_beams > 1 else {}),
+        **beam_settings(config.num_beams, config.length_penalty),
         **{
             name: getattr(model_config, name)
             for name in ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id")

@@ -1,6 +1,6 @@
 """The update loop: batches in, updates, logs, validation and checkpoints out, until the budget is spent.
 
-`train` (training.py) prepares everything and hands it to `Trainer`. An update reads nothing back from the
+`train` (train.py) prepares everything and hands it to `Trainer`. An update reads nothing back from the
 device: its loss and token count are added up there and read at a log or save point, where the run also checks
 that it has not diverged. Decisions that follow the update count (max_steps, save_interval_updates) or the
 validation loss (patience: every process reads the same reduced loss) are the same on every process; those that
@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
-import json
 import math
 import shutil
 import signal
@@ -37,7 +36,7 @@ from transformers import PreTrainedTokenizerBase
 
 from hf_vanilla.data import TokenBatchSampler, TokenizedRows, UpdateBatchSampler, make_collator
 from hf_vanilla.evaluation.scoring import score_translations
-from hf_vanilla.files import publish_directory, write_text_atomic
+from hf_vanilla.files import publish_directory, write_json
 from hf_vanilla.publishing import save_model_directory
 from hf_vanilla.translation import translate_sentences
 
@@ -50,7 +49,7 @@ from .run_directory import (
     append_log,
     copy_checkpoint,
     remove_old_checkpoints,
-    run_model_card,
+    run_record,
     staging_directory,
 )
 from .schedule import LearningRateSchedule, dropout_for_update, set_dropout
@@ -470,7 +469,7 @@ class CheckpointWriter:
         staging = self._save_model(model, output_dir / LAST, progress, metrics, publish=False)
         accelerator.save_state(str(staging / TRAINING_STATE))
         if accelerator.is_main_process:
-            write_text_atomic(staging / TRAINING_STATE / PROGRESS_FILE, json.dumps(progress.state_dict()))
+            write_json(staging / TRAINING_STATE / PROGRESS_FILE, progress.state_dict())
         accelerator.wait_for_everyone()
         if accelerator.is_main_process:
             publish_directory(staging, output_dir / LAST)
@@ -492,8 +491,8 @@ class CheckpointWriter:
             summary = (
                 f"Checkpoint after {progress.step} updates ({progress.elapsed_seconds / 60:.1f} minutes)."
             )
-            card = run_model_card(self.config, model.config, summary, metrics)
-            save_model_directory(model, self.tokenizer, staging, card, state_dict=state_dict)
+            run = run_record(self.config, summary, metrics)
+            save_model_directory(model, self.tokenizer, staging, run, state_dict=state_dict)
             if publish:
                 publish_directory(staging, final)
         accelerator.wait_for_everyone()

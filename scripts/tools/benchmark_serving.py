@@ -1,23 +1,28 @@
 """Load benchmark of the translation service: N concurrent clients on 127.0.0.1 send a dataset's source sentences,
-one sentence a request, for a fixed count of requests; sentences/s, latency percentiles and errors, against
+one sentence a request, for a fixed count of requests; sentences/s, latency percentiles and errors, on each engine
+of --engine, against
 
-  (a) the same service with batching off (each sentence its own `generate` call),
-  (b) offline `translate_sentences` of the same sentences, in length-sorted batches (the ceiling),
-  (c) CTranslate2's `translate_batch` on the exported model, where ctranslate2 is installed.
+  (a) the transformers service with batching off (each sentence its own `generate` call),
+  (b) offline decoding of the same sentences by each engine, in length-sorted batches (the service's ceiling),
+  (c) CTranslate2's own `translate_batch` on the converted model, in each compute type (our engine's ceiling).
 
-    python scripts/tools/benchmark_serving.py outputs/multi30k-small/final --requests 10000 --clients 32
+    python scripts/tools/benchmark_serving.py outputs/multi30k-small-de-en/checkpoint_best --requests 10000 \\
+        --clients 32 --engine transformers ctranslate2:float32 ctranslate2:int8
 
 Writes a JSON report (the command, the CPU, the settings, each run) to --output.
 """
 
+import argparse
 import json
 import shlex
+import statistics
 import sys
 import tempfile
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -26,14 +31,49 @@ import torch
 
 from hf_vanilla.cli import ArgumentParser, add_language_arguments, positive_int
 from hf_vanilla.corpus import dataset_spec, load_translation_split
-from hf_vanilla.files import write_text_atomic
+from hf_vanilla.files import write_json
+from hf_vanilla.model.decoding import PAPER_GENERATION_KWARGS
 from hf_vanilla.precision import cpu_description
 from hf_vanilla.serving.batching import DEFAULT_BATCHING
 from hf_vanilla.serving.process import ServerProcess
-from hf_vanilla.translation import DecodingOptions, load_model_and_tokenizer, translate_sentences
+from hf_vanilla.tools.benchmark import interleaved_seconds
+from hf_vanilla.translation import (
+    CTRANSLATE2,
+    TRANSFORMERS,
+    DecodingOptions,
+    EngineSettings,
+    load_engine,
+    load_tokenizer,
+)
 
 STARTUP_SECONDS = 300
 UNBATCHED = ("--max-batch-tokens", "1", "--max-wait-ms", "0")  # each sentence alone
+
+
+def decoding(args) -> dict:
+    """The decoding of every run, as a request's generate_parameters."""
+    limit = {"max_new_tokens": args.max_new_tokens} if args.max_new_tokens else {}
+    return {"num_beams": args.num_beams, "length_penalty": args.length_penalty, **limit}
+
+
+def engine_choice(text: str) -> EngineSettings:
+    """`transformers` or `ctranslate2:COMPUTE_TYPE` (`ctranslate2` alone: auto) as the CPU engine's settings."""
+    engine, _, compute_type = text.partition(":")
+    try:
+        return EngineSettings(engine, "cpu", compute_type=compute_type or "auto")
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from err
+
+
+def engine_name(settings: EngineSettings) -> str:
+    return settings.engine if settings.engine == TRANSFORMERS else f"{settings.engine}:{settings.compute_type}"
+
+
+def engine_flags(settings: EngineSettings, workdir: Path) -> tuple[str, ...]:
+    """serve.py's flags for `settings`, converted models cached in `workdir`."""
+    if settings.engine == TRANSFORMERS:
+        return ()
+    return ("--engine", settings.engine, "--compute-type", settings.compute_type, "--ctranslate2-dir", str(workdir))
 
 
 def parse_args():
@@ -52,8 +92,15 @@ def parse_args():
         help="requests to the service with batching off",
     )
     parser.add_argument("--clients", type=positive_int, default=32, help="concurrent clients")
-    parser.add_argument("--num-beams", type=positive_int, default=4, help="beam size of every request")
-    parser.add_argument("--length-penalty", type=float, default=0.6, help="length penalty of every request")
+    parser.add_argument(
+        "--num-beams", type=positive_int, default=PAPER_GENERATION_KWARGS["num_beams"], help="every request's beam size"
+    )
+    parser.add_argument(
+        "--length-penalty",
+        type=float,
+        default=PAPER_GENERATION_KWARGS["length_penalty"],
+        help="every request's length penalty",
+    )
     parser.add_argument(
         "--threads", type=positive_int, default=2, help="torch threads of the server and offline"
     )
@@ -65,6 +112,26 @@ def parse_args():
     )
     parser.add_argument(
         "--max-wait-ms", type=float, default=DEFAULT_BATCHING.max_wait_ms, help="the batching service's"
+    )
+    parser.add_argument(
+        "--engine",
+        nargs="+",
+        type=engine_choice,
+        default=[engine_choice(name) for name in (TRANSFORMERS, "ctranslate2:float32", "ctranslate2:int8")],
+        help="the engines to serve and decode offline with: transformers, or ctranslate2:COMPUTE_TYPE",
+    )
+    parser.add_argument(
+        "--max-new-tokens",
+        type=positive_int,
+        default=None,
+        help="one output limit for every run (default: each sentence its source length + 50, translate_batch 256); "
+        "an untrained model runs to its limit, so this sets the work of every run alike",
+    )
+    parser.add_argument(
+        "--repeats", type=positive_int, default=3, help="timings of each offline decoding, taken in turn"
+    )
+    parser.add_argument(
+        "--offline-only", action="store_true", help="decode offline only, no service (no request counts then)"
     )
     parser.add_argument("--output", default="docs/benchmarks/serving.json", help="the JSON report (the CPU named in it)")
     return parser.parse_args()
@@ -133,8 +200,7 @@ def serve_and_load(
     )
     try:
         server.wait_until_ready(STARTUP_SECONDS)
-        beam = {"num_beams": args.num_beams, "length_penalty": args.length_penalty}
-        run = load(server.url, sentences, requests_count, args.clients, beam)
+        run = load(server.url, sentences, requests_count, args.clients, decoding(args))
     finally:
         exit_status = server.stop()
     sizes = [int(line.split("batch: ")[1].split()[0]) for line in server.batch_lines()]
@@ -147,50 +213,54 @@ def serve_and_load(
     }
 
 
-def throughput(translate: Callable[[list], object], inputs: list) -> dict:
-    """`translate` warmed on 8 of the inputs (as the service warms up before it is ready), then timed on all."""
-    translate(inputs[:8])
-    started = time.perf_counter()
-    translate(inputs)
-    wall = time.perf_counter() - started
-    return {
-        "sentences": len(inputs),
-        "sentences_per_second": round(len(inputs) / wall, 2),
-        "seconds": round(wall, 2),
-    }
+def offline_decoding(args, settings: EngineSettings, workdir: Path) -> Callable[[list], object]:
+    """The engine's translation of sentences, all at once, in length-sorted batches."""
+    engine = load_engine(args.model, replace(settings, ctranslate2_dir=workdir))
+    options = DecodingOptions(max_tokens=args.max_batch_tokens, show_progress=False).replace(**decoding(args))
+    return lambda batch: engine.translate(batch, options)
 
 
-def offline(args, sentences: list[str]) -> dict:
-    """`translate_sentences` of the sentences, all at once, in length-sorted batches."""
-    torch.set_num_threads(args.threads)
-    model, tokenizer = load_model_and_tokenizer(args.model, "cpu")
-    options = DecodingOptions(
-        num_beams=args.num_beams, length_penalty=args.length_penalty, max_tokens=args.max_batch_tokens,
-        show_progress=False,
-    )  # fmt: skip
-    return throughput(lambda batch: translate_sentences(model, tokenizer, batch, options), sentences)
+def raw_translate_batch(args, compute_type: str, workdir: Path) -> Callable[[list], object]:
+    """CTranslate2's `translate_batch` alone on the converted model: sentences as token strings in batches of the
+    same token budget, one limit for all (256, its default), none of our batching or texts."""
+    import ctranslate2
 
+    from hf_vanilla.ctranslate2_engine import cached_conversion
 
-def ctranslate2_run(args, sentences: list[str], workdir: Path) -> dict | str:
-    """CTranslate2 (float32) on the exported model, the same sentences in token-budget batches."""
-    try:
-        import ctranslate2
-    except ImportError:
-        return "skipped: ctranslate2 is not installed (pip install 'hf_vanilla[ct2]')"
-    from hf_vanilla.tools.export import convert_to_ctranslate2, export_to_marian
-
-    marian_dir = export_to_marian(args.model, workdir / "marian")
     translator = ctranslate2.Translator(
-        str(convert_to_ctranslate2(marian_dir, workdir / "ct2", "float32")),
+        str(cached_conversion(Path(args.model), workdir)),
         device="cpu",
+        compute_type=compute_type,
         intra_threads=args.threads,
     )
-    _, tokenizer = load_model_and_tokenizer(args.model, "cpu")
-    tokens = [tokenizer.convert_ids_to_tokens(ids) for ids in tokenizer(sentences)["input_ids"]]
-    options = {"beam_size": args.num_beams, "length_penalty": args.length_penalty, "batch_type": "tokens"}
-    return throughput(
-        lambda batch: translator.translate_batch(batch, max_batch_size=args.max_batch_tokens, **options), tokens
-    )
+    tokenizer = load_tokenizer(args.model)
+    limit = {"max_decoding_length": args.max_new_tokens} if args.max_new_tokens else {}
+    options = {"beam_size": args.num_beams, "length_penalty": args.length_penalty, "batch_type": "tokens", **limit}
+
+    def translate(batch: list[str]) -> object:
+        tokens = [tokenizer.convert_ids_to_tokens(ids) for ids in tokenizer(batch)["input_ids"]]
+        return translator.translate_batch(tokens, max_batch_size=args.max_batch_tokens, **options)
+
+    return translate
+
+
+def offline(args, sentences: list[str], decoders: dict[str, Callable[[list], object]]) -> dict:
+    """Each decoder warmed on 8 sentences (as the service warms up before it is ready), then timed on all of them,
+    the decoders in turn `--repeats` times (A B A B ...) in this process's CPU time, which the other processes of a
+    shared machine barely disturb: the median rate and every sample."""
+    torch.set_num_threads(args.threads)
+    for translate in decoders.values():
+        translate(sentences[:8])
+    runs = {name: lambda translate=translate: translate(sentences) for name, translate in decoders.items()}
+    seconds = interleaved_seconds(runs, args.repeats, warmup=0, clock="cpu")
+    return {
+        name: {
+            "sentences": len(sentences),
+            "sentences_per_second": round(len(sentences) / statistics.median(samples), 2),
+            "cpu_seconds": [round(sample, 2) for sample in samples],
+        }
+        for name, samples in seconds.items()
+    }
 
 
 def main() -> None:
@@ -199,17 +269,33 @@ def main() -> None:
     split = load_translation_split(dataset, args.source_lang, args.target_lang, args.split, args.dataset_config)
     sentences = list(split["source"])[: args.sentences]
     batched_flags = ("--max-batch-tokens", str(args.max_batch_tokens), "--max-wait-ms", str(args.max_wait_ms))
+    names = [engine_name(settings) for settings in args.engine]
+    compute_types = [settings.compute_type for settings in args.engine if settings.engine == CTRANSLATE2]
+    runs = {}
     with tempfile.TemporaryDirectory() as scratch:
         workdir = Path(scratch)
-        runs = {
-            "batched": serve_and_load(args, sentences, batched_flags, args.requests, workdir, "batched"),
-            "unbatched": serve_and_load(
+        if not args.offline_only:
+            for name, settings in zip(names, args.engine, strict=True):
+                flags = (*batched_flags, *engine_flags(settings, workdir))
+                runs[f"service {name}"] = serve_and_load(args, sentences, flags, args.requests, workdir, name)
+            runs["service transformers, batching off"] = serve_and_load(
                 args, sentences, UNBATCHED, args.unbatched_requests, workdir, "unbatched"
-            ),
-            "offline": offline(args, sentences),
-            "ctranslate2": ctranslate2_run(args, sentences, workdir),
+            )
+        decoders = {
+            **{
+                f"offline {name}": offline_decoding(args, settings, workdir)
+                for name, settings in zip(names, args.engine, strict=True)
+            },
+            **{f"translate_batch {kind}": raw_translate_batch(args, kind, workdir) for kind in compute_types},
         }
-    rate = {name: run["sentences_per_second"] for name, run in runs.items() if isinstance(run, dict)}
+        runs |= offline(args, sentences, decoders)
+    rate = {name: run["sentences_per_second"] for name, run in runs.items()}
+    ratios = [  # (over, under): the runs each ratio compares
+        *((f"offline {CTRANSLATE2}:{kind}", f"translate_batch {kind}") for kind in compute_types),
+        *((f"service {name}", f"offline {name}") for name in names),
+        *((f"service {name}", f"service {TRANSFORMERS}") for name in names),
+        (f"service {TRANSFORMERS}", "service transformers, batching off"),
+    ]
     report = {
         "command": shlex.join(["python", *sys.argv]),
         "cpu": cpu_description(),
@@ -217,13 +303,15 @@ def main() -> None:
         "clients": args.clients,
         "num_beams": args.num_beams,
         "dataset": f"{dataset} {args.split} ({args.source_lang}), {len(sentences)} sentences",
-        "batched_over_unbatched": round(rate["batched"] / rate["unbatched"], 2),
-        "batched_over_offline": round(rate["batched"] / rate["offline"], 2),
+        "ratios": {
+            f"{over} / {under}": round(rate[over] / rate[under], 2)
+            for over, under in ratios
+            if over in rate and under in rate and over != under
+        },
         **runs,
     }
-    write_text_atomic(args.output, json.dumps(report, indent=2) + "\n")
+    write_json(args.output, report)
     print(json.dumps(report, indent=2))
-
 
 if __name__ == "__main__":
     main()

@@ -1,15 +1,11 @@
-"""Export a trained model directory to a stock MarianMTModel directory, and optionally on to CTranslate2."""
+"""Export a trained model directory to a stock MarianMTModel directory, and optionally to CTranslate2 beside it."""
 
 
 from transformers import MarianMTModel
 
 from hf_vanilla.cli import ArgumentParser
-from hf_vanilla.tools.export import (
-    convert_to_ctranslate2,
-    export_to_marian,
-    load_vanilla,
-    max_logit_difference,
-)
+from hf_vanilla.ctranslate2_engine import convert_to_ctranslate2
+from hf_vanilla.tools.export import export_to_marian, load_vanilla, max_logit_difference
 
 
 def main() -> None:
@@ -17,7 +13,12 @@ def main() -> None:
     parser.add_argument("model_dir", help="a saved hf_vanilla model directory")
     parser.add_argument("output_dir", help="where the MarianMTModel directory goes")
     parser.add_argument("--tokenizer", default=None, help="tokenizer directory (default: model_dir)")
-    parser.add_argument("--ctranslate2-dir", default=None, help="also convert to CTranslate2 here")
+    parser.add_argument(
+        "--ctranslate2-dir",
+        default=None,
+        help="also convert model_dir (with its own tokenizer) to CTranslate2 here; the ctranslate2 engine "
+        "(--engine ctranslate2) converts and caches on its own",
+    )
     parser.add_argument(
         "--quantization", default=None, help="CTranslate2 weight type: int8, int8_float32, float32..."
     )
@@ -34,7 +35,7 @@ def main() -> None:
     difference = max_logit_difference(model, MarianMTModel.from_pretrained(marian_dir))
     print(f"saved {marian_dir}: max |logit difference| to the original on random inputs {difference:.2e}")
     if args.ctranslate2_dir:
-        path = convert_to_ctranslate2(marian_dir, args.ctranslate2_dir, args.quantization, args.overwrite)
+        path = convert_to_ctranslate2(args.model_dir, args.ctranslate2_dir, args.quantization, args.overwrite)
         print(f"saved {path} (CTranslate2, {args.quantization or 'weights as saved'})")
 
 

@@ -3,8 +3,9 @@
 Writes one PNG per attention kind and layer (a grid of heads, tokens on the axes) into --output-dir.
 The target side is --target when given (teacher-forced), else the model's own greedy translation.
 
-    python scripts/tools/plot_attention.py outputs/multi30k-small/final --source "Ein Hund rennt durch den Schnee." \\
-        --target "A dog runs through the snow." --output-dir outputs/attention
+    python scripts/tools/plot_attention.py outputs/multi30k-small-de-en/checkpoint_best \\
+        --source "Ein Hund rennt durch den Schnee." --target "A dog runs through the snow." \\
+        --output-dir outputs/attention
 """
 
 import sys

@@ -8,9 +8,8 @@ import sacrebleu
 import torch
 from conftest import DE_EN, run_script
 from huggingface_hub import ModelCard
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
 
-from hf_vanilla import VanillaTransformerConfig
 from hf_vanilla.corpus import load_translation_split
 from hf_vanilla.evaluation import scoring as scoring_module
 from hf_vanilla.evaluation.paper_bleu import PAPER_BLEU_KEY, PAPER_BLEU_NAME
@@ -24,7 +23,7 @@ from hf_vanilla.evaluation.scoring import (
     score_translations,
 )
 from hf_vanilla.evaluation.selection import SelectionGrid, select_on_validation
-from hf_vanilla.publishing import CARD_FILE, model_card
+from hf_vanilla.publishing import CARD_FILE, RunRecord, model_card, save_card
 from hf_vanilla.tokenization import save_tokenizer
 from hf_vanilla.translation import (
     DecodingOptions,
@@ -265,7 +264,7 @@ def test_evaluate_bleu_writes_hypotheses_and_report_with_paper_beam_search(
 def test_blank_sources_become_blank_hypotheses_and_are_counted(tiny_model_and_tokenizer, caplog):
     model, tokenizer = tiny_model_and_tokenizer
     ((_, hypotheses, report),) = evaluate_translation(
-        model, tokenizer, ["Ein Hund.", " "], ["A dog.", "Nothing."], runtime=QUIET, max_new_tokens=3
+        TransformersEngine(model, tokenizer), ["Ein Hund.", " "], ["A dog.", "Nothing."], runtime=QUIET, max_new_tokens=3
     )
     assert hypotheses[1] == "" and report["blank_sources"] == 1
     assert "1 of 2 source lines are blank" in caplog.text
@@ -282,7 +281,7 @@ def test_blank_sources_become_blank_hypotheses_and_are_counted(tiny_model_and_to
 def test_evaluation_rejects_missing_references(tiny_model_and_tokenizer, sources, references, message):
     model, tokenizer = tiny_model_and_tokenizer
     with pytest.raises(ValueError, match=message):
-        evaluate_translation(model, tokenizer, sources, references, runtime=QUIET)
+        evaluate_translation(TransformersEngine(model, tokenizer), sources, references, runtime=QUIET)
 
 
 def test_unknown_language_is_named(tiny_model_dir, corpus_path, tmp_path):
@@ -365,10 +364,10 @@ def test_selection_takes_the_best_validation_setting_and_decodes_test_with_it_on
     # checkpoint_average holds the same weights as checkpoint_best: it is decoded once, as the best.
     decoded = []
 
-    def scripted_evaluation(model, tokenizer, sources, references, *args, **settings):
-        evaluated = evaluate_translation(model, tokenizer, sources, references, *args, **settings)
+    def scripted_evaluation(engine, sources, references, *args, **settings):
+        evaluated = evaluate_translation(engine, sources, references, *args, **settings)
         decoded.append(settings)
-        is_last = "checkpoint_last" in model.name_or_path
+        is_last = "checkpoint_last" in engine.model.name_or_path
         for _, _, report in evaluated:
             report["cased"]["bleu"] = 10 * is_last + settings["num_beams"] - settings.get("length_penalty", 0)
         return evaluated
@@ -401,17 +400,41 @@ def test_selection_takes_the_best_validation_setting_and_decodes_test_with_it_on
     assert (test_report["model"], test_report["sentences"]) == (str(run_dir / "checkpoint_last"), 4)
     assert selection["reports"]["test"]["cased"] == test_report["cased"]
     assert json.loads((output_dir / "selection.json").read_text()) == selection
+    saved = {
+        name: GenerationConfig.from_pretrained(run_dir / name) for name in ("checkpoint_best", "checkpoint_last")
+    }
+    assert (saved["checkpoint_last"].num_beams, saved["checkpoint_last"].length_penalty) == (2, 0.6)
+    assert saved["checkpoint_best"].num_beams is None  # only the chosen checkpoint changes
+    assert selection["decoding_defaults_file"] == str(run_dir / "checkpoint_last" / "generation_config.json")
 
 
-def test_selection_writes_the_test_scores_into_the_chosen_checkpoints_card(tiny_model_dir, corpus_path, tmp_path):
-    checkpoint = tmp_path / "checkpoint"
-    shutil.copytree(tiny_model_dir, checkpoint)
-    config = VanillaTransformerConfig.from_pretrained(checkpoint)
-    model_card(config, "de", "en", corpus_path, "Trained.", {"val_bleu": 1.5}).save(checkpoint / CARD_FILE)
+def test_selection_makes_its_choice_what_generate_decodes_with(tiny_model_copy, corpus_path, tmp_path):
     data = TranslationData(corpus_path, "de", "en", max_sentences=3)
-    select_on_validation([checkpoint], data, tmp_path / "out", SelectionGrid(num_beams=[1]))
+    grid = SelectionGrid(num_beams=[3], length_penalties=[1.3], report_splits=())
+    select_on_validation([tiny_model_copy], data, tmp_path / "out", grid, QUIET)
+    model = AutoModelForSeq2SeqLM.from_pretrained(tiny_model_copy)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_copy)
+    assert (model.generation_config.num_beams, model.generation_config.length_penalty) == (3, 1.3)
+    batch = tokenizer(["Ein Hund rennt durch den Schnee."], return_tensors="pt")
+    chosen = model.generate(**batch, max_new_tokens=6, num_beams=3, length_penalty=1.3, output_scores=True,
+                            return_dict_in_generate=True)  # fmt: skip
+    default = model.generate(**batch, max_new_tokens=6, output_scores=True, return_dict_in_generate=True)
+    assert torch.equal(default.sequences_scores, chosen.sequences_scores)  # beam search's scores, with its penalty
+
+    greedy = SelectionGrid(num_beams=[1], report_splits=())
+    select_on_validation([tiny_model_copy], data, tmp_path / "out", greedy, QUIET)
+    saved = json.loads((tiny_model_copy / "generation_config.json").read_text())
+    assert saved["num_beams"] == 1 and "length_penalty" not in saved  # greedy search takes no length penalty
+
+
+def test_selection_writes_the_test_scores_into_the_chosen_checkpoints_card(tiny_model_copy, corpus_path, tmp_path):
+    model = AutoModelForSeq2SeqLM.from_pretrained(tiny_model_copy)
+    run = RunRecord("de", "en", corpus_path, "Trained.", validation={"val_bleu": 1.5})
+    save_card(model_card(model.config, GenerationConfig(num_beams=4, length_penalty=0.6), run), tiny_model_copy)
+    data = TranslationData(corpus_path, "de", "en", max_sentences=3)
+    select_on_validation([tiny_model_copy], data, tmp_path / "out", SelectionGrid(num_beams=[1]))
     report = json.loads((tmp_path / "out" / "test.de-en.json").read_text())
-    card = ModelCard.load(checkpoint / CARD_FILE)
+    card = ModelCard.load(tiny_model_copy / CARD_FILE)
     test = {result.metric_name: result.metric_value for result in card.data.eval_results if result.dataset_split == "test"}
     assert test == {
         "sacreBLEU": round(report["cased"]["bleu"], 2),
@@ -420,6 +443,7 @@ def test_selection_writes_the_test_scores_into_the_chosen_checkpoints_card(tiny_
         PAPER_BLEU_NAME: round(report[PAPER_BLEU_KEY]["bleu"], 2),
     }
     assert [result.dataset_split for result in card.data.eval_results].count("validation") == 1
+    assert "greedy search (num_beams 1)" in card.text and "beams, length penalty" not in card.text
 
 
 def test_selection_with_the_static_cache_scores_what_the_dynamic_cache_does(run_dir, corpus_path, tmp_path):
@@ -447,9 +471,9 @@ def test_selection_with_the_static_cache_scores_what_the_dynamic_cache_does(run_
     assert hypotheses["static"] == hypotheses["dynamic"]
 
 
-def test_selection_reports_tokenized_bleu_of_the_test_hypotheses(tiny_model_dir, corpus_path, tmp_path):
+def test_selection_reports_tokenized_bleu_of_the_test_hypotheses(tiny_model_copy, corpus_path, tmp_path):
     selection = select_on_validation(
-        [tiny_model_dir],
+        [tiny_model_copy],
         TranslationData(corpus_path, "de", "en", max_sentences=4),
         tmp_path,
         SelectionGrid(num_beams=[1]),
@@ -491,26 +515,27 @@ def test_selection_names_a_directory_that_holds_no_model(tmp_path, corpus_path):
     assert not (tmp_path / "out").exists()
 
 
-def test_select_checkpoint_script_prints_the_validation_table(tiny_model_dir, corpus_path, tmp_path):
+def test_select_checkpoint_script_prints_the_validation_table(tiny_model_copy, corpus_path, tmp_path):
     completed = run_script(
-        "select_checkpoint.py", tiny_model_dir, "--dataset", corpus_path, *DE_EN, "--num-beams", "1", "2",
+        "select_checkpoint.py", tiny_model_copy, "--dataset", corpus_path, *DE_EN, "--num-beams", "1", "2",
         "--max-sentences", "3", "--report-split", "--device", "cpu", "--output-dir", tmp_path, check=True,
     )  # fmt: skip
     table = completed.stdout.splitlines()
     assert table[0].startswith("validation (3 sentences), nrefs:1|case:mixed")
-    assert len(table) == 2 + 2 and sum("<- chosen" in line for line in table) == 1
+    assert len(table) == 2 + 2 + 1 and sum("<- chosen" in line for line in table) == 1
+    assert table[-1].startswith("decoding defaults (num_beams ") and table[-1].endswith(
+        f"saved to {tiny_model_copy / 'generation_config.json'}: pipeline and generate use them"
+    )
     assert json.loads((tmp_path / "selection.json").read_text())["reports"] == {}
 
 
-def test_select_checkpoint_script_prints_tokenized_bleu_beside_sacrebleu(
-    tiny_model_dir, corpus_path, tmp_path
-):
+def test_select_checkpoint_script_prints_tokenized_bleu_beside_sacrebleu(tiny_model_copy, corpus_path, tmp_path):
     completed = run_script(
-        "select_checkpoint.py", tiny_model_dir, "--dataset", corpus_path, *DE_EN, "--num-beams", "1",
+        "select_checkpoint.py", tiny_model_copy, "--dataset", corpus_path, *DE_EN, "--num-beams", "1",
         "--max-sentences", "3", "--device", "cpu", "--tokenized-bleu", "--output-dir", tmp_path, check=True,
     )  # fmt: skip
     report = json.loads((tmp_path / "test.de-en.json").read_text())
-    assert completed.stdout.splitlines()[-1] == (
+    assert completed.stdout.splitlines()[-2] == (
         f"test: cased BLEU {report['cased']['bleu']:.2f}, lowercased {report['lowercased']['bleu']:.2f}, "
         f"chrF {report['cased']['chrf']:.2f}; tokenized lowercased BLEU "
         f"{report['tokenized_lowercased']['bleu']:.2f}; {PAPER_BLEU_NAME} {report[PAPER_BLEU_KEY]['bleu']:.2f} "

@@ -15,8 +15,7 @@ from conftest import REPO, tiny_config
 from huggingface_hub import ModelCard
 from transformers import AutoTokenizer
 
-from hf_vanilla import VanillaTransformerConfig
-from hf_vanilla.publishing import model_card
+from hf_vanilla.publishing import RunRecord, directory_card
 from hf_vanilla.tools.export import export_to_marian
 from hf_vanilla.training.train import train
 
@@ -186,8 +185,8 @@ def test_a_card_names_a_local_dataset_by_its_folder_and_a_hub_dataset_by_its_id(
     card = ModelCard.load(trained_run / "checkpoint_last" / "README.md")
     assert str(Path(tiny_dataset).parent) not in str(card)
     assert f"on a local copy of {Path(tiny_dataset).name}." in card.text and card.data.datasets is None
-    config = VanillaTransformerConfig.from_pretrained(trained_run / "checkpoint_last")
-    hub_card = model_card(config, "de", "en", "bentrevett/multi30k", "Trained.", {"val_bleu": 1.0}, 16)
+    run = RunRecord("de", "en", "bentrevett/multi30k", "Trained.", validation={"val_bleu": 1.0})
+    hub_card = directory_card(trained_run / "checkpoint_last", run)
     assert "on bentrevett/multi30k." in hub_card.text and hub_card.data.datasets == ["bentrevett/multi30k"]
 
 

@@ -199,9 +199,14 @@ class VanillaTransformerModelTest(
     def test_config(self):
         self.config_tester.run_common_tests()
 
-    @unittest.skipIf(GENERATION_TESTS, "transformers' generation tests run: HF_VANILLA_GENERATION_TESTS names them")
-    def test_transformers_generation_tests_are_named(self):
-        self.skipTest(
-            "transformers' GenerationTesterMixin did not run: set HF_VANILLA_GENERATION_TESTS to a copy of "
-            "transformers' tests/generation/test_utils.py (README, Tests)"
-        )
+    def test_transformers_generation_tests_are_included(self):
+        """With HF_VANILLA_GENERATION_TESTS, this class runs every test of transformers' GenerationTesterMixin;
+        without it, the skip says they did not run."""
+        if not GENERATION_TESTS:
+            self.skipTest(
+                "transformers' GenerationTesterMixin did not run: set HF_VANILLA_GENERATION_TESTS to a copy of "
+                "transformers' tests/generation/test_utils.py (docs/testing.md)"
+            )
+        mixin = sys.modules[f"{PACKAGE}.generation.test_utils"].GenerationTesterMixin
+        generation_tests = [name for name in vars(mixin) if name.startswith("test_")]
+        assert generation_tests and all(callable(getattr(self, name)) for name in generation_tests)

@@ -13,7 +13,7 @@ from hf_vanilla.evaluation.selection import SelectionGrid, select_on_validation
 from hf_vanilla.model.modeling_vanilla import VanillaTransformerForConditionalGeneration
 from hf_vanilla.research.decoders import ResearchModels, load_research_decoder
 from hf_vanilla.research.ensemble import EnsembleLogitsProcessor, ensemble_logits_processors
-from hf_vanilla.translation import translate_sentences
+from hf_vanilla.translation import EngineSettings, translate_sentences
 
 SOURCES = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee.", "", "Kinder."]
 
@@ -109,8 +109,10 @@ def test_a_member_with_another_vocabulary_is_named(first, tokenizer):
         as_one(first, tokenizer, stranger)
 
 
-def test_evaluation_and_selection_record_the_ensemble(tiny_model_dir, second_dir, corpus_path, tmp_path):
-    data, runtime = TranslationData(corpus_path, "de", "en", max_sentences=3), Runtime(device="cpu")
+def test_evaluation_and_selection_record_the_ensemble(
+    tiny_model_dir, tiny_model_copy, second_dir, corpus_path, tmp_path
+):
+    data, runtime = TranslationData(corpus_path, "de", "en", max_sentences=3), Runtime(EngineSettings(device="cpu"))
     ensemble = load_research_decoder(ResearchModels(ensemble=[second_dir]), device="cpu")
     report = evaluate_bleu(tiny_model_dir, data, tmp_path, runtime=runtime, decoder=ensemble, num_beams=2)
     assert report["ensemble"] == [str(second_dir)]
@@ -120,7 +122,8 @@ def test_evaluation_and_selection_record_the_ensemble(tiny_model_dir, second_dir
     )
     saved = json.loads((tmp_path / "selection" / "selection.json").read_text())
     assert saved["ensemble"] == [str(second_dir)] and selection["reports"]["test"]
-    alone = select_on_validation([tiny_model_dir], data, tmp_path / "alone", grid, runtime)
+    assert saved["decoding_defaults_file"] is None  # an ensemble's choice is not the checkpoint's own
+    alone = select_on_validation([tiny_model_copy], data, tmp_path / "alone", grid, runtime)
     assert "ensemble" not in alone
 
 

@@ -33,7 +33,13 @@ from hf_vanilla.research.reranking import (
     weight_grid,
     word_counts,
 )
-from hf_vanilla.translation import load_model_and_tokenizer, translate_nbest, translate_sentences
+from hf_vanilla.translation import (
+    EngineSettings,
+    TransformersEngine,
+    load_model_and_tokenizer,
+    translate_nbest,
+    translate_sentences,
+)
 
 # A sentence's log-probability is a float32 sum of ~50 terms: batched with other sentences or alone, on CPUs with other
 # kernels, it agrees to a few parts in ten million (1.9e-5 of -57.3 seen on an AVX512 Xeon), not to an absolute 1e-5.
@@ -197,14 +203,15 @@ def test_weight_grid_is_every_combination_the_last_name_fastest():
 def test_reranking_with_weight_zero_scores_as_beam_search(first, reverse, tokenizer):
     settings = {"length_penalty": 1.0, "max_new_tokens": 8}
     quiet = Runtime(show_progress=False)
+    engine = TransformersEngine(first, tokenizer)
     ((_, plain, plain_report),) = evaluate_translation(
-        first, tokenizer, SOURCES, REFERENCES, runtime=quiet, num_beams=3, **settings
+        engine, SOURCES, REFERENCES, runtime=quiet, num_beams=3, **settings
     )
     rerankers = RerankingModels(reverse=[reverse], right_to_left=[reverse])
     weights = {REVERSE_WEIGHT: [0.0, 5.0], RIGHT_TO_LEFT_WEIGHT: [0.0, 1.0], WORD_BONUS: [0.0, 0.1]}
     decoder = ResearchDecoder(rerankers=rerankers, weights=weights)
     evaluated = evaluate_translation(
-        first, tokenizer, SOURCES, REFERENCES, runtime=quiet, decoder=decoder, num_beams=3, **settings
+        engine, SOURCES, REFERENCES, runtime=quiet, decoder=decoder, num_beams=3, **settings
     )
     assert len(evaluated) == 8  # every combination of the weights, the last weight varying fastest
     (unchanged_settings, unchanged, report), (heavy, reranked, heavy_report) = evaluated[0], evaluated[-1]
@@ -227,7 +234,7 @@ def test_reranking_with_weight_zero_scores_as_beam_search(first, reverse, tokeni
     assert reranked == rerank(nbest, {**features, WORD_BONUS: word_counts(nbest)}, weighting)
     # A variant's settings, passed back in, decode that variant alone.
     ((again, rerun, _),) = evaluate_translation(
-        first, tokenizer, SOURCES, REFERENCES, runtime=quiet, decoder=decoder, **heavy
+        engine, SOURCES, REFERENCES, runtime=quiet, decoder=decoder, **heavy
     )
     assert (again, rerun) == (heavy, reranked)
 
@@ -251,7 +258,7 @@ def test_selection_chooses_the_weights_and_the_test_decoding_uses_them(
         TranslationData(corpus_path, "de", "en", max_sentences=3),
         tmp_path,
         SelectionGrid(num_beams=[2]),
-        Runtime(device="cpu"),
+        Runtime(EngineSettings(device="cpu")),
         decoder=load_research_decoder(models, weights, device="cpu"),
     )
     names = (REVERSE_WEIGHT, RIGHT_TO_LEFT_WEIGHT, LANGUAGE_MODEL_WEIGHT, WORD_BONUS)

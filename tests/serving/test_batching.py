@@ -36,6 +36,9 @@ class EchoEngine:
             raise TypeError("TextEncodeInput must be Union[...]")
         return len(source.split())
 
+    def describe(self):
+        return {"engine": "echo"}
+
 
 async def _answers(batcher: Batcher, *requests: tuple[list[str], bool]) -> list[list[str] | RequestRefused]:
     """Each request's translations or the RequestRefused it failed with, all submitted together."""

@@ -322,7 +322,9 @@ _json_leaf = (
     | st.text(st.characters(codec=None, exclude_categories=()), max_size=40)
 )
 _json = st.recursive(_json_leaf, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3), max_leaves=12)
-_text = st.text(st.characters(codec=None, exclude_categories=()), max_size=60)
+_character = st.characters(codec=None, exclude_categories=())
+# Short texts, and texts over the server's 20,000 characters (a long text that fits would take minutes to decode)
+_text = st.text(_character, max_size=60) | st.builds(str.__mul__, _character, st.integers(20_001, 60_000))
 _generate_parameters = st.fixed_dictionaries(
     {},
     optional={
@@ -342,24 +344,29 @@ _parameters = st.fixed_dictionaries(
         "clean_up_tokenization_spaces": _json_leaf,
     },
 )
+_options = st.fixed_dictionaries({}, optional={"wait_for_model": _json_leaf, "use_cache": _json_leaf})
+# Requests shaped as the schema says, with values at its edges, and requests of any shape
 _requests = st.fixed_dictionaries(
+    {"inputs": _text | st.lists(_text, max_size=5)}, optional={"parameters": _parameters, "options": _options}
+) | st.fixed_dictionaries(
     {},
     optional={
         "inputs": _text | st.lists(_text, max_size=5) | _json,
         "parameters": _parameters | _json,
-        "options": st.fixed_dictionaries({}, optional={"wait_for_model": _json_leaf, "use_cache": _json_leaf}) | _json,
+        "options": _options | _json,
         "extra": _json,
     },
 )
 
 
-@hypothesis.settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@hypothesis.settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 @given(payload=_requests)
 def test_fuzz_any_request_is_answered_200_or_4xx_with_one_line(fuzzed_server, payload):
     # json.dumps writes NaN and Infinity as Python's parser (and so FastAPI's) reads them, lone surrogates as \ud800
     answer = requests.post(
         fuzzed_server.url, data=json.dumps(payload), headers={"Content-Type": "application/json"}, timeout=60
     )
+    hypothesis.event(f"status {answer.status_code}")  # pytest --hypothesis-show-statistics counts them
     assert answer.status_code == 200 or 400 <= answer.status_code < 500, (answer.status_code, answer.text)
     if answer.status_code == 200:
         texts = [payload["inputs"]] if isinstance(payload["inputs"], str) else payload["inputs"]
@@ -376,3 +383,37 @@ def fuzzed_server(servers, offline, sentences):
     yield quick
     assert quick.translate(sentences[0]).json()[0]["translation_text"] == offline(sentences[:1], **BEAM)[0]
     assert requests.get(f"{quick.url}/health", timeout=5).json() == {"status": "ok"}
+
+
+def test_the_ctranslate2_engine_serves_what_generate_answers_batched_and_drains_on_sigterm(
+    served_model_dir, offline, sentences, tmp_path
+):
+    """scripts/serve.py --engine ctranslate2 (float32): the same answers as `translate_sentences`, requests sent
+    together in one batch, the checkpoint's defaults, limits and attention refused in one line, a drained
+    SIGTERM."""
+    pytest.importorskip("ctranslate2")
+    engine = ("--engine", "ctranslate2", "--compute-type", "float32", "--ctranslate2-dir", str(tmp_path / "ct2"))
+    server = Server(served_model_dir, tmp_path / "ctranslate2.log", *PATIENT, *engine)
+    try:
+        server.wait_until_ready(STARTUP_SECONDS)
+        assert "ctranslate2 engine: float32 on cpu (asked for)" in server.log.read_text()
+        with ThreadPoolExecutor(len(sentences)) as pool:
+            answers = list(pool.map(lambda text: server.translate(text, num_beams=2), sentences[:4]))
+        expected = offline(sentences[:4], num_beams=2, length_penalty=0.6)
+        assert [answer.json()[0]["translation_text"] for answer in answers] == expected
+        assert server.stats()["batches"] == 1 and "batch: 4 sentences" in server.batch_lines()[-1]
+        defaults, greedy = server.translate(sentences[:2]), server.translate(sentences[:2], num_beams=1)
+        assert [item["translation_text"] for item in defaults.json()] == offline(sentences[:2], **BEAM)
+        assert [item["translation_text"] for item in greedy.json()] == offline(sentences[:2], num_beams=1)
+        over = server.translate("Ein Hund.", num_beams=8)
+        assert over.status_code == 422 and list(over.json()) == ["error"] and "max_beams" in over.json()["error"]
+        no_attention = server.attention("Ein Hund.")  # CTranslate2 gives no attention weights
+        assert no_attention.status_code == 501 and "gives no attention weights" in no_attention.json()["error"]
+        with ThreadPoolExecutor(2) as pool:
+            in_flight = [pool.submit(server.translate, inputs) for inputs in (["Ein Hund"], ["Eine Frau", "Ein Mann"])]
+            server.wait_for_queued(3)
+            server.process.send_signal(signal.SIGTERM)
+            assert [len(future.result().json()) for future in in_flight] == [1, 2]
+        assert server.process.wait(timeout=30) == 0
+    finally:
+        server.kill()

@@ -1,4 +1,5 @@
-"""The MarianMT export computes the same translation function, loads with plain transformers, converts onward."""
+"""The MarianMT export computes the same translation function and loads with plain transformers; the CTranslate2
+conversion of the same trained model translates like it."""
 
 import subprocess
 import sys
@@ -8,11 +9,11 @@ import torch
 from transformers import MarianMTModel
 
 from hf_vanilla import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+from hf_vanilla.ctranslate2_engine import save_ctranslate2_model
 from hf_vanilla.model.modeling_vanilla import sinusoidal_positions
 from hf_vanilla.tokenization import config_kwargs_from_tokenizer, train_tokenizer
 from hf_vanilla.tools.export import (
     MARIAN_LAYER_NORM_EPS,
-    convert_to_ctranslate2,
     export_to_marian,
     marian_config_from_vanilla,
     marian_dimension_order,
@@ -151,9 +152,11 @@ def test_export_from_a_saved_model_directory_with_its_tokenizer(copy_model, toke
 
 
 @pytest.mark.parametrize("quantization", ["float32", "int8"])
-def test_ctranslate2_translates_like_the_model(copy_model, exported, tokenizer, tmp_path, quantization):
+def test_ctranslate2_translates_like_the_model(copy_model, tokenizer, tmp_path, quantization):
+    """The trained copy model, converted straight from our weights (no Marian in between), in float32 and int8."""
     ctranslate2 = pytest.importorskip("ctranslate2")
-    translator = ctranslate2.Translator(str(convert_to_ctranslate2(exported, tmp_path / "ct2", quantization)))
+    save_ctranslate2_model(copy_model, tokenizer, tmp_path, quantization)
+    translator = ctranslate2.Translator(str(tmp_path))
     batch = copy_batch(torch.Generator().manual_seed(1), 16)
     sources = [
         tokenizer.convert_ids_to_tokens(ids[mask.bool()]) for ids, mask in zip(*batch.values(), strict=True)

@@ -8,12 +8,10 @@ sacreBLEU and the paper's BLEU.
 import json
 import os
 import re
-import signal
-import subprocess
 import sys
 
 import pytest
-from conftest import REPO, SCRIPTS
+from conftest import REPO, SCRIPTS, run_in_session
 
 pytestmark = pytest.mark.slow
 
@@ -24,20 +22,6 @@ TINY = [
     "--save-interval-minutes=null", "--average-last=2", "--validation-max-sentences=8", "--log-interval=1",
     "--no-tensorboard", "--mixed-precision=no",
 ]  # fmt: skip
-
-
-def run(command: list[str], environment: dict, timeout: int = 300) -> subprocess.CompletedProcess:
-    """`command` in a session of its own, killed whole if it overruns."""
-    process = subprocess.Popen(
-        command, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
-    )
-    try:
-        stdout, stderr = process.communicate(timeout=timeout)
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-    assert process.returncode == 0, stderr[-3000:]
-    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
 
 
 def test_prepare_train_on_two_processes_average_and_score_both_ways(corpus_path, tmp_path):
@@ -55,12 +39,12 @@ def test_prepare_train_on_two_processes_average_and_score_both_ways(corpus_path,
         "--dataset-config=null", f"--tokenizer={tmp_path / 'bpe'}", f"--output-dir={run_dir}", *TINY,
     ]  # fmt: skip
 
-    prepared = run([sys.executable, str(SCRIPTS / "prepare_data.py"), *recipe], environment)
+    prepared = run_in_session([sys.executable, str(SCRIPTS / "prepare_data.py"), *recipe], environment)
     # The recipe's length ratio 1.5, counted in BPE tokens as fairseq's prepare-wmt14en2de.sh counts it, drops some.
     kept = re.search(r"Cleaning kept (\d+) of 800 train pairs", prepared.stderr)
     assert "Tokenizing" in prepared.stderr and kept and f"prepared {kept[1]} training pairs" in prepared.stdout
 
-    trained = run(
+    trained = run_in_session(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
          str(SCRIPTS / "train.py"), *recipe],
         environment,
@@ -69,9 +53,9 @@ def test_prepare_train_on_two_processes_average_and_score_both_ways(corpus_path,
     assert "2 processes x 1 accumulation steps" in trained.stderr
     assert {"checkpoint_1", "checkpoint_2", "checkpoint_average"} <= {path.name for path in run_dir.iterdir()}
 
-    run([sys.executable, str(SCRIPTS / "average_checkpoints.py"), str(run_dir), "-n", "2",
+    run_in_session([sys.executable, str(SCRIPTS / "average_checkpoints.py"), str(run_dir), "-n", "2",
          "--output", str(tmp_path / "averaged")], environment)  # fmt: skip
-    scored = run(
+    scored = run_in_session(
         [sys.executable, str(SCRIPTS / "evaluate_bleu.py"), str(tmp_path / "averaged"), f"--dataset={corpus_path}",
          "--source-lang=en", "--target-lang=de", "--split=test", "--max-sentences=8",
          f"--output-dir={tmp_path / 'scores'}"],

@@ -1,0 +1,404 @@
+"""Decoding with CTranslate2: the same `DecodingOptions`, the same translations, at CTranslate2's speed.
+
+A checkpoint converts straight to CTranslate2's own Transformer spec (`transformer_spec`): the paper's post-LN
+model and the departures (`pre_layernorm`, an untied output projection) alike, its sinusoid table and LayerNorm
+epsilon as they are. The conversion runs on first use and is cached by the checkpoint's digest, outside the
+checkpoint directory (`cached_conversion`).
+
+The options mean what they mean to `generate` (`hf_vanilla.translation.translate_sentences`):
+- length penalty: both rank a finished hypothesis by sum(log p) / length**length_penalty, the end token counted
+  in the length (CTranslate2 counts it when asked to return it, `return_end_token`, which is asked here);
+- each sentence's own limit of source length + 50: CTranslate2's `max_decoding_length` is one number a call, so
+  beam search decodes a batch's sentences of equal limits together; greedy search decodes the batch at its
+  longest limit and cuts each translation at its own, which gives the same tokens;
+- blank lines, long lines (cut or left blank with the same warning), batching and word order are the
+  shared code's (`hf_vanilla.translation.encoded_batches`).
+One rule differs: CTranslate2's beam search stops a sentence once `num_beams` hypotheses have finished, which
+is `generate`'s `early_stopping=True`; `generate`'s default goes on while a running hypothesis might still beat
+a finished one, so the two can differ where a longer hypothesis would have won (docs/speed.md).
+What CTranslate2 has no equivalent for (sampling, logits processors, other `generate` keywords) is refused
+before decoding.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from huggingface_hub import constants, snapshot_download
+from transformers import AutoConfig, GenerationConfig, PreTrainedConfig, PreTrainedTokenizerBase
+
+from hf_vanilla.model.configuration_vanilla import VanillaTransformerConfig
+from hf_vanilla.model.decoding import max_source_tokens, paper_max_new_tokens
+from hf_vanilla.model.modeling_vanilla import sinusoidal_positions
+
+from .files import atomic_directory, refuse_existing
+from .tokenization import check_tokenizer_matches_model
+from .translation import (
+    CTRANSLATE2,
+    DEFAULT_DECODING,
+    TOKENIZER_FILE,
+    WEIGHTS_FILE,
+    DecodingOptions,
+    EngineSettings,
+    encoded_batches,
+    generation_defaults,
+    load_model_and_tokenizer,
+    load_tokenizer,
+    source_length,
+)
+
+logger = logging.getLogger(__name__)
+# Raised when the spec built here changes: models converted before are then converted again.
+CONVERSION_REVISION = "1"
+# What a conversion is made from: a change in any of them is another model.
+CONVERTED_FILES = ("config.json", WEIGHTS_FILE, TOKENIZER_FILE)
+# `generate` keywords CTranslate2 takes under its own name, with the same meaning.
+EQUIVALENT_KEYWORDS = {"min_new_tokens": "min_decoding_length"}
+# What `generate` decodes with where neither the options nor the model's generation config say.
+GENERATE_DEFAULTS = GenerationConfig._get_default_generation_params()
+
+
+def import_ctranslate2():
+    """The ctranslate2 module, or an ImportError of one line naming the extra that installs it."""
+    try:
+        import ctranslate2
+    except ImportError as err:
+        raise ImportError("the ctranslate2 engine needs CTranslate2: pip install 'hf_vanilla[ct2]'") from err
+    return ctranslate2
+
+
+def vocabulary(tokenizer: PreTrainedTokenizerBase, config: PreTrainedConfig) -> list[str]:
+    """The tokenizer's token strings by id, which is how CTranslate2 takes and gives tokens."""
+    tokens = tokenizer.convert_ids_to_tokens(list(range(config.vocab_size)))
+    if None in tokens or len(set(tokens)) != len(tokens):
+        raise ValueError(
+            f"the tokenizer does not name each of the model's {config.vocab_size} ids once: load the tokenizer "
+            "saved with the model"
+        )
+    return tokens
+
+
+def transformer_spec(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase):
+    """CTranslate2's `TransformerSpec` holding `model`'s weights: post-LN or pre-LN (with the final LayerNorms),
+    one embedding matrix for both inputs, the output projection tied or not, our sinusoid table and epsilon."""
+    specs = import_ctranslate2().specs
+    config = model.config
+    spec = specs.TransformerSpec.from_config(
+        (config.encoder_layers, config.decoder_layers),
+        config.num_attention_heads,
+        pre_norm=config.pre_layernorm,
+        activation=specs.Activation.RELU,
+    )
+    # Copies: CTranslate2 quantizes the arrays it is given in place, which would change the model's own weights.
+    weights = {
+        name: tensor.detach().to(torch.float32, copy=True).numpy() for name, tensor in model.state_dict().items()
+    }
+
+    def linear(target, name: str) -> None:
+        target.weight = weights[f"{name}.weight"]
+        if f"{name}.bias" in weights:
+            target.bias = weights[f"{name}.bias"]
+
+    def layer_norm(target, name: str) -> None:
+        target.gamma, target.beta = weights[f"{name}.weight"], weights[f"{name}.bias"]
+
+    def layer(target, name: str) -> None:
+        linear(target.self_attention.linear[0], f"{name}.self_attn.qkv_proj")  # q, k, v fused, in that order
+        linear(target.self_attention.linear[1], f"{name}.self_attn.out_proj")
+        layer_norm(target.self_attention.layer_norm, f"{name}.self_attn_residual.layer_norm")
+        if hasattr(target, "attention"):  # a decoder layer's attention over the encoder output
+            linear(target.attention.linear[0], f"{name}.encoder_attn.q_proj")
+            linear(target.attention.linear[1], f"{name}.encoder_attn.kv_proj")  # k, v fused
+            linear(target.attention.linear[2], f"{name}.encoder_attn.out_proj")
+            layer_norm(target.attention.layer_norm, f"{name}.encoder_attn_residual.layer_norm")
+        linear(target.ffn.linear_0, f"{name}.feed_forward.fc1")
+        linear(target.ffn.linear_1, f"{name}.feed_forward.fc2")
+        layer_norm(target.ffn.layer_norm, f"{name}.feed_forward_residual.layer_norm")
+
+    positions = sinusoidal_positions(config.max_position_embeddings, config.d_model).numpy()
+    embeddings = weights["model.shared.weight"]
+    for stack, stack_spec in (("encoder", spec.encoder), ("decoder", spec.decoder)):
+        (stack_spec.embeddings[0] if stack == "encoder" else stack_spec.embeddings).weight = embeddings
+        stack_spec.position_encodings.encodings = positions
+        for index, layer_spec in enumerate(stack_spec.layer):
+            layer(layer_spec, f"model.{stack}.layers.{index}")
+        if config.pre_layernorm:
+            layer_norm(stack_spec.layer_norm, f"model.{stack}.final_layer_norm")
+    spec.decoder.projection.weight = weights["lm_head.weight"]  # the shared matrix, or its own when untied
+
+    tokens = vocabulary(tokenizer, config)
+    spec.register_source_vocabulary(tokens)
+    spec.register_target_vocabulary(tokens)
+    end_ids = config.eos_token_id if isinstance(config.eos_token_id, list) else [config.eos_token_id]
+    spec.config.layer_norm_epsilon = config.layer_norm_eps
+    spec.config.decoder_start_token = tokens[config.decoder_start_token_id]
+    spec.config.bos_token = tokens[config.bos_token_id]
+    spec.config.eos_token = tokens[end_ids[0]]
+    spec.config.unk_token = tokenizer.unk_token or spec.config.unk_token
+    return spec
+
+
+def save_ctranslate2_model(
+    model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, output_dir: Path, quantization: str | None = None
+) -> None:
+    """Convert `model` into the (empty) `output_dir`, weights in `quantization` (int8, float16...; None keeps
+    float32, and any compute type is then chosen when the model loads)."""
+    spec = transformer_spec(model, tokenizer)
+    spec.validate()
+    spec.optimize(quantization=quantization)
+    spec.save(str(output_dir))
+
+
+def convert_to_ctranslate2(
+    model_dir: str | os.PathLike, output_dir: str | os.PathLike, quantization: str | None = None, overwrite: bool = False
+) -> Path:
+    """Write the CTranslate2 model of a saved model directory to `output_dir` (`save_ctranslate2_model`),
+    atomically; translate with `ctranslate2.Translator(output_dir)` on token strings."""
+    refuse_existing(output_dir, overwrite)
+    with atomic_directory(output_dir) as staging:
+        save_ctranslate2_model(*load_model_and_tokenizer(model_dir, "cpu"), staging, quantization)
+    return Path(output_dir)
+
+
+def default_cache_dir() -> Path:
+    """Where converted models are cached unless told: beside the Hugging Face cache (HF_HOME)."""
+    return Path(constants.HF_HOME) / "hf_vanilla" / "ctranslate2"
+
+
+def checkpoint_digest(model_dir: Path) -> str:
+    """The SHA-256 of what a conversion is made from (`CONVERTED_FILES`) and of the converter's revision."""
+    digest = hashlib.sha256(f"hf_vanilla ctranslate2 conversion {CONVERSION_REVISION}".encode())
+    for name in CONVERTED_FILES:
+        path = model_dir / name
+        if not path.is_file():
+            raise FileNotFoundError(f"{model_dir} has no {name}: it is no saved model directory")
+        digest.update(name.encode())
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
+
+
+def local_model_dir(model_name_or_path: str | os.PathLike) -> Path:
+    """A saved model directory as it is, or a Hub id's files in the Hub cache."""
+    if Path(model_name_or_path).is_dir():
+        return Path(model_name_or_path)
+    return Path(snapshot_download(str(model_name_or_path), allow_patterns=["*.json", "*.safetensors"]))
+
+
+def cached_conversion(model_dir: Path, cache_dir: str | os.PathLike | None = None, rebuild: bool = False) -> Path:
+    """The CTranslate2 model of `model_dir`, converted on first use into `cache_dir` (default: `default_cache_dir`)
+    under the checkpoint's digest. Written atomically: a process converting at the same time keeps the copy of
+    whichever finished first; `rebuild` replaces a copy that does not load."""
+    converted = Path(cache_dir or default_cache_dir()) / checkpoint_digest(model_dir)
+    if rebuild:
+        shutil.rmtree(converted, ignore_errors=True)
+    if not converted.is_dir():
+        logger.info("converting %s to CTranslate2 in %s (once; cached by its digest)", model_dir, converted)
+        with atomic_directory(converted, keep_existing=True) as staging:
+            save_ctranslate2_model(*load_model_and_tokenizer(model_dir, "cpu"), staging)
+    return converted
+
+
+def ctranslate2_device(device: str | None) -> tuple[str, int]:
+    """CTranslate2's device and device index for ours: None or "auto" the GPU where CTranslate2 sees one."""
+    ctranslate2 = import_ctranslate2()
+    if device in (None, "auto"):
+        return ("cuda" if ctranslate2.get_cuda_device_count() else "cpu"), 0
+    kind, _, index = str(device).partition(":")
+    if kind not in ("cpu", "cuda"):
+        raise ValueError(f"the ctranslate2 engine runs on cpu or cuda, not {device!r}")
+    if kind == "cuda" and not ctranslate2.get_cuda_device_count():
+        raise ValueError(f"device {device!r} requested but CTranslate2 sees no CUDA GPU; use --device cpu")
+    return kind, int(index or 0)
+
+
+def check_compute_type(compute_type: str, device: str) -> None:
+    """A ValueError naming what the device runs, for a compute type it does not."""
+    supported = import_ctranslate2().get_supported_compute_types(device)
+    if compute_type != "auto" and compute_type not in supported:
+        raise ValueError(
+            f"compute type {compute_type} is not supported on this {device} by CTranslate2; choose auto or one of "
+            f"{', '.join(sorted(supported))}"
+        )
+
+
+def load_translator(converted: Path, settings: EngineSettings):
+    """A `ctranslate2.Translator` over a converted model, on the device and in the compute type `settings` ask for
+    ("auto": CTranslate2's fastest there, logged), with torch's thread count on a CPU."""
+    ctranslate2 = import_ctranslate2()
+    device, index = ctranslate2_device(settings.device)
+    check_compute_type(settings.compute_type, device)
+    translator = ctranslate2.Translator(
+        str(converted),
+        device=device,
+        device_index=index,
+        compute_type=settings.compute_type,
+        intra_threads=torch.get_num_threads() if device == "cpu" else 0,
+    )
+    supported = ", ".join(sorted(ctranslate2.get_supported_compute_types(device)))
+    how = f"auto: CTranslate2's fastest of {supported}" if settings.compute_type == "auto" else "asked for"
+    logger.info("ctranslate2 engine: %s on %s (%s)", translator.compute_type, device, how)
+    return translator
+
+
+@dataclass(frozen=True)
+class CTranslate2Engine:
+    """`TranslationEngine` through `ctranslate2.Translator`: the batches, limits and texts of `translate_sentences`,
+    the model's generation config deciding what the options leave to it, as it does for `generate`."""
+
+    translator: Any  # ctranslate2.Translator
+    tokenizer: PreTrainedTokenizerBase
+    config: PreTrainedConfig
+    generation: GenerationConfig
+
+    def translate(self, sources: Sequence[str], options: DecodingOptions = DEFAULT_DECODING) -> list[str]:
+        return [hypotheses[0][0] for hypotheses in self._decode(sources, options, nbest=False)]
+
+    def translate_nbest(
+        self, sources: Sequence[str], options: DecodingOptions = DEFAULT_DECODING
+    ) -> list[list[tuple[str, float]]]:
+        return self._decode(sources, options, nbest=True)
+
+    @property
+    def max_source_tokens(self) -> int:
+        return max_source_tokens(self.config)
+
+    def source_tokens(self, source: str) -> int:
+        return source_length(self.tokenizer, source)
+
+    def describe(self) -> dict[str, str]:
+        return {"engine": CTRANSLATE2, "device": self.translator.device, "compute_type": self.translator.compute_type}
+
+    def _decode(self, sources: Sequence[str], options: DecodingOptions, nbest: bool) -> list[list[tuple[str, float]]]:
+        """Each source's translations with their scores (one unless `nbest`; a blank source and greedy search
+        score 0, as `translate_nbest` scores them), in order."""
+        keywords = self.translate_keywords(options, nbest)
+        results = [[("", 0.0)] for _ in sources]
+        for indices, batch_ids in encoded_batches(self.tokenizer, self.config, sources, options):
+            for index, hypotheses in zip(indices, self._translate_batch(batch_ids, options, keywords), strict=True):
+                texts = options.detokenize(self.config, self.tokenizer, [ids for ids, _ in hypotheses])
+                results[index] = [(text, score) for text, (_, score) in zip(texts, hypotheses, strict=True)]
+        return results
+
+    def _translate_batch(
+        self, batch_ids: list[list[int]], options: DecodingOptions, keywords: Mapping[str, Any]
+    ) -> list[list[tuple[list[int], float]]]:
+        """One batch's hypotheses as token ids with scores, each sentence within its own output limit.
+
+        The batch decodes at its longest limit. Greedy tokens up to a limit do not depend on it: each translation is
+        cut at its own. Beam search returns every finished hypothesis here, the longest of which ended the
+        sentence's search: a sentence that ended before its own limit decoded as it would have at that limit;
+        one that ran to it decodes again with the others of its limit. With no length penalty CTranslate2 stops at
+        the first finished best hypothesis and the number asked for matters: each limit decodes on its own."""
+        if options.max_new_tokens is not None:
+            limits = [options.max_new_tokens] * len(batch_ids)
+        else:
+            limits = [paper_max_new_tokens(self.config, len(ids), options.extra_output_tokens) for ids in batch_ids]
+        wanted, beam_size = keywords["num_hypotheses"], keywords["beam_size"]
+        everything = range(len(batch_ids))
+        if beam_size > 1 and keywords["length_penalty"] == 0:
+            hypotheses, again = {}, list(everything)
+        else:
+            hypotheses = self._decode_at(batch_ids, everything, max(limits), {**keywords, "num_hypotheses": beam_size})
+            again = [
+                position
+                for position in everything
+                if beam_size > 1 and limits[position] < max(limits)
+                and max(len(ids) for ids, _ in hypotheses[position]) >= limits[position]
+            ]
+        for limit in sorted({limits[position] for position in again}):
+            group = [position for position in again if limits[position] == limit]
+            hypotheses.update(self._decode_at(batch_ids, group, limit, keywords))
+        return [
+            [(ids[: limits[position]], score) for ids, score in hypotheses[position][:wanted]]
+            for position in everything
+        ]
+
+    def _decode_at(
+        self, batch_ids: list[list[int]], positions: Sequence[int], limit: int, keywords: Mapping[str, Any]
+    ) -> dict[int, list[tuple[list[int], float]]]:
+        """The hypotheses (token ids, score: 0 where none is asked for) of the sentences at `positions` of the
+        batch, decoded together for at most `limit` new tokens, by position."""
+        sources = [self.tokenizer.convert_ids_to_tokens(batch_ids[position]) for position in positions]
+        results = self.translator.translate_batch(sources, max_decoding_length=limit, **keywords)
+        return {
+            position: [
+                (self.tokenizer.convert_tokens_to_ids(tokens), score)
+                for tokens, score in zip(
+                    result.hypotheses, result.scores if keywords["return_scores"] else [0.0] * len(result.hypotheses),
+                    strict=True,
+                )
+            ]
+            for position, result in zip(positions, results, strict=True)
+        }
+
+    def _setting(self, name: str, chosen: Any) -> Any:
+        """What `generate` decodes with: the `chosen` value, else the generation config's, else its own default."""
+        for value in (chosen, getattr(self.generation, name)):
+            if value is not None:
+                return value
+        return GENERATE_DEFAULTS[name]
+
+    def translate_keywords(self, options: DecodingOptions, nbest: bool) -> dict[str, Any]:
+        """`translate_batch`'s keywords for `options` over the generation config; a ValueError naming what
+        CTranslate2 cannot do as `generate` does, before anything is decoded."""
+        if options.cache_implementation is not None:
+            raise ValueError(
+                f"cache_implementation {options.cache_implementation!r} is generate's; the ctranslate2 engine keeps "
+                "its own cache (leave --cache-implementation at its default)"
+            )
+        others = dict(options.other_generate_kwargs)
+        early_stopping = others.pop("early_stopping", True)
+        if others.pop("do_sample", False) or early_stopping is not True:
+            raise ValueError(
+                "the ctranslate2 engine has no sampling and stops beam search once num_beams hypotheses are "
+                "finished (early_stopping=True): decode with --engine transformers"
+            )
+        unknown = sorted(set(others) - set(EQUIVALENT_KEYWORDS))
+        if unknown:
+            raise ValueError(
+                f"the ctranslate2 engine has no equivalent of generate's {', '.join(unknown)}: decode with "
+                "--engine transformers"
+            )
+        num_beams = self._setting("num_beams", options.num_beams)
+        end_ids = self.config.eos_token_id if isinstance(self.config.eos_token_id, list) else [self.config.eos_token_id]
+        return {
+            "beam_size": num_beams,
+            "num_hypotheses": num_beams if nbest else 1,
+            "length_penalty": self._setting("length_penalty", options.length_penalty),
+            "return_scores": nbest and num_beams > 1,
+            # Counted in the length that the length penalty divides by, as generate counts it.
+            "return_end_token": True,
+            "end_token": self.tokenizer.convert_ids_to_tokens(end_ids),
+            "min_decoding_length": 0,  # generate may end a translation at once; CTranslate2's default is 1
+            "max_input_length": 0,  # sources are cut to the model's positions already
+            **{EQUIVALENT_KEYWORDS[name]: value for name, value in others.items()},
+        }
+
+
+def load_ctranslate2_engine(model_name_or_path: str | os.PathLike, settings: EngineSettings) -> CTranslate2Engine:
+    """The CTranslate2 engine of a saved model directory (or Hub id), converted on first use (`cached_conversion`);
+    a cached copy that does not load is converted again."""
+    import_ctranslate2()
+    model_dir = local_model_dir(model_name_or_path)
+    tokenizer, config = load_tokenizer(model_dir), AutoConfig.from_pretrained(model_dir)
+    if config.model_type != VanillaTransformerConfig.model_type:
+        raise ValueError(
+            f"the ctranslate2 engine converts {VanillaTransformerConfig.model_type} models, {model_name_or_path} is "
+            f"{config.model_type}: decode it with --engine transformers"
+        )
+    check_tokenizer_matches_model(tokenizer, config)  # before any conversion
+    converted = cached_conversion(model_dir, settings.ctranslate2_dir)
+    try:
+        translator = load_translator(converted, settings)
+    except (RuntimeError, OSError) as err:
+        logger.warning("the cached CTranslate2 model %s does not load (%s): converting again", converted, err)
+        translator = load_translator(cached_conversion(model_dir, settings.ctranslate2_dir, rebuild=True), settings)
+    return CTranslate2Engine(translator, tokenizer, config, generation_defaults(model_dir))
