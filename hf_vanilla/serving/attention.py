@@ -35,7 +35,7 @@ class AttentionQuery:
             raise RequestRefused(
                 501,
                 f"this server's engine ({type(engine).__name__}) gives no attention weights: serve the model "
-                "with transformers' generate to see them",
+                "on the transformers engine (--engine transformers) to see them",
             )
         if (tokens := engine.source_tokens(self.text)) > self.max_tokens:
             raise RequestRefused(

@@ -12,6 +12,7 @@ import requests
 from fastapi.testclient import TestClient
 
 from hf_vanilla.serving import RequestLimits, create_app
+from hf_vanilla.translation import EngineSettings
 
 from .conftest import BEAM, STARTUP_SECONDS, Server
 
@@ -21,7 +22,7 @@ SOURCES = ["Zwei junge Männer sind im Freien.", "Ein Hund läuft über die Wies
 
 
 def test_the_page_is_served_while_the_model_loads_and_attention_waits_for_it(served_model_dir):
-    app = create_app(served_model_dir, "cpu", limits=RequestLimits(max_beams=6))
+    app = create_app(served_model_dir, EngineSettings(device="cpu"), limits=RequestLimits(max_beams=6))
     client = TestClient(app)  # outside a `with`, the worker never starts: the model is loading
     page = client.get("/")
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")

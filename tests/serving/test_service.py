@@ -389,7 +389,8 @@ def test_the_ctranslate2_engine_serves_what_generate_answers_batched_and_drains_
     served_model_dir, offline, sentences, tmp_path
 ):
     """scripts/serve.py --engine ctranslate2 (float32): the same answers as `translate_sentences`, requests sent
-    together in one batch, the checkpoint's defaults, limits refused in one line, a drained SIGTERM."""
+    together in one batch, the checkpoint's defaults, limits and attention refused in one line, a drained
+    SIGTERM."""
     pytest.importorskip("ctranslate2")
     engine = ("--engine", "ctranslate2", "--compute-type", "float32", "--ctranslate2-dir", str(tmp_path / "ct2"))
     server = Server(served_model_dir, tmp_path / "ctranslate2.log", *PATIENT, *engine)
@@ -406,6 +407,8 @@ def test_the_ctranslate2_engine_serves_what_generate_answers_batched_and_drains_
         assert [item["translation_text"] for item in greedy.json()] == offline(sentences[:2], num_beams=1)
         over = server.translate("Ein Hund.", num_beams=8)
         assert over.status_code == 422 and list(over.json()) == ["error"] and "max_beams" in over.json()["error"]
+        no_attention = server.attention("Ein Hund.")  # CTranslate2 gives no attention weights
+        assert no_attention.status_code == 501 and "gives no attention weights" in no_attention.json()["error"]
         with ThreadPoolExecutor(2) as pool:
             in_flight = [pool.submit(server.translate, inputs) for inputs in (["Ein Hund"], ["Eine Frau", "Ein Mann"])]
             server.wait_for_queued(3)
