@@ -367,7 +367,7 @@ class TransformersEngine:
             raise ValueError("the source sentence is blank")
         [(_, output_ids)] = decoded
         [source_ids], _ = encode_sources(self.tokenizer, [source], self.max_source_tokens)
-        text = options.detokenize(self.model, self.tokenizer, output_ids)[0]
+        text = options.detokenize(self.model.config, self.tokenizer, output_ids)[0]
         return teacher_forced_attentions(self.model, self.tokenizer, source_ids, output_ids[0].tolist(), text)
 
 
