@@ -55,7 +55,7 @@ if point in ("update", "sigterm", "sigint"):
 elif point == "model_files":  # weights written, the pipeline code and card not yet
     kill_at(hub, "pipeline_code_files")
 elif point == "training_state":  # accelerate's state written, the progress not yet
-    kill_at(trainer, "write_text_atomic")
+    kill_at(trainer, "write_json")
 elif point == "between_renames":
     real_publish = trainer.publish_directory
     trainer.publish_directory = publish_first_rename_only
