@@ -1,0 +1,59 @@
+"""Fidelity of the engines on a test set: each engine's BLEU and how many lines equal `generate`'s, greedy and beam 4.
+
+    python scripts/tools/compare_engines.py CHECKPOINT --dataset MULTI30K --source-lang de --target-lang en \
+        --output docs/benchmarks/engine-fidelity-epyc-2core.json
+
+transformers (`generate`, the reference), CTranslate2 float32 and CTranslate2 int8 decode the split's sources with
+the paper's decoding (each sentence its source length + 50 tokens); the JSON names the CPU.
+"""
+
+import json
+import time
+
+import sacrebleu
+
+from hf_vanilla.cli import ArgumentParser, add_language_arguments
+from hf_vanilla.corpus import dataset_spec, load_translation_split
+from hf_vanilla.files import write_json
+from hf_vanilla.model.decoding import PAPER_GENERATION_KWARGS
+from hf_vanilla.precision import cpu_description
+from hf_vanilla.translation import DecodingOptions, EngineSettings, load_engine
+
+DECODINGS = {"greedy": {"num_beams": 1}, "beam": PAPER_GENERATION_KWARGS}
+ENGINES = {
+    "transformers": {},
+    "ctranslate2 float32": {"engine": "ctranslate2", "compute_type": "float32"},
+    "ctranslate2 int8": {"engine": "ctranslate2", "compute_type": "int8"},
+}
+
+
+def main() -> None:
+    parser = ArgumentParser(description=__doc__)
+    parser.add_argument("model", help="saved model directory (with its tokenizer)")
+    add_language_arguments(parser)
+    parser.add_argument("--split", default="test", help="the split to decode")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda...")
+    parser.add_argument("--output", required=True, help="the JSON report to write")
+    args = parser.parse_args()
+    pairs = load_translation_split(dataset_spec(args.dataset), args.source_lang, args.target_lang, args.split)
+    sources, references = list(pairs["source"]), list(pairs["target"])
+    report = {"model": args.model, "cpu": cpu_description(), "sentences": len(sources), "runs": {}}
+    reference_outputs = {}
+    for engine_name, settings in ENGINES.items():
+        engine = load_engine(args.model, EngineSettings(device=args.device, **settings))
+        for decoding, kwargs in DECODINGS.items():
+            started = time.perf_counter()
+            outputs = engine.translate(sources, DecodingOptions(show_progress=False, **kwargs))
+            reference_outputs.setdefault(decoding, outputs)  # transformers' come first
+            report["runs"][f"{engine_name} {decoding}"] = {
+                "bleu": round(sacrebleu.corpus_bleu(outputs, [references]).score, 2),
+                "lines_as_transformers": sum(a == b for a, b in zip(outputs, reference_outputs[decoding], strict=True)),
+                "seconds": round(time.perf_counter() - started, 1),
+            }
+            print(engine_name, decoding, report["runs"][f"{engine_name} {decoding}"], flush=True)
+    write_json(args.output, report)
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
