@@ -29,10 +29,10 @@ from pydantic_core import PydanticCustomError
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
-from transformers import AutoConfig
+from transformers import AutoConfig, PretrainedConfig
 
 from hf_vanilla.model.configuration_vanilla import VanillaTransformerConfig
-from hf_vanilla.model.decoding import DECODER_PROMPT_LENGTH, beam_settings
+from hf_vanilla.model.decoding import beam_settings, max_new_tokens_room
 from hf_vanilla.model.hub import checkpoint_card
 from hf_vanilla.translation import (
     DEFAULT_ENGINE,
@@ -256,9 +256,9 @@ class BodyLimit:
         await self.app(scope, counted, send)
 
 
-def model_pair(checkpoint: str | os.PathLike) -> tuple[str, str] | None:
-    """The languages the checkpoint translates from and to, as its model card's metadata names them, if it does."""
-    config = AutoConfig.from_pretrained(checkpoint)
+def model_pair(config: PretrainedConfig) -> tuple[str, str] | None:
+    """The languages the checkpoint of `config` translates from and to, as its model card's metadata names them,
+    if it does."""
     card = checkpoint_card(config) if config.model_type == VanillaTransformerConfig.model_type else None
     try:
         languages = ModelCard.load(card).data.language if card else None
@@ -267,9 +267,9 @@ def model_pair(checkpoint: str | os.PathLike) -> tuple[str, str] | None:
     return tuple(languages) if isinstance(languages, list) and len(languages) == 2 else None
 
 
-def check_pair(parameters: TranslationParameters | None, pair: tuple[str, str] | None) -> None:
+def check_pair(parameters: TranslationParameters, pair: tuple[str, str] | None) -> None:
     """RequestRefused (422) for a src_lang or tgt_lang that is not the model's own."""
-    if parameters is None or pair is None:
+    if pair is None:
         return
     for asked, own, name in ((parameters.src_lang, pair[0], "src_lang"), (parameters.tgt_lang, pair[1], "tgt_lang")):
         if asked is not None and asked != own:
@@ -378,8 +378,8 @@ def create_app(
             " such a request could never be taken"
         )
     base = server_options(checkpoint, batching, cache_implementation)
-    room = AutoConfig.from_pretrained(checkpoint).max_position_embeddings - DECODER_PROMPT_LENGTH
-    pair = model_pair(checkpoint)
+    config = AutoConfig.from_pretrained(checkpoint)
+    room, pair = max_new_tokens_room(config), model_pair(config)
     batcher = Batcher(lambda: load_engine(checkpoint, engine), base, batching)
 
     @asynccontextmanager

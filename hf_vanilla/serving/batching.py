@@ -321,17 +321,21 @@ class Batcher:
     def _count_tokens(self) -> None:
         """Count the source tokens of each sentence that came since the last look (cut to the model's positions);
         a sentence the tokenizer cannot take, or too long to cut, fails its request, whose sentences leave."""
-        for group in list(self._pending.values()):
-            for sentence in group:
-                if sentence.tokens is None and not sentence.request.cancelled:
-                    try:
-                        sentence.tokens = self._fitted_tokens(sentence)
-                    except Exception as err:
-                        refused = err if isinstance(err, RequestRefused) else RequestRefused(
-                            400, f"inputs[{sentence.index}] cannot be tokenized: {type(err).__name__}: {err}"
-                        )
-                        sentence.request.fail(refused)
-                        self.cancel(sentence.request)
+        uncounted = [sentence for group in self._pending.values() for sentence in group if sentence.tokens is None]
+        for sentence in uncounted:
+            if sentence.request.cancelled:  # failed by another of its sentences, or its client left
+                continue
+            try:
+                sentence.tokens = self._fitted_tokens(sentence)
+            except RequestRefused as err:
+                self._refuse(sentence.request, err)
+            except Exception as err:
+                message = f"inputs[{sentence.index}] cannot be tokenized: {type(err).__name__}: {err}"
+                self._refuse(sentence.request, RequestRefused(400, message))
+
+    def _refuse(self, request: _Request, refused: RequestRefused) -> None:
+        request.fail(refused)
+        self.cancel(request)
 
     def _fitted_tokens(self, sentence: _Sentence) -> int:
         tokens, limit = self._engine.source_tokens(sentence.text), self._engine.max_source_tokens
