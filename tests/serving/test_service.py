@@ -376,6 +376,38 @@ def test_fuzz_any_request_is_answered_200_or_4xx_with_one_line(fuzzed_server, pa
         assert isinstance(line, str) and line and "\n" not in line
 
 
+# /attention's requests: one text, the translation's parameters and `heads`, and requests of any shape
+_attention_requests = st.fixed_dictionaries(
+    {"inputs": _text},
+    optional={
+        "parameters": st.fixed_dictionaries(
+            {}, optional={"generate_parameters": _generate_parameters | _json, "heads": _json_leaf}
+        )
+    },
+) | st.fixed_dictionaries({}, optional={"inputs": _text | _json, "parameters": _json, "extra": _json})
+
+
+@hypothesis.settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@given(payload=_attention_requests)
+def test_fuzz_any_attention_request_is_answered_200_or_4xx_with_one_line(fuzzed_server, payload):
+    answer = requests.post(
+        f"{fuzzed_server.url}/attention",
+        data=json.dumps(payload),
+        headers={"Content-Type": "application/json"},
+        timeout=60,
+    )
+    hypothesis.event(f"status {answer.status_code}")
+    assert answer.status_code == 200 or 400 <= answer.status_code < 500, (answer.status_code, answer.text)
+    if answer.status_code == 200:
+        attention = answer.json()
+        rows = torch.tensor(attention["cross_attention"]).sum(-1)
+        torch.testing.assert_close(rows, torch.ones_like(rows), atol=1e-3, rtol=0)
+        assert len(attention["output_tokens"]) == rows.shape[1]
+    else:
+        line = answer.json()["error"]
+        assert isinstance(line, str) and line and "\n" not in line
+
+
 @pytest.fixture(scope="module")
 def fuzzed_server(servers, offline, sentences):
     """The quick server, checked to answer a plain request correctly after the fuzz test."""
