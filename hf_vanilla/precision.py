@@ -171,6 +171,16 @@ def auto_precision(device_type: str, cuda_bf16: bool | None = None, cpu_bf16: bo
     return Precision("no", f"no half-precision rule for device type {device_type!r}")
 
 
+def resolve_device(device: str | None = None) -> torch.device:
+    """`device`, or else the GPU if there is one and the CPU if not; an absent GPU asked for is an error."""
+    if device in (None, "auto"):
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    resolved = torch.device(device)
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} requested but torch sees no CUDA GPU; use --device cpu")
+    return resolved
+
+
 def resolve_precision(
     requested: str, device_type: str, cuda_bf16: bool | None = None, cpu_bf16: bool | None = None
 ) -> Precision:

@@ -35,9 +35,10 @@ import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from hf_vanilla.checkpoints import load_models
 from hf_vanilla.data import TokenBatchSampler
 from hf_vanilla.model.decoding import DEFAULT_MAX_TOKENS, reverse_words
-from hf_vanilla.translation import load_models, translate_nbest
+from hf_vanilla.translation import translate_nbest
 
 from .language_model import IGNORED, load_language_models, mean_label_log_probs, sentence_log_probs
 

@@ -29,6 +29,7 @@ import numpy as np
 import requests
 import torch
 
+from hf_vanilla.checkpoints import load_tokenizer
 from hf_vanilla.cli import ArgumentParser, add_language_arguments, positive_int
 from hf_vanilla.corpus import dataset_spec, load_translation_split
 from hf_vanilla.files import write_json
@@ -43,7 +44,6 @@ from hf_vanilla.translation import (
     DecodingOptions,
     EngineSettings,
     load_engine,
-    load_tokenizer,
 )
 
 STARTUP_SECONDS = 300
