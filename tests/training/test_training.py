@@ -607,7 +607,7 @@ def test_shipped_configs_are_complete(path):
 
 
 def test_plot_training_log_writes_a_png(trained_run, tmp_path):
-    written = plot_training_log(trained_run / LOG_FILE, tmp_path / "curves.png")
+    written = plot_training_log(trained_run, tmp_path / "curves.png")
     assert written.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
