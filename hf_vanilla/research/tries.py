@@ -6,9 +6,9 @@ worth, measured: docs/research/extras.md, "A search: tries side by side"). `run_
 decoded once, for the final recipe, never to compare tries), and writes every try's flags, pace and validation
 scores to `tries.json` and `tries.md`. Given again, it resumes each run from its last checkpoint (a finished one
 trains nothing more), so a search can span several calls of a time-limited machine. A finished run brought back
-from another machine with its models but not its training state (`checkpoint_last`, 4x the size of a model) is
-chosen as it is. A run's selection is kept while its candidates' weights and the selection flags are those it
-was made from, so a search given again decodes only what changed. `only` runs some of a file's tries; the table
+from another machine with its models but not its training state (`checkpoint_last`: the optimizer's state beside
+the model) is chosen as it is. A run's selection is kept while its candidates' weights and the selection flags
+are those it was made from, so a search given again decodes only what changed. `only` runs some of a file's tries; the table
 keeps the rows of the tries an earlier call ran into the same directory (each row names the machine it was run on
 where that is not this one).
 
