@@ -1,8 +1,8 @@
 """Serve a saved model over HTTP: the Hugging Face Inference API's translation task, requests batched on the fly.
 
     pip install 'hf_vanilla[serve]'
-    python scripts/serve.py outputs/multi30k-small/final --port 8000
-    python scripts/serve.py outputs/multi30k-small/final --engine ctranslate2 --compute-type int8   # faster
+    python scripts/serve.py outputs/multi30k-small-de-en/checkpoint_best --port 8000
+    python scripts/serve.py CHECKPOINT --engine ctranslate2 --compute-type int8   # faster
     curl -s localhost:8000 -H 'Content-Type: application/json' -d '{"inputs": "Ein Hund läuft."}'
 
 Decodes with the checkpoint's generation_config.json (beam size, length penalty) unless a request's
