@@ -12,10 +12,10 @@ import pytest
 import requests
 from conftest import sharpened
 from huggingface_hub import ModelCard, ModelCardData
+from server_process import ServerProcess
 from transformers import AutoModelForSeq2SeqLM
 
 from hf_vanilla.checkpoints import load_model_and_tokenizer
-from hf_vanilla.serving.process import ServerProcess
 from hf_vanilla.translation import translate_sentences
 
 STARTUP_SECONDS = 180  # two processes importing torch at once on a busy 2-core machine (20 s when idle)
