@@ -82,21 +82,21 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         engine = engine_settings(args)
-    except ValueError as err:
+        app = create_app(
+            args.model,
+            engine,
+            BatchingSettings(args.max_batch_tokens, args.max_wait_ms, args.max_queued_sentences),
+            RequestLimits(
+                args.max_sentences,
+                args.max_characters,
+                args.max_beams,
+                args.max_new_tokens,
+                args.max_attention_tokens,
+            ),
+            "static" if args.cache_implementation == "static" else None,
+        )
+    except (ValueError, FileNotFoundError) as err:  # a bad setting, or no checkpoint at the path
         sys.exit(f"error: {err}")
-    app = create_app(
-        args.model,
-        engine,
-        BatchingSettings(args.max_batch_tokens, args.max_wait_ms, args.max_queued_sentences),
-        RequestLimits(
-            args.max_sentences,
-            args.max_characters,
-            args.max_beams,
-            args.max_new_tokens,
-            args.max_attention_tokens,
-        ),
-        "static" if args.cache_implementation == "static" else None,
-    )
     # uvicorn answers the accepted requests on SIGTERM, then raises the signal again under the handler it found:
     # this one, so that a drained shutdown exits 0 (as training does on preemption) instead of dying by the signal.
     for stop in (signal.SIGTERM, signal.SIGINT):
