@@ -1,10 +1,10 @@
-"""Opening a saved checkpoint: the one way the package loads a model's weights, its tokenizer, its config and its
-decoding defaults, whatever loads them (translation, evaluation, export, the service, training's `init_from`,
-the research extras).
+"""Opening a saved checkpoint: the one way the package loads a model's weights, its tokenizer, its config and
+its decoding defaults, whoever asks (translation, evaluation, export, the service, training's `init_from`, the
+research extras).
 
 Each fault a user can make is one line naming the file and the fix, before transformers would raise its own
-report: a path that is no checkpoint, a directory without tokenizer.json, a truncated safetensors file, weights
-of other shapes than config.json gives them, a tokenizer of another vocabulary than the model's.
+report: a path that is no checkpoint, a directory without tokenizer.json, a truncated safetensors file,
+weights of other shapes than config.json gives them, a tokenizer of another vocabulary than the model's.
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ MODEL_DIRECTORY_FILES = ("config.json", WEIGHTS_FILE, *TOKENIZER_FILES)
 
 def _no_checkpoint(model_name_or_path: str | os.PathLike, err: OSError) -> FileNotFoundError:
     return FileNotFoundError(
-        f"cannot load a model and tokenizer from {str(model_name_or_path)!r}: it is no saved model directory and "
-        f"could not be loaded from the Hub ({err})"
+        f"cannot load a model and tokenizer from {str(model_name_or_path)!r}: it is no saved model directory "
+        f"and could not be loaded from the Hub ({err})"
     )
 
 
@@ -54,8 +54,8 @@ def load_config(model_name_or_path: str | os.PathLike) -> PreTrainedConfig:
 
 
 def generation_defaults(model_name_or_path: str | os.PathLike) -> GenerationConfig:
-    """A saved model's generation_config.json, or the one transformers derives from its config.json: what decides
-    the options a `DecodingOptions` leaves to the model (beam size, length penalty)."""
+    """A saved model's generation_config.json, or the one transformers derives from its config.json: what
+    decides the options a `DecodingOptions` leaves to the model (beam size, length penalty)."""
     try:
         return GenerationConfig.from_pretrained(model_name_or_path)
     except OSError:
@@ -65,8 +65,9 @@ def generation_defaults(model_name_or_path: str | os.PathLike) -> GenerationConf
 def load_tokenizer(
     model_name_or_path: str | os.PathLike, needed_files: Sequence[str] = MODEL_DIRECTORY_FILES
 ) -> PreTrainedTokenizerBase:
-    """AutoTokenizer's, and a plain ValueError naming the `needed_files` for a directory without tokenizer.json
-    (transformers would blame a missing sentencepiece or tiktoken); no checkpoint there is a FileNotFoundError."""
+    """AutoTokenizer's, and a plain ValueError naming the `needed_files` for a directory without
+    tokenizer.json (transformers would blame a missing sentencepiece or tiktoken); no checkpoint there is a
+    FileNotFoundError."""
     try:
         return AutoTokenizer.from_pretrained(model_name_or_path)
     except OSError as err:
@@ -82,8 +83,8 @@ def load_tokenizer(
 def load_pretrained(
     model_name_or_path: str | os.PathLike, model_class: type = AutoModelForSeq2SeqLM, **model_kwargs
 ) -> PreTrainedModel:
-    """`model_class.from_pretrained` (an Auto class or a model's own) of a saved model directory or Hub id, with
-    `model_kwargs` (dtype, config, attn_implementation...), in the mode transformers leaves it.
+    """`model_class.from_pretrained` (an Auto class) of a saved model directory or Hub id, with `model_kwargs`
+    (dtype, config, attn_implementation...), in the mode transformers leaves it.
 
     A saved directory's weights are checked against its config.json first (`_check_weights_match_config`);
     unreadable weights (a truncated or corrupt safetensors file) are a ValueError naming the file."""
@@ -107,8 +108,8 @@ def load_model_and_tokenizer(
     model_class: type = AutoModelForSeq2SeqLM,
     **model_kwargs,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """A saved model directory (or Hub id) and its tokenizer, in eval mode on `device` in `dtype`: a translation
-    model, or with `model_class` another kind (AutoModelForCausalLM: a language model).
+    """A saved model directory (or Hub id) and its tokenizer, in eval mode on `device` in `dtype`: a
+    translation model, or with `model_class` another kind (AutoModelForCausalLM: a language model).
 
     `dtype` is "auto" (the precision the device runs natively, see `hf_vanilla.precision`), "float32",
     "bfloat16" or "float16".
@@ -146,10 +147,10 @@ def load_models(
     right_to_left: bool | None = None,
     model_class: type = AutoModelForSeq2SeqLM,
 ) -> list[tuple[PreTrainedModel, PreTrainedTokenizerBase]]:
-    """More models with their tokenizers (an ensemble's members, reranking's reverse or language models), each
-    loaded as `load_model_and_tokenizer` loads one; a model that does not load, or (given `right_to_left`) writes
-    in the other word order (`config.right_to_left`), is a ValueError or FileNotFoundError that names it and its
-    `role`."""
+    """More models with their tokenizers (an ensemble's members, reranking's reverse or language models),
+    each loaded as `load_model_and_tokenizer` loads one; a model that does not load, or (given
+    `right_to_left`) writes in the other word order (`config.right_to_left`), is a ValueError or
+    FileNotFoundError that names it and its `role`."""
     loaded = []
     for path in model_names_or_paths:
         try:

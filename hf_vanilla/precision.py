@@ -1,11 +1,11 @@
 """The device and precision to train and decode in, chosen from what the hardware has and runs fastest, never
 assumed.
 
-CPUs differ: one with only AVX2 multiplies bf16 matrices far slower than fp32, and even the bf16 instructions do
-not settle it: with AVX512-BF16 and no AMX, one CPU runs bf16 faster and another slower (measured: docs/training.md,
-"Precision"). So "auto" (the default everywhere) asks the hardware: bf16 on a CUDA device that supports it, fp16
-on an older CUDA device; on a CPU, bf16 only where it has the instructions and a short matmul probe runs bf16 at
-least `CPU_BF16_MIN_SPEEDUP` times as fast as fp32; fp32 otherwise.
+CPUs differ: one with only AVX2 multiplies bf16 matrices far slower than fp32, and even the bf16 instructions
+do not settle it: with AVX512-BF16 and no AMX, one CPU runs bf16 faster and another slower (measured:
+docs/training.md, "Precision"). So "auto" (the default everywhere) asks the hardware: bf16 on a CUDA device
+that supports it, fp16 on an older CUDA device; on a CPU, bf16 only where it has the instructions and a short
+matmul probe runs bf16 at least `CPU_BF16_MIN_SPEEDUP` times as fast as fp32; fp32 otherwise.
 """
 
 import functools

@@ -153,8 +153,8 @@ def with_truncated_weights(model_dir: Path, destination: Path) -> Path:
 
 
 def with_another_vocabulary_of_the_same_size(model_dir: Path, destination: Path) -> Path:
-    """A copy of `model_dir` whose tokenizer swaps the ids of its last two tokens (ordinary merges): same size,
-    same special ids."""
+    """A copy of `model_dir` whose tokenizer swaps the ids of its last two tokens (ordinary merges): same
+    size, same special ids."""
     shutil.copytree(model_dir, destination)
     path = destination / "tokenizer.json"
     data = json.loads(path.read_text())

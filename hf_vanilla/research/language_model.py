@@ -175,10 +175,12 @@ def train_language_model(
 def load_language_models(
     model_names_or_paths: Sequence[str | os.PathLike], device: str | None = None, dtype: str = "float32"
 ) -> list[tuple[PreTrainedModel, PreTrainedTokenizerBase]]:
-    """Saved causal language models with their tokenizers, in eval mode on `device` in `dtype`, each loaded and
-    checked as `hf_vanilla.checkpoints.load_models` loads one; one that does not load is a FileNotFoundError or
-    ValueError naming it."""
-    return load_models(model_names_or_paths, device, dtype, role="language model", model_class=AutoModelForCausalLM)
+    """Saved causal language models with their tokenizers, in eval mode on `device` in `dtype`, each loaded
+    and checked as `hf_vanilla.checkpoints.load_models` loads one; one that does not load is a
+    FileNotFoundError or ValueError naming it."""
+    return load_models(
+        model_names_or_paths, device, dtype, role="language model", model_class=AutoModelForCausalLM
+    )
 
 
 def mean_label_log_probs(logits: torch.Tensor, labels: torch.Tensor) -> list[float]:

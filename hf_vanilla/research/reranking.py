@@ -1,13 +1,13 @@
-"""Reranking beam search's n-best list with models that read each translation another way: models of the reverse
-direction, right-to-left models and language models of the target language. A departure from the paper's plain beam
-search, used only where asked for (`--rerank-with`, `--rerank-right-to-left`, `--rerank-language-model`,
-`--word-bonus`). Hypothesis y of source x scores
+"""Reranking beam search's n-best list with models that read each translation another way: models of the
+reverse direction, right-to-left models and language models of the target language. A departure from the
+paper's plain beam search, used only where asked for (`--rerank-with`, `--rerank-right-to-left`,
+`--rerank-language-model`, `--word-bonus`). Hypothesis y of source x scores
 
     beam score(y) + reverse weight * log p(x | y) / |x| + right-to-left weight * log p(reversed(y) | x) / |y|
                   + language model weight * log p(y) / |y| + word bonus * words(y)
 
-each log-probability averaged over its models, lengths in those models' tokens; weights 0 keep beam search's first
-choice. Why each term, and the papers it follows: docs/research/extras.md, "The reranking score".
+each log-probability averaged over its models, lengths in those models' tokens; weights 0 keep beam search's
+first choice. Why each term, and the papers it follows: docs/research/extras.md, "The reranking score".
 """
 
 from __future__ import annotations

@@ -1,16 +1,16 @@
 """Tries: several training runs side by side, each chosen on validation, all in one table.
 
 One Multi30k run leaves most of a GPU idle, so a search over recipes runs its tries side by side (what that is
-worth, measured: docs/research/extras.md, "A search: tries side by side"). `run_tries` starts up to
-`parallel` `train.py` processes, hands each finished run to `select_checkpoint.py` (validation only: test is
-decoded once, for the final recipe, never to compare tries), and writes every try's flags, pace and validation
-scores to `tries.json` and `tries.md`. Given again, it resumes each run from its last checkpoint (a finished one
-trains nothing more), so a search can span several calls of a time-limited machine. A finished run brought back
-from another machine with its models but not its training state (`checkpoint_last`: the optimizer's state beside
-the model) is chosen as it is. A run's selection is kept while its candidates' weights and the selection flags
-are those it was made from, so a search given again decodes only what changed. `only` runs some of a file's tries; the table
-keeps the rows of the tries an earlier call ran into the same directory (each row names the machine it was run on
-where that is not this one).
+worth, measured: docs/research/extras.md, "A search: tries side by side"). `run_tries` starts up to `parallel`
+`train.py` processes, hands each finished run to `select_checkpoint.py` (validation only: test is decoded
+once, for the final recipe, never to compare tries), and writes every try's flags, pace and validation scores
+to `tries.json` and `tries.md`. Given again, it resumes each run from its last checkpoint (a finished one
+trains nothing more), so a search can span several calls of a time-limited machine. A finished run brought
+back from another machine with its models but not its training state (`checkpoint_last`: the optimizer's state
+beside the model) is chosen as it is. A run's selection is kept while its candidates' weights and the
+selection flags are those it was made from, so a search given again decodes only what changed. `only` runs
+some of a file's tries; the table keeps the rows of the tries an earlier call ran into the same directory
+(each row names the machine it was run on where that is not this one).
 
 A tries file is YAML:
 

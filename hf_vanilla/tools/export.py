@@ -156,8 +156,8 @@ def load_vanilla(
     model_dir: str | os.PathLike,
 ) -> tuple[VanillaTransformerForConditionalGeneration, PreTrainedTokenizerBase]:
     """A saved model directory and its tokenizer, loaded and checked as every checkpoint is
-    (`hf_vanilla.checkpoints.load_model_and_tokenizer`), in float32 on the CPU; a model of another type than ours
-    is a ValueError."""
+    (`hf_vanilla.checkpoints.load_model_and_tokenizer`), in float32 on the CPU; a model of another type than
+    ours is a ValueError."""
     model, tokenizer = load_model_and_tokenizer(model_dir, "cpu")
     if not isinstance(model, VanillaTransformerForConditionalGeneration):
         raise ValueError(
@@ -177,8 +177,8 @@ def export_to_marian(
 
     `model` is a model or a saved model directory; `tokenizer` a tokenizer or its directory, by default the
     model directory's own. The result loads with plain transformers (`MarianMTModel.from_pretrained`,
-    `AutoTokenizer.from_pretrained`), no hf_vanilla and no remote code needed. A tokenizer that is not the model's
-    (`check_tokenizer_matches_model`) is a ValueError, before anything is written.
+    `AutoTokenizer.from_pretrained`), no hf_vanilla and no remote code needed. A tokenizer that is not the
+    model's (`check_tokenizer_matches_model`) is a ValueError, before anything is written.
     """
     if not isinstance(model, VanillaTransformerForConditionalGeneration):
         model, own_tokenizer = load_vanilla(model)

@@ -118,16 +118,16 @@ def read_parts(out_dir: Path) -> dict[str, dict]:
 
 
 def _training_step(log: Path) -> str | None:
-    """How train.py said it runs its step (its "Training step (compile=...)" line on the console, the one thing
-    of the report that the run's log does not record): compile "auto" decided."""
+    """How train.py said it runs its step (its "Training step (compile=...)" line on the console, the one
+    thing of the report that the run's log does not record): compile "auto" decided."""
     lines = log.read_text(errors="replace").splitlines() if log.exists() else []
     return next((line[line.index("Training step") :] for line in lines if "Training step (" in line), None)
 
 
 def training_summary(record: dict, out_dir: Path, prepared: dict | None) -> dict:
     """Speed of a train.py run from its log's training records (`read_training_log`): the first (at update
-    `log_interval`) times the start-up; the records after it the steady pace. MFU from the config's FLOPs per target
-    token and the peak."""
+    `log_interval`) times the start-up; the records after it the steady pace. MFU from the config's FLOPs per
+    target token and the peak."""
     run_dir = out_dir / record["output"]
     logged = read_training_log(run_dir).training
     summary = {

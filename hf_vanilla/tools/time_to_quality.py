@@ -49,8 +49,8 @@ def checkpoint_minutes(run_dir: str | os.PathLike) -> dict[str, tuple[int, float
         step = checkpoint_step(checkpoint)
         if step not in seconds:
             raise ValueError(
-                f"{run_dir / LOG_FILE} has no record of update {step}, so {checkpoint.name}'s time is unknown "
-                "(train with validation to log every save)"
+                f"{run_dir / LOG_FILE} has no record of update {step}, so {checkpoint.name}'s time is "
+                "unknown (train with validation to log every save)"
             )
         minutes[checkpoint.name] = (step, seconds[step] / 60)
     if not minutes:

@@ -198,9 +198,8 @@ class TrainingLog:
 def read_training_log(run_dir: str | os.PathLike) -> TrainingLog:
     """The records of the run in `run_dir` by kind (`log_records`): none for a run that has logged nothing."""
     records = log_records(run_dir)
-    return TrainingLog(
-        [record for record in records if "loss" in record], [record for record in records if "val_loss" in record]
-    )
+    training = [record for record in records if "loss" in record]
+    return TrainingLog(training, [record for record in records if "val_loss" in record])
 
 
 def truncate_log(run_dir: str | os.PathLike, step: int) -> None:

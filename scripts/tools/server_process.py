@@ -1,6 +1,6 @@
-"""The service (scripts/serve.py) as a separate process on a free loopback port: the harness of the load benchmark
-(benchmark_serving.py, beside it) and of the service's tests (tests/serving, which pytest's `pythonpath` lets
-import it). Not a script, and not in the package: it runs this checkout's scripts/serve.py.
+"""The service (scripts/serve.py) as a separate process on a free loopback port: the harness of the load
+benchmark (benchmark_serving.py, beside it) and of the service's tests (tests/serving, which pytest's
+`pythonpath` lets import it). Not a script, and not in the package: it runs this checkout's scripts/serve.py.
 """
 
 from __future__ import annotations

@@ -32,7 +32,8 @@ def test_a_trained_language_model_is_saved_with_its_tokenizer_and_record(languag
 def test_a_language_model_that_does_not_load_is_one_line_naming_it(language_model_dir, tmp_path):
     """Loaded as translation models are: a truncated weights file or weights unlike config.json are named."""
     weights = with_truncated_weights(language_model_dir, tmp_path / "truncated")
-    with pytest.raises(ValueError, match=f"language model {weights.parent}: {weights} is truncated or corrupt"):
+    truncated = f"language model {weights.parent}: {weights} is truncated or corrupt"
+    with pytest.raises(ValueError, match=truncated):
         load_language_models([weights.parent], "cpu")
     edited = shutil.copytree(language_model_dir, tmp_path / "edited")
     config = json.loads((edited / "config.json").read_text())

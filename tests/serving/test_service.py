@@ -252,7 +252,8 @@ def peak_memory_kb(pid: int) -> int:
 def test_a_path_without_a_checkpoint_is_one_line_before_the_server_starts(tmp_path):
     finished = run_script("serve.py", tmp_path / "none", "--device", "cpu")
     assert finished.returncode == 1 and "Traceback" not in finished.stderr
-    assert finished.stderr.splitlines()[-1].startswith(f"error: cannot load a model and tokenizer from '{tmp_path}/none'")
+    last_line = finished.stderr.splitlines()[-1]
+    assert last_line.startswith(f"error: cannot load a model and tokenizer from '{tmp_path / 'none'}'")
 
 
 def test_a_model_that_cannot_load_makes_health_fail_and_the_process_exit_1(served_model_dir, tmp_path):

@@ -153,8 +153,8 @@ def test_export_from_a_saved_model_directory_with_its_tokenizer(copy_model, toke
 
 
 def test_export_of_a_saved_model_checks_it_as_every_loader_does(copy_model, tokenizer, tmp_path):
-    """A tokenizer of another vocabulary, its own or the one passed, and truncated weights: each one line, nothing
-    written."""
+    """A tokenizer of another vocabulary, its own or the one passed, and truncated weights: each one line,
+    nothing written."""
     copy_model.save_pretrained(tmp_path / "model")
     tokenizer.save_pretrained(tmp_path / "model")
     swapped = with_another_vocabulary_of_the_same_size(tmp_path / "model", tmp_path / "swapped")
