@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import requests
 import torch
-from server_process import ServerProcess  # beside this script
+from _server_process import ServerProcess  # beside this script
 
 from hf_vanilla.checkpoints import load_tokenizer
 from hf_vanilla.cli import ArgumentParser, add_language_arguments, positive_int

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 import requests
+from _server_process import ServerProcess
 from conftest import sharpened
 from huggingface_hub import ModelCard, ModelCardData
-from server_process import ServerProcess
 from transformers import AutoModelForSeq2SeqLM
 
 from hf_vanilla.checkpoints import load_model_and_tokenizer
