@@ -1,4 +1,5 @@
-"""Batched translation with `generate` (paper section 6.1), and the model, device and text files it works on."""
+"""Batched translation with `generate` (paper section 6.1): the decoding options, the engines that take them, and
+the text files they work on."""
 
 from __future__ import annotations
 
