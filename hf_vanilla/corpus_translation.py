@@ -40,7 +40,8 @@ from transformers import set_seed
 
 from .corpus import not_utf8, raw_lines
 from .files import atomic_file, write_json, write_text_atomic
-from .translation import DecodingOptions, TranslationEngine, lines_numbered_from, named_lines, resolve_device
+from .precision import resolve_device
+from .translation import DecodingOptions, TranslationEngine, lines_numbered_from, named_lines
 
 logger = logging.getLogger(__name__)
 

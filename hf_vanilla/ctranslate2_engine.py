@@ -33,25 +33,28 @@ from typing import Any
 
 import torch
 from huggingface_hub import constants, snapshot_download
-from transformers import AutoConfig, GenerationConfig, PreTrainedConfig, PreTrainedTokenizerBase
+from transformers import GenerationConfig, PreTrainedConfig, PreTrainedTokenizerBase
 
 from hf_vanilla.model.configuration_vanilla import VanillaTransformerConfig
 from hf_vanilla.model.decoding import max_source_tokens, paper_max_new_tokens
 from hf_vanilla.model.modeling_vanilla import sinusoidal_positions
 
+from .checkpoints import (
+    TOKENIZER_FILE,
+    WEIGHTS_FILE,
+    generation_defaults,
+    load_config,
+    load_model_and_tokenizer,
+    load_tokenizer,
+)
 from .files import atomic_directory, refuse_existing
 from .tokenization import check_tokenizer_matches_model
 from .translation import (
     CTRANSLATE2,
     DEFAULT_DECODING,
-    TOKENIZER_FILE,
-    WEIGHTS_FILE,
     DecodingOptions,
     EngineSettings,
     encoded_batches,
-    generation_defaults,
-    load_model_and_tokenizer,
-    load_tokenizer,
     source_length,
 )
 
@@ -388,7 +391,7 @@ def load_ctranslate2_engine(model_name_or_path: str | os.PathLike, settings: Eng
     a cached copy that does not load is converted again."""
     import_ctranslate2()
     model_dir = local_model_dir(model_name_or_path)
-    tokenizer, config = load_tokenizer(model_dir), AutoConfig.from_pretrained(model_dir)
+    tokenizer, config = load_tokenizer(model_dir), load_config(model_dir)
     if config.model_type != VanillaTransformerConfig.model_type:
         raise ValueError(
             f"the ctranslate2 engine converts {VanillaTransformerConfig.model_type} models, {model_name_or_path} is "

@@ -118,10 +118,9 @@ class TokenBatchSampler:
 
     Each epoch the examples are sorted by length (the longer of source and target, then source, then
     target) with ties broken at random, cut into batches, and the batch order is shuffled, as fairseq
-    does. The full sort pads least: on Multi30k train with max_tokens=4096, 95.8% of the padded tokens
-    are real, against 93.1% when sorting by the longer side alone. A sorted length sequence is the same
-    whatever the tie order, so the batch sizes (and `len()`) never change between epochs while the
-    examples inside the batches do.
+    does; the full sort pads least (measured: docs/training.md, "Batches of tokens"). A sorted length
+    sequence is the same whatever the tie order, so the batch sizes (and `len()`) never change between
+    epochs while the examples inside the batches do.
 
     A batch holds at most `max_tokens // L` examples, L being the longest source or target in it, so
     `batch size * longest source <= max_tokens` and likewise for targets. An example longer than

@@ -1,11 +1,11 @@
-"""The precision to train and decode in, chosen from what the hardware runs fastest, never assumed.
+"""The device and precision to train and decode in, chosen from what the hardware has and runs fastest, never
+assumed.
 
-CPUs differ: one with only AVX2 multiplies bf16 matrices ~100x slower than fp32 (0.9 against 135 GFLOP/s
-measured), and even the bf16 instructions do not settle it: with AVX512-BF16 and no AMX, an AMD EPYC ran bf16
-matmuls 4.1x as fast as fp32 (training 2.2x) and an Intel Xeon 0.52x (training 0.68x; docs/benchmarks). So "auto"
-(the default everywhere) asks the hardware: bf16 on a CUDA device that supports it, fp16 on an older CUDA device;
-on a CPU, bf16 only where it has the instructions and a short matmul probe runs bf16 at least
-`CPU_BF16_MIN_SPEEDUP` times as fast as fp32; fp32 otherwise.
+CPUs differ: one with only AVX2 multiplies bf16 matrices far slower than fp32, and even the bf16 instructions
+do not settle it: with AVX512-BF16 and no AMX, one CPU runs bf16 faster and another slower (measured:
+docs/training.md, "Precision"). So "auto" (the default everywhere) asks the hardware: bf16 on a CUDA device
+that supports it, fp16 on an older CUDA device; on a CPU, bf16 only where it has the instructions and a short
+matmul probe runs bf16 at least `CPU_BF16_MIN_SPEEDUP` times as fast as fp32; fp32 otherwise.
 """
 
 import functools
@@ -169,6 +169,16 @@ def auto_precision(device_type: str, cuda_bf16: bool | None = None, cpu_bf16: bo
         pays, reason = cpu_bf16_pays(cpu_bf16)
         return Precision("bf16" if pays else "no", reason)
     return Precision("no", f"no half-precision rule for device type {device_type!r}")
+
+
+def resolve_device(device: str | None = None) -> torch.device:
+    """`device`, or else the GPU if there is one and the CPU if not; an absent GPU asked for is an error."""
+    if device in (None, "auto"):
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    resolved = torch.device(device)
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} requested but torch sees no CUDA GPU; use --device cpu")
+    return resolved
 
 
 def resolve_precision(

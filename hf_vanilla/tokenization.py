@@ -49,11 +49,7 @@ def train_tokenizer(
     text: every byte has a token, so nothing becomes `<unk>` and no space is added or lost. Every
     encoded sequence ends with `</s>`; `<s>` is the decoder start token the model prepends itself.
 
-    The default size, 8,000, was measured on Multi30k (trained on train en+de, counted on validation):
-    8k gives 14.5 (en) / 15.4 (de) tokens a sentence, 10k 14.2 / 15.0 and 16k 13.9 / 14.3, so a larger
-    vocabulary shortens sequences by at most 7%; but the tokens seen fewer than 10 times in train (whose
-    embeddings barely train) grow from 1.3k of 8k to 2.6k of 10k and 10k of 16k. 5k gives 15.3 / 16.6 tokens a
-    sentence and learned faster in the 30-minute Multi30k recipe (configs/multi30k-small.yaml).
+    Why the default size and the Multi30k recipes' 5,000, measured: docs/your-data.md, "The tokenizer's size".
     """
     bpe = Tokenizer(models.BPE(unk_token=UNK_TOKEN))
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)

@@ -1,4 +1,5 @@
-"""Batched translation with `generate` (paper section 6.1), and the model, device and text files it works on."""
+"""Batched translation with `generate` (paper section 6.1): the decoding options, the engines that take them, and
+the text files they work on."""
 
 from __future__ import annotations
 
@@ -14,13 +15,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import torch
-from safetensors import SafetensorError, safe_open
 from tqdm.auto import tqdm
 from transformers import (
-    AutoConfig,
-    AutoModelForSeq2SeqLM,
-    AutoTokenizer,
-    GenerationConfig,
     LogitsProcessor,
     LogitsProcessorList,
     PreTrainedConfig,
@@ -29,8 +25,6 @@ from transformers import (
 )
 
 from hf_vanilla.attention import SentenceAttentions, teacher_forced_attentions
-from hf_vanilla.model.attention_kernels import AUTO_ATTENTION
-from hf_vanilla.model.configuration_vanilla import VanillaTransformerConfig
 from hf_vanilla.model.decoding import (
     DEFAULT_MAX_TOKENS,
     PAPER_EXTRA_OUTPUT_TOKENS,
@@ -42,16 +36,12 @@ from hf_vanilla.model.decoding import (
     writes_right_to_left,
 )
 
+from .checkpoints import load_model_and_tokenizer
 from .data import TokenBatchSampler
 from .files import write_text_atomic
-from .precision import resolve_precision
-from .tokenization import check_tokenizer_matches_model
 
 logger = logging.getLogger(__name__)
 LINES_NAMED = 10  # a warning about lines (too long, not UTF-8) names this many of them
-TOKENIZER_FILE, WEIGHTS_FILE = "tokenizer.json", "model.safetensors"
-# What a saved model directory needs to load here: the model's config and weights, the tokenizer's files.
-MODEL_DIRECTORY_FILES = ("config.json", WEIGHTS_FILE, TOKENIZER_FILE, "tokenizer_config.json")
 # Logits processors made for each batch from its encoded sources (`input_ids`, `attention_mask`), for those that
 # need the sources: an ensemble's other members encode them (`hf_vanilla.research.ensemble`).
 BatchLogitsProcessors = Callable[[Mapping[str, torch.Tensor]], Sequence[LogitsProcessor]]
@@ -428,135 +418,6 @@ def load_engine(
 
         return load_ctranslate2_engine(model_name_or_path, settings)
     return TransformersEngine(*load_model_and_tokenizer(model_name_or_path, settings.device, settings.dtype))
-
-
-def resolve_device(device: str | None = None) -> torch.device:
-    """`device`, or else the GPU if there is one and the CPU if not; an absent GPU asked for is an error."""
-    if device in (None, "auto"):
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    resolved = torch.device(device)
-    if resolved.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {device!r} requested but torch sees no CUDA GPU; use --device cpu")
-    return resolved
-
-
-def load_model_and_tokenizer(
-    model_name_or_path: str | os.PathLike, device: str | None = None, dtype: str = "float32", **model_kwargs
-) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """A saved model directory (or Hub id) and its tokenizer, in eval mode on `device` in `dtype`.
-
-    `dtype` is "auto" (the precision the device runs natively, see `hf_vanilla.precision`), "float32",
-    "bfloat16" or "float16".
-
-    `model_kwargs` go to `from_pretrained` (e.g. attn_implementation="eager"; ours default to AUTO_ATTENTION).
-    For our own model type the tokenizer's vocabulary size, special token ids and vocabulary fingerprint
-    must match the model config (`check_tokenizer_matches_model`); other seq2seq models are taken as they
-    are. Unreadable weights (a truncated or corrupt safetensors file) are a ValueError naming the file.
-    """
-    device = resolve_device(device)
-    torch_dtype = resolve_precision(dtype, device.type).dtype
-    directory = Path(model_name_or_path)
-    try:
-        tokenizer = load_tokenizer(model_name_or_path)
-        if directory.is_dir():
-            _check_weights_match_config(directory)
-        model = AutoModelForSeq2SeqLM.from_pretrained(model_name_or_path, dtype=torch_dtype, **model_kwargs)
-    except OSError as err:
-        raise FileNotFoundError(
-            f"cannot load a model and tokenizer from {str(model_name_or_path)!r}: it is no saved model "
-            f"directory and could not be loaded from the Hub ({err})"
-        ) from err
-    except SafetensorError as err:
-        weights = directory / WEIGHTS_FILE
-        where = weights if weights.is_file() else f"the weights of {model_name_or_path}"
-        raise ValueError(f"{where} is truncated or corrupt ({err}); re-save or re-download it") from err
-    if model.config.model_type == VanillaTransformerConfig.model_type:
-        check_tokenizer_matches_model(tokenizer, model.config)
-        if "attn_implementation" not in model_kwargs:
-            model.set_attn_implementation(AUTO_ATTENTION)
-    return model.to(device).eval(), tokenizer
-
-
-# What a role that takes one word order (load_models' `right_to_left`) says of a model written in the other.
-_WRONG_WORD_ORDER = {
-    True: "was not trained right to left (its config's right_to_left is false): train one with "
-    "train.py --right-to-left true",
-    False: "writes right to left (its config's right_to_left is true): this role takes left-to-right models; "
-    "a right-to-left one reranks with --rerank-right-to-left",
-}
-
-
-def load_models(
-    model_names_or_paths: Sequence[str | os.PathLike],
-    device: str | None = None,
-    dtype: str = "float32",
-    role: str = "ensemble member",
-    right_to_left: bool | None = None,
-) -> list[tuple[PreTrainedModel, PreTrainedTokenizerBase]]:
-    """More models with their tokenizers (an ensemble's members, reranking's reverse models), each loaded as
-    `load_model_and_tokenizer` loads one; a model that does not load, or (given `right_to_left`) writes in the
-    other word order (`config.right_to_left`), is a ValueError or FileNotFoundError that names it and its `role`."""
-    loaded = []
-    for path in model_names_or_paths:
-        try:
-            model, tokenizer = load_model_and_tokenizer(path, device, dtype)
-        except (ValueError, FileNotFoundError) as err:
-            raise type(err)(f"{role} {path}: {err}") from err
-        if right_to_left is not None and writes_right_to_left(model.config) != right_to_left:
-            raise ValueError(f"{role} {path} {_WRONG_WORD_ORDER[right_to_left]}")
-        loaded.append((model, tokenizer))
-    return loaded
-
-
-def generation_defaults(model_name_or_path: str | os.PathLike) -> GenerationConfig:
-    """A saved model's generation_config.json, or the one transformers derives from its config.json: what decides
-    the options a `DecodingOptions` leaves to the model (beam size, length penalty)."""
-    try:
-        return GenerationConfig.from_pretrained(model_name_or_path)
-    except OSError:
-        return GenerationConfig.from_model_config(AutoConfig.from_pretrained(model_name_or_path))
-
-
-def load_tokenizer(
-    model_name_or_path: str | os.PathLike, needed_files: Sequence[str] = MODEL_DIRECTORY_FILES
-) -> PreTrainedTokenizerBase:
-    """AutoTokenizer's, and a plain ValueError naming the `needed_files` for a directory without tokenizer.json
-    (transformers would blame a missing sentencepiece or tiktoken)."""
-    try:
-        return AutoTokenizer.from_pretrained(model_name_or_path)
-    except ValueError as err:
-        directory = Path(model_name_or_path)
-        if directory.is_dir() and not (directory / TOKENIZER_FILE).is_file():
-            needed = ", ".join(needed_files)
-            raise ValueError(f"{directory} has no {TOKENIZER_FILE} (needed files: {needed})") from err
-        raise
-
-
-def _check_weights_match_config(directory: Path) -> None:
-    """Raise a ValueError naming each tensor whose shape in the saved weights differs from the one config.json
-    gives it (a vocab_size edited after saving, say): checked before loading, for transformers would only log
-    the shapes in a report and then raise."""
-    weights = directory / WEIGHTS_FILE
-    if not weights.is_file():
-        return
-    config = AutoConfig.from_pretrained(directory)
-    with torch.device("meta"):
-        configured = {
-            name: tuple(tensor.shape)
-            for name, tensor in AutoModelForSeq2SeqLM.from_config(config).state_dict().items()
-        }
-    with safe_open(weights, framework="pt") as saved:
-        found = {name: tuple(saved.get_slice(name).get_shape()) for name in saved.keys()}
-    mismatches = [
-        f"{name} has shape {found[name]} in the weights, {shape} by config.json"
-        for name, shape in configured.items()
-        if name in found and found[name] != shape
-    ]
-    if mismatches:
-        raise ValueError(
-            f"{weights} does not match {directory / 'config.json'} (vocab_size {config.vocab_size}): "
-            + "; ".join(mismatches)
-        )
 
 
 def read_lines(path: str | os.PathLike | None = None) -> list[str]:

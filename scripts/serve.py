@@ -1,8 +1,8 @@
 """Serve a saved model over HTTP: the Hugging Face Inference API's translation task, requests batched on the fly.
 
     pip install 'hf_vanilla[serve]'
-    python scripts/serve.py outputs/multi30k-small/final --port 8000
-    python scripts/serve.py outputs/multi30k-small/final --engine ctranslate2 --compute-type int8   # faster
+    python scripts/serve.py outputs/multi30k-small-de-en/checkpoint_best --port 8000
+    python scripts/serve.py CHECKPOINT --engine ctranslate2 --compute-type int8   # faster
     curl -s localhost:8000 -H 'Content-Type: application/json' -d '{"inputs": "Ein Hund läuft."}'
 
 Decodes with the checkpoint's generation_config.json (beam size, length penalty) unless a request's
@@ -82,21 +82,21 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         engine = engine_settings(args)
-    except ValueError as err:
+        app = create_app(
+            args.model,
+            engine,
+            BatchingSettings(args.max_batch_tokens, args.max_wait_ms, args.max_queued_sentences),
+            RequestLimits(
+                args.max_sentences,
+                args.max_characters,
+                args.max_beams,
+                args.max_new_tokens,
+                args.max_attention_tokens,
+            ),
+            "static" if args.cache_implementation == "static" else None,
+        )
+    except (ValueError, FileNotFoundError) as err:  # a bad setting, or no checkpoint at the path
         sys.exit(f"error: {err}")
-    app = create_app(
-        args.model,
-        engine,
-        BatchingSettings(args.max_batch_tokens, args.max_wait_ms, args.max_queued_sentences),
-        RequestLimits(
-            args.max_sentences,
-            args.max_characters,
-            args.max_beams,
-            args.max_new_tokens,
-            args.max_attention_tokens,
-        ),
-        "static" if args.cache_implementation == "static" else None,
-    )
     # uvicorn answers the accepted requests on SIGTERM, then raises the signal again under the handler it found:
     # this one, so that a drained shutdown exits 0 (as training does on preemption) instead of dying by the signal.
     for stop in (signal.SIGTERM, signal.SIGINT):

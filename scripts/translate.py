@@ -6,12 +6,12 @@ otherwise, and writes its translations, blank lines kept blank, as soon as it is
 --output FILE the finished chunks are committed beside the output: the same command continues after a crash, and
 several processes share the chunks (docs/translating-corpora.md).
 
-    python scripts/translate.py outputs/multi30k-small/final < input.de > output.en
+    python scripts/translate.py outputs/multi30k-small-de-en/checkpoint_best < input.de > output.en
     python scripts/translate.py CHECKPOINT --input mono.de.gz --output mono.en --sampling --seed 1
     accelerate launch --multi_gpu --num_processes 8 scripts/translate.py CHECKPOINT --input IN --output OUT
 
 With --rerank-with (models of the reverse direction) or --rerank-right-to-left (right-to-left models), beam
-search's whole n-best list is reranked (README, "Reranking with the reverse direction").
+search's whole n-best list is reranked (docs/research/extras.md, "Reranking with the reverse direction").
 """
 
 import logging

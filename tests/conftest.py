@@ -145,6 +145,26 @@ def tiny_model_copy(tiny_model_dir, tmp_path) -> Path:
     return Path(shutil.copytree(tiny_model_dir, tmp_path / "checkpoint"))
 
 
+def with_truncated_weights(model_dir: Path, destination: Path) -> Path:
+    """A copy of `model_dir` whose model.safetensors lost its second half; returns that file."""
+    weights = Path(shutil.copytree(model_dir, destination)) / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    return weights
+
+
+def with_another_vocabulary_of_the_same_size(model_dir: Path, destination: Path) -> Path:
+    """A copy of `model_dir` whose tokenizer swaps the ids of its last two tokens (ordinary merges): same
+    size, same special ids."""
+    shutil.copytree(model_dir, destination)
+    path = destination / "tokenizer.json"
+    data = json.loads(path.read_text())
+    vocabulary = data["model"]["vocab"]
+    first, second = list(vocabulary)[-2:]
+    vocabulary[first], vocabulary[second] = vocabulary[second], vocabulary[first]
+    path.write_text(json.dumps(data, ensure_ascii=False))
+    return destination
+
+
 @pytest.fixture(scope="session")
 def tiny_dataset(corpus_path, tmp_path_factory):
     """400 training and 16 validation pairs of the synthetic corpus, in the Hub `translation` layout:

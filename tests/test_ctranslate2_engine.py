@@ -13,9 +13,10 @@ import torch
 from conftest import DE_EN, run_script, sharpened
 
 from hf_vanilla import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+from hf_vanilla.checkpoints import load_tokenizer
 from hf_vanilla.corpus import load_translation_split
 from hf_vanilla.files import atomic_directory
-from hf_vanilla.translation import DecodingOptions, EngineSettings, load_engine, load_tokenizer
+from hf_vanilla.translation import DecodingOptions, EngineSettings, load_engine
 
 ctranslate2 = pytest.importorskip("ctranslate2")
 from hf_vanilla.ctranslate2_engine import cached_conversion, checkpoint_digest, import_ctranslate2  # noqa: E402

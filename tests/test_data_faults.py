@@ -9,16 +9,16 @@ from itertools import chain
 from pathlib import Path
 
 import pytest
-from conftest import run_script, tiny_config
+from conftest import run_script, tiny_config, with_truncated_weights
 from synthetic_corpus import synthetic_pairs
 from transformers import AutoTokenizer
 
 from hf_vanilla import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+from hf_vanilla.checkpoints import load_model_and_tokenizer
 from hf_vanilla.corpus import load_translation_split
 from hf_vanilla.tokenization import config_kwargs_from_tokenizer, save_tokenizer, train_tokenizer
 from hf_vanilla.training.settings import TrainingError
 from hf_vanilla.training.train import train
-from hf_vanilla.translation import load_model_and_tokenizer
 
 
 def json_line(source: str, target: str) -> bytes:
@@ -191,6 +191,13 @@ def test_overlong_validation_pair_is_dropped_and_counted(tmp_path, tokenizer_dir
     train(run_config(corpus, tokenizer_dir, tmp_path / "run", max_steps=1))
     assert "Cleaning kept 7 of 8 validation pairs; dropped 0 empty, 1 over 250 tokens" in caplog.text
     assert "Cleaning kept 80 of 80 train pairs" in caplog.text
+
+
+def test_init_from_a_checkpoint_with_truncated_weights_names_the_file(model_dir, tmp_path):
+    weights = with_truncated_weights(model_dir, tmp_path / "model")
+    config = run_config(write_corpus(tmp_path / "data"), "", tmp_path / "run", init_from=str(weights.parent))
+    with pytest.raises(TrainingError, match=f"init_from {weights.parent}: {weights} is truncated or corrupt"):
+        train(config)
 
 
 def test_init_from_a_checkpoint_without_tokenizer_file_names_it(model_dir, tmp_path):

@@ -20,10 +20,10 @@ SDPA_MASKED = ("sdpa", MATMUL_ATTENTION, AUTO_ATTENTION)
 
 
 def matmuls_beat_fused_cpu_kernel(query: torch.Tensor, key: torch.Tensor) -> bool:
-    """Where torch's fused CPU attention kernel is slower than plain matmuls (torch 2.13, fwd+bwd or decoding).
-
-    bfloat16 up to 512 keys: 2-5x in training, 2-8x decoding a batch; float32 decoding steps of 16 or more
-    sequences: 1.1-1.4x. The fused kernel wins on long float32 sequences and single-sentence decoding.
+    """Where torch's fused CPU attention kernel is slower than plain matmuls, as measured with torch 2.13
+    (training and decoding; the ratios are in docs/testing.md): bfloat16 up to 512 keys, and float32 decoding
+    steps of 16 or more sequences. The fused kernel wins on long float32 sequences and single-sentence
+    decoding.
     """
     if query.device.type != "cpu" or key.shape[2] > 512:
         return False

@@ -20,14 +20,14 @@ from typing import Any
 import datasets
 import torch
 from tqdm.auto import tqdm
-from transformers import AutoConfig, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from hf_vanilla.checkpoints import load_config, load_model_and_tokenizer
 from hf_vanilla.corpus import split_names, write_translation_jsonl
 from hf_vanilla.evaluation.scoring import DEFAULT_RUNTIME, Runtime, TranslationData, score_translations
 from hf_vanilla.files import atomic_directory, write_json
 from hf_vanilla.translation import (
     TRANSFORMERS,
-    load_model_and_tokenizer,
     read_lines,
     translate_sentences,
     write_lines_atomic,
@@ -68,10 +68,7 @@ def _check_request(teachers: Teachers, saved: SavedTranslations, output_dir: Pat
     if saved.chunk_size < 1:
         raise ValueError(f"chunk_size must be at least 1, not {saved.chunk_size}")
     for model_name in (*teachers.forward, *teachers.backward):
-        try:
-            AutoConfig.from_pretrained(model_name)
-        except OSError as err:
-            raise FileNotFoundError(f"cannot load model {str(model_name)!r}: {err}") from err
+        load_config(model_name)
     if output_dir.exists() and not overwrite and (not output_dir.is_dir() or any(output_dir.iterdir())):
         raise FileExistsError(f"{output_dir} exists and is not empty; pass --overwrite to replace it")
 

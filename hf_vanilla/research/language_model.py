@@ -21,7 +21,6 @@ import datasets
 import torch
 from transformers import (
     AutoModelForCausalLM,
-    AutoTokenizer,
     DataCollatorForLanguageModeling,
     GPT2Config,
     GPT2LMHeadModel,
@@ -31,10 +30,10 @@ from transformers import (
     TrainingArguments,
 )
 
+from hf_vanilla.checkpoints import load_models
 from hf_vanilla.data import TokenBatchSampler
 from hf_vanilla.files import atomic_directory, write_json
-from hf_vanilla.precision import cpu_description, resolve_precision
-from hf_vanilla.translation import resolve_device
+from hf_vanilla.precision import cpu_description, resolve_device, resolve_precision
 
 IGNORED = -100  # the label of a padding position
 # multi30k-best's width and depth, and its dropout after the switch (Multi30k's 29,000 target sentences are few).
@@ -176,22 +175,12 @@ def train_language_model(
 def load_language_models(
     model_names_or_paths: Sequence[str | os.PathLike], device: str | None = None, dtype: str = "float32"
 ) -> list[tuple[PreTrainedModel, PreTrainedTokenizerBase]]:
-    """Saved causal language models with their tokenizers, in eval mode on `device` in `dtype` (as
-    `hf_vanilla.translation.load_model_and_tokenizer` takes them); one that does not load is a FileNotFoundError
-    naming it."""
-    loaded = []
-    device = resolve_device(device)
-    torch_dtype = resolve_precision(dtype, device.type).dtype
-    for path in model_names_or_paths:
-        try:
-            tokenizer = AutoTokenizer.from_pretrained(path)
-            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
-        except (OSError, ValueError) as err:
-            raise FileNotFoundError(
-                f"language model {path}: cannot load a causal language model ({err})"
-            ) from err
-        loaded.append((model.to(device).eval(), tokenizer))
-    return loaded
+    """Saved causal language models with their tokenizers, in eval mode on `device` in `dtype`, each loaded
+    and checked as `hf_vanilla.checkpoints.load_models` loads one; one that does not load is a
+    FileNotFoundError or ValueError naming it."""
+    return load_models(
+        model_names_or_paths, device, dtype, role="language model", model_class=AutoModelForCausalLM
+    )
 
 
 def mean_label_log_probs(logits: torch.Tensor, labels: torch.Tensor) -> list[float]:

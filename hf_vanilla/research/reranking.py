@@ -1,26 +1,13 @@
-"""Reranking beam search's n-best list with models that read each translation another way: models of the reverse
-direction (how well it explains the source: the channel model of noisy-channel reranking), right-to-left models
-(how likely it is written last word first) and language models of the target language (how likely it is as a
-sentence, source unseen).
-
-Beam search keeps the translations the forward models like; a model translating the other way scores how much of
-the source each one accounts for, so a translation that drops or invents content loses, and a model that writes the
-target right to left judges each word by what follows it rather than what precedes it. Hypothesis y of source x
-scores
+"""Reranking beam search's n-best list with models that read each translation another way: models of the
+reverse direction, right-to-left models and language models of the target language. A departure from the
+paper's plain beam search, used only where asked for (`--rerank-with`, `--rerank-right-to-left`,
+`--rerank-language-model`, `--word-bonus`). Hypothesis y of source x scores
 
     beam score(y) + reverse weight * log p(x | y) / |x| + right-to-left weight * log p(reversed(y) | x) / |y|
                   + language model weight * log p(y) / |y| + word bonus * words(y)
 
-where the beam score is beam search's own (log p(y | x) / |y| ** length_penalty), each log-probability is averaged
-over its models, lengths are in those models' tokens and words(y) counts y's words; the best one wins, and weights 0
-keep beam search's first choice. Yee et al. (2019, "Simple and Effective Noisy Channel Modeling for Neural Machine
-Translation") score with the channel model so, with a language model beside (here `hf_vanilla.research.language_model`, trained
-on the training targets alone) and a length term tuned on validation: the models' scores are averages per token, so none weighs a translation's length, and the word bonus (a
-penalty where negative, as the word penalty of phrase-based decoding) says how much each word is worth. Right-to-left
-rescoring is Sennrich et al.'s (2016, "Edinburgh Neural Machine Translation Systems for WMT 16"), whose models reverse
-the target's subwords (here its words: `hf_vanilla.model.decoding.reverse_words`). Departures from the paper's plain beam
-search, used only where asked for (`--rerank-with`, `--rerank-right-to-left`, `--rerank-language-model`,
-`--word-bonus`).
+each log-probability averaged over its models, lengths in those models' tokens; weights 0 keep beam search's
+first choice. Why each term, and the papers it follows: docs/research/extras.md, "The reranking score".
 """
 
 from __future__ import annotations
@@ -35,9 +22,10 @@ import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from hf_vanilla.checkpoints import load_models
 from hf_vanilla.data import TokenBatchSampler
 from hf_vanilla.model.decoding import DEFAULT_MAX_TOKENS, reverse_words
-from hf_vanilla.translation import load_models, translate_nbest
+from hf_vanilla.translation import translate_nbest
 
 from .language_model import IGNORED, load_language_models, mean_label_log_probs, sentence_log_probs
 

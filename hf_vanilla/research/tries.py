@@ -1,16 +1,16 @@
 """Tries: several training runs side by side, each chosen on validation, all in one table.
 
-One Multi30k run leaves most of a GPU idle: on one H100, three tries at once each kept 89-92% of the 27
-updates/s that one alone ran. So a search over recipes runs its tries side by side. `run_tries` starts up to
-`parallel` `train.py` processes, hands each finished run to `select_checkpoint.py` (validation only: test is
-decoded once, for the final recipe, never to compare tries), and writes every try's flags, pace and validation
-scores to `tries.json` and `tries.md`. Given again, it resumes each run from its last checkpoint (a finished one
-trains nothing more), so a search can span several calls of a time-limited machine. A finished run brought back
-from another machine with its models but not its training state (`checkpoint_last`, 4x the size of a model) is
-chosen as it is. A run's selection is kept while its candidates' weights and the selection flags are those it
-was made from, so a search given again decodes only what changed. `only` runs some of a file's tries; the table
-keeps the rows of the tries an earlier call ran into the same directory (each row names the machine it was run on
-where that is not this one).
+One Multi30k run leaves most of a GPU idle, so a search over recipes runs its tries side by side (what that is
+worth, measured: docs/research/extras.md, "A search: tries side by side"). `run_tries` starts up to `parallel`
+`train.py` processes, hands each finished run to `select_checkpoint.py` (validation only: test is decoded
+once, for the final recipe, never to compare tries), and writes every try's flags, pace and validation scores
+to `tries.json` and `tries.md`. Given again, it resumes each run from its last checkpoint (a finished one
+trains nothing more), so a search can span several calls of a time-limited machine. A finished run brought
+back from another machine with its models but not its training state (`checkpoint_last`: the optimizer's state
+beside the model) is chosen as it is. A run's selection is kept while its candidates' weights and the
+selection flags are those it was made from, so a search given again decodes only what changed. `only` runs
+some of a file's tries; the table keeps the rows of the tries an earlier call ran into the same directory
+(each row names the machine it was run on where that is not this one).
 
 A tries file is YAML:
 
@@ -49,8 +49,7 @@ from tqdm.auto import tqdm
 from hf_vanilla.evaluation.selection import RUN_CANDIDATES, weights_digest
 from hf_vanilla.files import write_json, write_text_atomic
 from hf_vanilla.tools.benchmark import describe_environment, environment
-from hf_vanilla.tools.plotting import read_training_log
-from hf_vanilla.training.run_directory import AVERAGE, LAST, LOG_FILE, RETIRED_LAST
+from hf_vanilla.training.run_directory import AVERAGE, LAST, RETIRED_LAST, read_training_log
 from hf_vanilla.training.settings import (
     TrainingConfig,
     TrainingError,
@@ -321,17 +320,15 @@ def summarize_try(attempt: Try, run_dir: Path, outcome: dict[str, Any]) -> dict[
         "train_arguments": list(attempt.train_arguments),
         **outcome,
     }
-    if (run_dir / LOG_FILE).exists():
-        training, validation = read_training_log(run_dir / LOG_FILE)
-        records = training + validation
-        if records:
-            last = max(records, key=lambda record: record["step"])
-            row.update(updates=last["step"], run_minutes=last["elapsed_seconds"] / 60)
-            if last["elapsed_seconds"] > 0:
-                row["updates_per_second"] = last["step"] / last["elapsed_seconds"]
-        if validation:
-            row["validation_loss_last"] = validation[-1]["val_loss"]
-            row["validation_loss_best"] = min(record["val_loss"] for record in validation)
+    log = read_training_log(run_dir)
+    if records := log.training + log.validation:
+        last = max(records, key=lambda record: record["step"])
+        row.update(updates=last["step"], run_minutes=last["elapsed_seconds"] / 60)
+        if last["elapsed_seconds"] > 0:
+            row["updates_per_second"] = last["step"] / last["elapsed_seconds"]
+    if log.validation:
+        row["validation_loss_last"] = log.validation[-1]["val_loss"]
+        row["validation_loss_best"] = min(record["val_loss"] for record in log.validation)
     selection_file = run_dir / SELECTION / "selection.json"
     if outcome.get("selection_exit") == 0 and selection_file.exists():
         selection = json.loads(selection_file.read_text())

@@ -29,8 +29,9 @@ from pydantic_core import PydanticCustomError
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
-from transformers import AutoConfig, PretrainedConfig
+from transformers import PretrainedConfig
 
+from hf_vanilla.checkpoints import generation_defaults, load_config
 from hf_vanilla.model.configuration_vanilla import VanillaTransformerConfig
 from hf_vanilla.model.decoding import beam_settings, max_new_tokens_room
 from hf_vanilla.model.hub import checkpoint_card
@@ -38,7 +39,6 @@ from hf_vanilla.translation import (
     DEFAULT_ENGINE,
     DecodingOptions,
     EngineSettings,
-    generation_defaults,
     load_engine,
     unencodable_character,
 )
@@ -378,7 +378,7 @@ def create_app(
             " such a request could never be taken"
         )
     base = server_options(checkpoint, batching, cache_implementation)
-    config = AutoConfig.from_pretrained(checkpoint)
+    config = load_config(checkpoint)
     room, pair = max_new_tokens_room(config), model_pair(config)
     batcher = Batcher(lambda: load_engine(checkpoint, engine), base, batching)
 

@@ -21,11 +21,13 @@ import os
 from pathlib import Path
 
 import torch
-from transformers import AutoTokenizer, GenerationConfig, MarianConfig, MarianMTModel, PreTrainedTokenizerBase
+from transformers import GenerationConfig, MarianConfig, MarianMTModel, PreTrainedTokenizerBase
 
+from hf_vanilla.checkpoints import load_model_and_tokenizer, load_tokenizer
 from hf_vanilla.files import atomic_directory, refuse_existing, write_json
 from hf_vanilla.model.configuration_vanilla import VanillaTransformerConfig
 from hf_vanilla.model.modeling_vanilla import VanillaTransformerForConditionalGeneration
+from hf_vanilla.tokenization import check_tokenizer_matches_model
 
 MARIAN_LAYER_NORM_EPS = 1e-5  # nn.LayerNorm's default, which MarianMTModel does not let a config change
 
@@ -150,13 +152,19 @@ def _generation_config(model: VanillaTransformerForConditionalGeneration) -> Gen
     return generation_config
 
 
-def load_vanilla(model: VanillaTransformerForConditionalGeneration | str | os.PathLike):
-    """A model object as is, or a saved model directory loaded in eval mode."""
-    if isinstance(model, VanillaTransformerForConditionalGeneration):
-        return model
-    if not Path(model, "config.json").is_file():
-        raise FileNotFoundError(f"{model} is not a saved model directory (no config.json)")
-    return VanillaTransformerForConditionalGeneration.from_pretrained(model).eval()
+def load_vanilla(
+    model_dir: str | os.PathLike,
+) -> tuple[VanillaTransformerForConditionalGeneration, PreTrainedTokenizerBase]:
+    """A saved model directory and its tokenizer, loaded and checked as every checkpoint is
+    (`hf_vanilla.checkpoints.load_model_and_tokenizer`), in float32 on the CPU; a model of another type than
+    ours is a ValueError."""
+    model, tokenizer = load_model_and_tokenizer(model_dir, "cpu")
+    if not isinstance(model, VanillaTransformerForConditionalGeneration):
+        raise ValueError(
+            f"{model_dir} holds a {model.config.model_type} model: the export converts "
+            f"{VanillaTransformerConfig.model_type} models"
+        )
+    return model, tokenizer
 
 
 def export_to_marian(
@@ -169,19 +177,17 @@ def export_to_marian(
 
     `model` is a model or a saved model directory; `tokenizer` a tokenizer or its directory, by default the
     model directory's own. The result loads with plain transformers (`MarianMTModel.from_pretrained`,
-    `AutoTokenizer.from_pretrained`), no hf_vanilla and no remote code needed.
+    `AutoTokenizer.from_pretrained`), no hf_vanilla and no remote code needed. A tokenizer that is not the
+    model's (`check_tokenizer_matches_model`) is a ValueError, before anything is written.
     """
-    if tokenizer is None:
-        if isinstance(model, VanillaTransformerForConditionalGeneration):
-            raise ValueError("pass the tokenizer (or its directory) to export a model object")
-        tokenizer = model
+    if not isinstance(model, VanillaTransformerForConditionalGeneration):
+        model, own_tokenizer = load_vanilla(model)
+        tokenizer = own_tokenizer if tokenizer is None else tokenizer
+    elif tokenizer is None:
+        raise ValueError("pass the tokenizer (or its directory) to export a model object")
     if not isinstance(tokenizer, PreTrainedTokenizerBase):
-        tokenizer = AutoTokenizer.from_pretrained(tokenizer)
-    model = load_vanilla(model)
-    if len(tokenizer) != model.config.vocab_size:
-        raise ValueError(
-            f"tokenizer has {len(tokenizer)} tokens but the model's vocab_size is {model.config.vocab_size}"
-        )
+        tokenizer = load_tokenizer(tokenizer)
+    check_tokenizer_matches_model(tokenizer, model.config)
     marian = to_marian(model)
     output_dir = Path(output_dir)
     refuse_existing(output_dir, overwrite)

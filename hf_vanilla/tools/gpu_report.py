@@ -28,6 +28,7 @@ from accelerate import PartialState
 from hf_vanilla.data import example_lengths
 from hf_vanilla.precision import matmul_peak_flops, resolve_precision
 from hf_vanilla.tools.benchmark import environment, save_results, training_flops
+from hf_vanilla.training.run_directory import LOG_FILE, read_training_log
 from hf_vanilla.training.settings import load_training_config, training_argument_parser
 from hf_vanilla.training.train import load_inputs
 
@@ -117,17 +118,18 @@ def read_parts(out_dir: Path) -> dict[str, dict]:
 
 
 def _training_step(log: Path) -> str | None:
-    """How train.py said it runs its step (its "Training step (compile=...)" log line): compile "auto" decided."""
+    """How train.py said it runs its step (its "Training step (compile=...)" line on the console, the one
+    thing of the report that the run's log does not record): compile "auto" decided."""
     lines = log.read_text(errors="replace").splitlines() if log.exists() else []
     return next((line[line.index("Training step") :] for line in lines if "Training step (" in line), None)
 
 
 def training_summary(record: dict, out_dir: Path, prepared: dict | None) -> dict:
-    """Speed of a train.py run from its train_log.jsonl: the first record (at update `log_interval`) times the
-    start-up; the records after it the steady pace. MFU from the config's FLOPs per target token and the peak."""
-    log_file = out_dir / record["output"] / "train_log.jsonl"
-    lines = log_file.read_text().splitlines() if log_file.exists() else []
-    logged = [entry for entry in map(json.loads, lines) if "tokens_per_second" in entry]
+    """Speed of a train.py run from its log's training records (`read_training_log`): the first (at update
+    `log_interval`) times the start-up; the records after it the steady pace. MFU from the config's FLOPs per
+    target token and the peak."""
+    run_dir = out_dir / record["output"]
+    logged = read_training_log(run_dir).training
     summary = {
         "config": record["config"],
         "budget_seconds": int(record["budget_seconds"]),
@@ -135,7 +137,7 @@ def training_summary(record: dict, out_dir: Path, prepared: dict | None) -> dict
         "log_records": len(logged),
     }
     if len(logged) < 2:
-        raise NoMeasure(f"{len(logged)} training records in {log_file}: a pace needs two")
+        raise NoMeasure(f"{len(logged)} training records in {run_dir / LOG_FILE}: a pace needs two")
     first, last = logged[0], logged[-1]
     # Each record's rate covers the updates since the one before; weighted by their seconds they give the mean pace.
     steady_seconds = last["elapsed_seconds"] - first["elapsed_seconds"]

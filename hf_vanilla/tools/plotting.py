@@ -1,30 +1,26 @@
-"""Training curves from the JSON-lines log that `hf_vanilla.training.train` writes."""
+"""Training curves from a run's log (`hf_vanilla.training.run_directory.read_training_log`)."""
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 from hf_vanilla.files import atomic_file
+from hf_vanilla.training.run_directory import LOG_FILE, read_training_log
 
 
-def read_training_log(path: str | os.PathLike) -> tuple[list[dict], list[dict]]:
-    """The training records (with `loss`) and the validation records (with `val_loss`) of a log."""
-    records = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
-    return [r for r in records if "loss" in r], [r for r in records if "val_loss" in r]
-
-
-def plot_training_log(log_path: str | os.PathLike, output_path: str | os.PathLike) -> Path:
-    """Write a PNG of loss (training and validation), validation BLEU and learning rate against updates."""
+def plot_training_log(run_dir: str | os.PathLike, output_path: str | os.PathLike) -> Path:
+    """Write a PNG of the run's loss (training and validation), validation BLEU and learning rate against
+    updates."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    training, validation = read_training_log(log_path)
+    log = read_training_log(run_dir)
+    training, validation = log.training, log.validation
     if not training and not validation:
-        raise ValueError(f"{log_path} holds no training or validation records")
+        raise ValueError(f"{Path(run_dir) / LOG_FILE} holds no training or validation records")
     figure, (loss_axes, bleu_axes, lr_axes) = plt.subplots(3, 1, figsize=(8, 9), sharex=True)
     loss_axes.plot([r["step"] for r in training], [r["loss"] for r in training], label="training")
     loss_axes.plot(
@@ -42,7 +38,7 @@ def plot_training_log(log_path: str | os.PathLike, output_path: str | os.PathLik
     lr_axes.set_xlabel("update")
     for axes in (loss_axes, bleu_axes, lr_axes):
         axes.grid(alpha=0.3)
-    figure.suptitle(Path(log_path).parent.name)
+    figure.suptitle(Path(run_dir).name)
     figure.tight_layout()
     with atomic_file(output_path) as staging:
         figure.savefig(staging, dpi=100)

@@ -21,9 +21,12 @@ from hf_vanilla.evaluation.scoring import Runtime, TranslationData, score_model
 from hf_vanilla.files import atomic_file, write_json
 from hf_vanilla.model.decoding import PAPER_GENERATION_KWARGS, beam_settings
 from hf_vanilla.precision import cpu_description
-from hf_vanilla.training.run_directory import LOG_FILE, checkpoint_step, numbered_checkpoints
-
-from .plotting import read_training_log
+from hf_vanilla.training.run_directory import (
+    LOG_FILE,
+    checkpoint_step,
+    numbered_checkpoints,
+    read_training_log,
+)
 
 REPORT_FILE, PLOT_FILE = "time_to_quality.json", "time_to_quality.png"
 QUIET_RUNTIME = Runtime(show_progress=False)  # a bar per checkpoint would bury the one over checkpoints
@@ -35,20 +38,19 @@ def checkpoint_minutes(run_dir: str | os.PathLike) -> dict[str, tuple[int, float
     The log's last record of an update (its validation, written just before the save) holds the clock.
     """
     run_dir = Path(run_dir)
-    log = run_dir / LOG_FILE
-    if not log.is_file():
+    if not (run_dir / LOG_FILE).is_file():
         raise FileNotFoundError(f"{run_dir} has no {LOG_FILE}: is it a training run directory?")
-    training, validation = read_training_log(log)
+    log = read_training_log(run_dir)
     seconds: dict[int, float] = {}
-    for record in training + validation:
+    for record in log.training + log.validation:
         seconds[record["step"]] = max(seconds.get(record["step"], 0.0), record["elapsed_seconds"])
     minutes = {}
     for checkpoint in numbered_checkpoints(run_dir):
         step = checkpoint_step(checkpoint)
         if step not in seconds:
             raise ValueError(
-                f"{log} has no record of update {step}, so {checkpoint.name}'s time is unknown "
-                "(train with validation to log every save)"
+                f"{run_dir / LOG_FILE} has no record of update {step}, so {checkpoint.name}'s time is "
+                "unknown (train with validation to log every save)"
             )
         minutes[checkpoint.name] = (step, seconds[step] / 60)
     if not minutes:

@@ -17,6 +17,7 @@ import shutil
 import socket
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -166,25 +167,46 @@ def append_log(run_dir: str | os.PathLike, record: dict) -> None:
         os.fsync(log.fileno())
 
 
-def truncate_log(run_dir: str | os.PathLike, step: int) -> None:
-    """Keep the log records up to `step`: a resumed run rewrites what the stopped one logged after its checkpoint.
+def log_records(run_dir: str | os.PathLike) -> list[dict]:
+    """Every record of the run's log, in the order written; none for a run that has logged nothing yet.
 
-    A last line a crash cut short is dropped with a warning; any other unreadable line is an error.
+    A last line a crash cut short is left out with a warning; any other unreadable line is a ValueError.
     """
     path = Path(run_dir) / LOG_FILE
-    kept = []
-    lines = path.read_text().splitlines(keepends=True) if path.exists() and step else []
+    lines = path.read_text().splitlines() if path.exists() else []
+    records = []
     for number, line in enumerate(lines, 1):
         try:
-            record = json.loads(line)
+            records.append(json.loads(line))
         except json.JSONDecodeError:
             if number < len(lines):
                 raise ValueError(f"{path} line {number} is not a JSON record") from None
-            logger.warning("%s: dropped its last line, cut short by a crash: %r", path, line[:80])
-            continue
-        if record["step"] <= step:
-            kept.append(line if line.endswith("\n") else line + "\n")
-    write_text_atomic(path, "".join(kept))
+            logger.warning("%s: left out its last line, cut short by a crash: %r", path, line[:80])
+    return records
+
+
+@dataclass(frozen=True)
+class TrainingLog:
+    """A run's log records by kind: `training` (loss, lr and tokens_per_second since the record before) and
+    `validation` (val_loss, and val_bleu where measured); each has its update's `step`, `epoch` and
+    `elapsed_seconds` (the run's clock, earlier sessions included)."""
+
+    training: list[dict]
+    validation: list[dict]
+
+
+def read_training_log(run_dir: str | os.PathLike) -> TrainingLog:
+    """The records of the run in `run_dir` by kind (`log_records`): none for a run that has logged nothing."""
+    records = log_records(run_dir)
+    training = [record for record in records if "loss" in record]
+    return TrainingLog(training, [record for record in records if "val_loss" in record])
+
+
+def truncate_log(run_dir: str | os.PathLike, step: int) -> None:
+    """Keep the log records up to `step`: a resumed run rewrites what the stopped one logged after its checkpoint.
+    A last line a crash cut short is dropped (`log_records`)."""
+    kept = [record for record in log_records(run_dir) if record["step"] <= step] if step else []
+    write_text_atomic(Path(run_dir) / LOG_FILE, "".join(json.dumps(record) + "\n" for record in kept))
 
 
 def read_progress(state_dir: str | os.PathLike) -> dict:

@@ -138,7 +138,7 @@ class TrainingConfig:
     )
     compile: str = setting(
         "auto",
-        "auto (off: slower on a CPU; on a GPU 1.4x faster an update after ~100 s of compiling), yes or no: "
+        "auto (off: the compile time outweighs the gain on a Multi30k run; docs/training.md), yes or no: "
         "the update's forward and loss through torch.compile, one graph for every batch shape",
     )
     seed: int = setting(1, "seed of the weights, batches and dropout")

@@ -35,6 +35,7 @@ from accelerate.utils.other import load as load_tensors
 from torch.utils.data import DataLoader
 from transformers import GenerationConfig, PreTrainedTokenizerBase
 
+from hf_vanilla.checkpoints import TOKENIZER_FILES, load_config, load_pretrained, load_tokenizer
 from hf_vanilla.corpus import CorpusError, load_translation_split, split_names
 from hf_vanilla.data import (
     CleaningRules,
@@ -58,7 +59,6 @@ from hf_vanilla.tokenization import (
     config_kwargs_from_tokenizer,
     train_tokenizer_on_pairs,
 )
-from hf_vanilla.translation import TOKENIZER_FILE, load_tokenizer
 
 from .heldout import hold_out, write_heldout
 from .loss import training_loss_function
@@ -438,7 +438,7 @@ def pairs_source(config: TrainingConfig) -> PairsSource:
 
 def _load_tokenizer(path) -> PreTrainedTokenizerBase:
     try:
-        return load_tokenizer(path, needed_files=(TOKENIZER_FILE, "tokenizer_config.json"))
+        return load_tokenizer(path, needed_files=TOKENIZER_FILES)
     except (OSError, ValueError) as err:
         raise TrainingError(f"tokenizer {path} cannot be loaded: {err}") from err
 
@@ -552,19 +552,21 @@ def generation_config(config: TrainingConfig, model_config: VanillaTransformerCo
 
 
 def _initial_model(config: TrainingConfig, model_config: VanillaTransformerConfig):
-    """A new model with `model_config`, or with the weights of `config.init_from` (fine-tuning)."""
+    """A new model with `model_config`, or with the weights of `config.init_from` (fine-tuning), loaded and
+    checked as every checkpoint is (`hf_vanilla.checkpoints.load_pretrained`)."""
     if not config.init_from:
         model = VanillaTransformerForConditionalGeneration(model_config)
         model.set_attn_implementation(AUTO_ATTENTION)
         return model
+    where = f"init_from {config.init_from}"
     try:
-        saved = VanillaTransformerConfig.from_pretrained(config.init_from)
-    except OSError as err:
-        raise TrainingError(f"init_from {config.init_from!r}: no saved model there ({err})") from err
-    _check_same_shape(saved, model_config, f"init_from {config.init_from}")
-    model = VanillaTransformerForConditionalGeneration.from_pretrained(
-        config.init_from, config=model_config, attn_implementation=AUTO_ATTENTION
-    )
+        saved = load_config(config.init_from)
+        if saved.model_type != model_config.model_type:
+            raise ValueError(f"holds a {saved.model_type} model, not a {model_config.model_type} one")
+        _check_same_shape(saved, model_config, where)
+        model = load_pretrained(config.init_from, config=model_config, attn_implementation=AUTO_ATTENTION)
+    except (FileNotFoundError, ValueError) as err:
+        raise TrainingError(f"{where}: {err}") from err
     logger.info("Initialized the weights from %s", config.init_from)
     return model
 

@@ -10,8 +10,7 @@ of the paper's model).
 import logging
 import sys
 
-from transformers import AutoTokenizer
-
+from hf_vanilla.checkpoints import TOKENIZER_FILES, load_tokenizer
 from hf_vanilla.cli import ArgumentParser, add_language_arguments, positive_int
 from hf_vanilla.corpus import dataset_spec, load_translation_split
 from hf_vanilla.research.language_model import RECORD_FILE, LanguageModelTraining, train_language_model
@@ -40,7 +39,7 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
 
     try:
-        tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
+        tokenizer = load_tokenizer(args.tokenizer, needed_files=TOKENIZER_FILES)
         splits = {
             split: load_translation_split(
                 dataset_spec(args.dataset), args.source_lang, args.target_lang, split, args.dataset_config

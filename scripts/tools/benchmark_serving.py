@@ -28,14 +28,15 @@ from pathlib import Path
 import numpy as np
 import requests
 import torch
+from _server_process import ServerProcess  # beside this script
 
+from hf_vanilla.checkpoints import load_tokenizer
 from hf_vanilla.cli import ArgumentParser, add_language_arguments, positive_int
 from hf_vanilla.corpus import dataset_spec, load_translation_split
 from hf_vanilla.files import write_json
 from hf_vanilla.model.decoding import PAPER_GENERATION_KWARGS
 from hf_vanilla.precision import cpu_description
 from hf_vanilla.serving.batching import DEFAULT_BATCHING
-from hf_vanilla.serving.process import ServerProcess
 from hf_vanilla.tools.benchmark import interleaved_seconds
 from hf_vanilla.translation import (
     CTRANSLATE2,
@@ -43,7 +44,6 @@ from hf_vanilla.translation import (
     DecodingOptions,
     EngineSettings,
     load_engine,
-    load_tokenizer,
 )
 
 STARTUP_SECONDS = 300

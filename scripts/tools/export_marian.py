@@ -26,10 +26,8 @@ def main() -> None:
     args = parser.parse_args()
 
     try:
-        model = load_vanilla(args.model_dir)
-        marian_dir = export_to_marian(
-            model, args.output_dir, args.tokenizer or args.model_dir, args.overwrite
-        )
+        model, tokenizer = load_vanilla(args.model_dir)
+        marian_dir = export_to_marian(model, args.output_dir, args.tokenizer or tokenizer, args.overwrite)
     except (FileExistsError, FileNotFoundError, ValueError) as error:
         parser.error(str(error))
     difference = max_logit_difference(model, MarianMTModel.from_pretrained(marian_dir))

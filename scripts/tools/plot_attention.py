@@ -10,10 +10,10 @@ The target side is --target when given (teacher-forced), else the model's own gr
 
 import sys
 
+from hf_vanilla.checkpoints import load_model_and_tokenizer
 from hf_vanilla.cli import ArgumentParser
 from hf_vanilla.precision import DTYPE_NAMES
 from hf_vanilla.tools.attention_plots import ATTENTION_KINDS, save_attention_plots, sentence_attentions
-from hf_vanilla.translation import load_model_and_tokenizer
 
 
 def main() -> None:

@@ -11,16 +11,14 @@ from hf_vanilla.training.run_directory import LOG_FILE
 def main() -> None:
     parser = ArgumentParser(description=__doc__)
     parser.add_argument("run", help=f"a training output directory or its {LOG_FILE}")
-    parser.add_argument("--output", help="PNG to write (default: training_curves.png beside the log)")
+    parser.add_argument("--output", help="PNG to write (default: training_curves.png in the run directory)")
     args = parser.parse_args()
-    log = Path(args.run)
-    if log.is_dir():
-        log = log / LOG_FILE
-    if not log.is_file():
-        sys.exit(f"error: no training log at {log}")
+    run_dir = Path(args.run)
+    if run_dir.name == LOG_FILE:
+        run_dir = run_dir.parent
     try:
-        written = plot_training_log(log, args.output or log.with_name("training_curves.png"))
-    except ValueError as err:
+        written = plot_training_log(run_dir, args.output or run_dir / "training_curves.png")
+    except (FileNotFoundError, ValueError) as err:
         sys.exit(f"error: {err}")
     print(f"wrote {written}")
 

@@ -6,10 +6,11 @@ from types import SimpleNamespace
 import pytest
 import sacrebleu
 import torch
-from conftest import DE_EN, run_script
+from conftest import DE_EN, run_script, with_another_vocabulary_of_the_same_size, with_truncated_weights
 from huggingface_hub import ModelCard
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
 
+from hf_vanilla.checkpoints import load_model_and_tokenizer
 from hf_vanilla.corpus import load_translation_split
 from hf_vanilla.evaluation import scoring as scoring_module
 from hf_vanilla.evaluation.paper_bleu import PAPER_BLEU_KEY, PAPER_BLEU_NAME
@@ -28,7 +29,6 @@ from hf_vanilla.tokenization import save_tokenizer
 from hf_vanilla.translation import (
     DecodingOptions,
     TransformersEngine,
-    load_model_and_tokenizer,
     read_lines,
     translate_nbest,
     translate_sentences,
@@ -602,27 +602,13 @@ def test_scripts_reject_a_beam_size_below_one_in_one_line(script, beams, tiny_mo
 
 
 def test_a_truncated_weights_file_is_named_in_one_line(tiny_model_dir, tmp_path):
-    shutil.copytree(tiny_model_dir, tmp_path / "model")
-    weights = tmp_path / "model" / "model.safetensors"
-    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    weights = with_truncated_weights(tiny_model_dir, tmp_path / "model")
     with pytest.raises(ValueError, match=f"{weights} is truncated or corrupt .*re-save or re-download it"):
         load_model_and_tokenizer(tmp_path / "model")
     completed = run_script("translate.py", tmp_path / "model", "--quiet", stdin="Ein Hund.\n")
     assert completed.returncode == 1
     assert completed.stderr.splitlines()[-1].startswith(f"error: {weights} is truncated or corrupt")
     assert "Traceback" not in completed.stderr
-
-
-def with_another_vocabulary_of_the_same_size(model_dir, destination):
-    """A copy of `model_dir` whose tokenizer swaps the ids of two ordinary tokens: same size, same special ids."""
-    shutil.copytree(model_dir, destination)
-    path = destination / "tokenizer.json"
-    data = json.loads(path.read_text())
-    vocabulary = data["model"]["vocab"]
-    first, second = list(vocabulary)[500:502]
-    vocabulary[first], vocabulary[second] = vocabulary[second], vocabulary[first]
-    path.write_text(json.dumps(data, ensure_ascii=False))
-    return destination
 
 
 def test_loading_rejects_a_tokenizer_of_the_same_size_with_another_vocabulary(tiny_model_dir, tmp_path):

@@ -111,7 +111,7 @@ def test_a_model_that_does_not_load_is_named_before_any_decoding(
     tiny_model_dir, tiny_dataset, tmp_path, monkeypatch
 ):
     monkeypatch.setattr(distillation, "translate_sentences", lambda *args, **kwargs: pytest.fail("decoded"))
-    with pytest.raises(FileNotFoundError, match="cannot load model '.*no-such-model'"):
+    with pytest.raises(FileNotFoundError, match="cannot load a model and tokenizer from '.*no-such-model'"):
         distill_dataset(
             pairs_of(tiny_dataset),
             tmp_path / "out",

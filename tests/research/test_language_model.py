@@ -2,10 +2,11 @@
 saved whole or not at all, scoring each sentence by its per-token log-likelihood."""
 
 import json
+import shutil
 
 import pytest
 import torch
-from conftest import TINY_LANGUAGE_MODEL, run_script
+from conftest import TINY_LANGUAGE_MODEL, run_script, with_truncated_weights
 from transformers import AutoTokenizer
 
 from hf_vanilla.corpus import load_translation_split
@@ -26,6 +27,21 @@ def test_a_trained_language_model_is_saved_with_its_tokenizer_and_record(languag
     ((model, tokenizer),) = load_language_models([language_model_dir], "cpu")
     assert tokenizer.get_vocab() == AutoTokenizer.from_pretrained(tiny_model_dir).get_vocab()
     assert model.config.vocab_size == len(tokenizer) and not model.training
+
+
+def test_a_language_model_that_does_not_load_is_one_line_naming_it(language_model_dir, tmp_path):
+    """Loaded as translation models are: a truncated weights file or weights unlike config.json are named."""
+    weights = with_truncated_weights(language_model_dir, tmp_path / "truncated")
+    truncated = f"language model {weights.parent}: {weights} is truncated or corrupt"
+    with pytest.raises(ValueError, match=truncated):
+        load_language_models([weights.parent], "cpu")
+    edited = shutil.copytree(language_model_dir, tmp_path / "edited")
+    config = json.loads((edited / "config.json").read_text())
+    (edited / "config.json").write_text(json.dumps({**config, "n_embd": config["n_embd"] * 2}))
+    with pytest.raises(ValueError, match=f"{edited / 'model.safetensors'} does not match"):
+        load_language_models([edited], "cpu")
+    with pytest.raises(FileNotFoundError, match=f"language model {tmp_path / 'none'}: cannot load"):
+        load_language_models([tmp_path / "none"], "cpu")
 
 
 def test_training_lowers_the_validation_perplexity(corpus_path, tiny_model_dir, tmp_path):

@@ -9,6 +9,7 @@ from conftest import DE_EN, run_script
 from test_ensemble import SOURCES
 from transformers import pipeline
 
+from hf_vanilla.checkpoints import load_model_and_tokenizer
 from hf_vanilla.evaluation.scoring import Runtime, TranslationData, evaluate_translation
 from hf_vanilla.evaluation.selection import SelectionGrid, select_on_validation
 from hf_vanilla.model.decoding import reverse_words
@@ -36,7 +37,6 @@ from hf_vanilla.research.reranking import (
 from hf_vanilla.translation import (
     EngineSettings,
     TransformersEngine,
-    load_model_and_tokenizer,
     translate_nbest,
     translate_sentences,
 )

@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 import requests
+from _server_process import ServerProcess
 from conftest import sharpened
 from huggingface_hub import ModelCard, ModelCardData
 from transformers import AutoModelForSeq2SeqLM
 
-from hf_vanilla.serving.process import ServerProcess
-from hf_vanilla.translation import load_model_and_tokenizer, translate_sentences
+from hf_vanilla.checkpoints import load_model_and_tokenizer
+from hf_vanilla.translation import translate_sentences
 
 STARTUP_SECONDS = 180  # two processes importing torch at once on a busy 2-core machine (20 s when idle)
 BEAM = {"num_beams": 4, "length_penalty": 0.6}  # what the model's generation_config.json says

@@ -18,6 +18,7 @@ import hypothesis
 import pytest
 import requests
 import torch
+from conftest import run_script
 from hypothesis import HealthCheck, given
 from hypothesis import strategies as st
 from transformers import AutoConfig
@@ -246,6 +247,13 @@ def test_an_oversized_body_is_refused_before_it_is_read_and_memory_stays_flat(se
 def peak_memory_kb(pid: int) -> int:
     status = Path(f"/proc/{pid}/status").read_text()
     return int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmHWM:")))
+
+
+def test_a_path_without_a_checkpoint_is_one_line_before_the_server_starts(tmp_path):
+    finished = run_script("serve.py", tmp_path / "none", "--device", "cpu")
+    assert finished.returncode == 1 and "Traceback" not in finished.stderr
+    last_line = finished.stderr.splitlines()[-1]
+    assert last_line.startswith(f"error: cannot load a model and tokenizer from '{tmp_path / 'none'}'")
 
 
 def test_a_model_that_cannot_load_makes_health_fail_and_the_process_exit_1(served_model_dir, tmp_path):

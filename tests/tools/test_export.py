@@ -6,6 +6,7 @@ import sys
 
 import pytest
 import torch
+from conftest import with_another_vocabulary_of_the_same_size, with_truncated_weights
 from transformers import MarianMTModel
 
 from hf_vanilla import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
@@ -149,6 +150,21 @@ def test_export_from_a_saved_model_directory_with_its_tokenizer(copy_model, toke
     tokenizer.save_pretrained(tmp_path / "model")
     path = export_to_marian(tmp_path / "model", tmp_path / "marian")
     assert max_logit_difference(copy_model, MarianMTModel.from_pretrained(path)) < 1e-4
+
+
+def test_export_of_a_saved_model_checks_it_as_every_loader_does(copy_model, tokenizer, tmp_path):
+    """A tokenizer of another vocabulary, its own or the one passed, and truncated weights: each one line,
+    nothing written."""
+    copy_model.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    swapped = with_another_vocabulary_of_the_same_size(tmp_path / "model", tmp_path / "swapped")
+    for model_dir, tokenizer_dir in ((swapped, None), (tmp_path / "model", swapped)):
+        with pytest.raises(ValueError, match="not the one the model was trained with"):
+            export_to_marian(model_dir, tmp_path / "marian", tokenizer_dir)
+    weights = with_truncated_weights(tmp_path / "model", tmp_path / "truncated")
+    with pytest.raises(ValueError, match=f"{weights} is truncated or corrupt"):
+        export_to_marian(tmp_path / "truncated", tmp_path / "marian")
+    assert not (tmp_path / "marian").exists()
 
 
 @pytest.mark.parametrize("quantization", ["float32", "int8"])

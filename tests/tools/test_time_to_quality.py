@@ -6,7 +6,6 @@ import shutil
 import pytest
 
 from hf_vanilla.evaluation.scoring import TranslationData
-from hf_vanilla.tools.plotting import read_training_log
 from hf_vanilla.tools.time_to_quality import (
     PLOT_FILE,
     REPORT_FILE,
@@ -15,7 +14,7 @@ from hf_vanilla.tools.time_to_quality import (
     minutes_to_reach,
     time_to_quality,
 )
-from hf_vanilla.training.run_directory import LOG_FILE
+from hf_vanilla.training.run_directory import LOG_FILE, read_training_log
 
 
 def test_each_checkpoint_is_scored_at_the_minutes_it_was_saved_and_a_peer_sets_the_target(
@@ -30,7 +29,7 @@ def test_each_checkpoint_is_scored_at_the_minutes_it_was_saved_and_a_peer_sets_t
     )
     points = report["checkpoints"]
     assert [point["checkpoint"] for point in points] == ["checkpoint_10", "checkpoint_20", "checkpoint_30"]
-    _, validation = read_training_log(trained_run / LOG_FILE)
+    validation = read_training_log(trained_run).validation
     saved_at = {record["step"]: record["elapsed_seconds"] / 60 for record in validation}
     for point in points:
         assert point["minutes"] == pytest.approx(saved_at[point["step"]], abs=0.01)

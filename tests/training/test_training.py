@@ -21,6 +21,7 @@ from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from hf_vanilla import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+from hf_vanilla.checkpoints import load_model_and_tokenizer
 from hf_vanilla.precision import auto_precision
 from hf_vanilla.tools.plotting import plot_training_log
 from hf_vanilla.training.loss import label_smoothed_loss, training_loss_function
@@ -41,7 +42,7 @@ from hf_vanilla.training.schedule import (
 from hf_vanilla.training.settings import TrainingConfig, TrainingError, load_training_config
 from hf_vanilla.training.train import _loader_workers, train
 from hf_vanilla.training.trainer import Trainer, TrainingStopped
-from hf_vanilla.translation import load_model_and_tokenizer, translate_sentences
+from hf_vanilla.translation import translate_sentences
 
 CONFIGS = sorted((REPO / "configs").glob("*.yaml"))
 
@@ -606,7 +607,7 @@ def test_shipped_configs_are_complete(path):
 
 
 def test_plot_training_log_writes_a_png(trained_run, tmp_path):
-    written = plot_training_log(trained_run / LOG_FILE, tmp_path / "curves.png")
+    written = plot_training_log(trained_run, tmp_path / "curves.png")
     assert written.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

@@ -1,4 +1,7 @@
-"""The service as a separate process on a free loopback port, for the load benchmark and the tests."""
+"""The service (scripts/serve.py) as a separate process on a free loopback port: the harness of the load
+benchmark (benchmark_serving.py, beside it) and of the service's tests (tests/serving, which pytest's
+`pythonpath` lets import it). Not a script, and not in the package: it runs this checkout's scripts/serve.py.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +14,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-SERVE_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "serve.py"
+CHECKOUT = Path(__file__).resolve().parents[2]
+SERVE_SCRIPT = CHECKOUT / "scripts" / "serve.py"
 
 
 def free_port() -> int:
@@ -33,7 +37,7 @@ class ServerProcess:
         # This checkout's package, not an installed copy elsewhere.
         environment = {
             **os.environ,
-            "PYTHONPATH": str(SERVE_SCRIPT.parents[1]),
+            "PYTHONPATH": str(CHECKOUT),
             "OMP_NUM_THREADS": str(threads),
         }
         with self.log.open("w") as output:
