@@ -188,7 +188,7 @@ ROW_SCORES = ("bleu", "bleu_lowercased", "chrf", "signature", "seconds")
 
 @dataclass(frozen=True)
 class Variant:
-    """One way of decoding: the settings it was decoded with (those that decode it again) and its translations."""
+    """One way of decoding: the settings it was decoded with (they decode it again) and its translations."""
 
     settings: dict[str, Any]
     translations: list[str]

@@ -1,13 +1,13 @@
 """The update loop: batches in, updates, logs, validation and checkpoints out, until the budget is spent.
 
-`train` (train.py) prepares everything and hands it to `Trainer`: `Trainer.run` is the loop, `Trainer._update`
-one update (sections 5.1, 5.3, 5.4). An update reads nothing back from the device: its loss and token count are
-added up there and read at a log or save point, where the run also checks that it has not diverged. Decisions
-that follow the update count (max_steps, save_interval_updates) or the validation loss (patience: every process
-reads the same reduced loss) are the same on every process; those that follow the clock (max_minutes,
-save_interval_minutes) and a stop signal are taken on the main process and shared with every process in one
-reduction as `TrainerControl`, every update with one process (no device involved) and every `SHARE_INTERVAL`
-updates with several, so all stop and save together.
+`train` (train.py) prepares everything and hands it to `Trainer`: `Trainer.run` is the loop,
+`Trainer._update` one update (sections 5.1, 5.3, 5.4). An update reads nothing back from the device: its loss
+and token count are added up there and read at a log or save point, where the run also checks that it has not
+diverged. Decisions that follow the update count (max_steps, save_interval_updates) or the validation loss
+(patience: every process reads the same reduced loss) are the same on every process; those that follow the
+clock (max_minutes, save_interval_minutes) and a stop signal are taken on the main process and shared with
+every process in one reduction as `TrainerControl`, every update with one process (no device involved) and
+every `SHARE_INTERVAL` updates with several, so all stop and save together.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ from .run_directory import (
     run_record,
     staging_directory,
 )
-from .schedule import LearningRateSchedule, dropout_for_update, set_dropout
+from .schedule import DropoutRates, LearningRateSchedule, dropout_for_update, set_dropout
 from .settings import TrainingConfig, TrainingError
 
 logger = get_logger(__name__)  # logs on the main process only
@@ -176,8 +176,9 @@ class Trainer:
         self.log = RunLog(
             self.accelerator, self.output_dir, self.progress, self.elapsed, self.data.sampler.updates_per_epoch
         )
-        config = self.config  # the model was built with the configured dropout
-        self.dropout = (config.dropout, config.attention_dropout, config.activation_dropout)
+        config = self.config
+        self.configured_dropout = DropoutRates(config.dropout, config.attention_dropout, config.activation_dropout)
+        self.dropout = self.configured_dropout  # the model was built with it
         device = self.accelerator.device
         # Summed loss and target tokens since the last log record, kept on the device until a log or save point.
         self.interval_totals = torch.zeros(2, dtype=torch.float64, device=device)
@@ -234,8 +235,9 @@ class Trainer:
         Each batch's summed loss is divided by the target tokens of the whole update, counted over every
         process first, so the gradient is that of the mean loss per target token however the update is split.
         Nothing is read back from the device; a log point reads the totals and logs them."""
-        accelerator, model, config, device = self.accelerator, self.optimization.model, self.config, self.accelerator.device
-        optimizer, scheduler = self.optimization.optimizer, self.optimization.scheduler
+        accelerator, config, optimization = self.accelerator, self.config, self.optimization
+        device = accelerator.device
+        model, optimizer, scheduler = optimization.model, optimization.optimizer, optimization.scheduler
         learning_rate = scheduler.get_last_lr()[0]
         self._set_dropout()
         group = [{name: tensor.to(device, non_blocking=True) for name, tensor in batch.items()} for batch in group]
@@ -246,12 +248,12 @@ class Trainer:
         loss_sum = torch.zeros((), dtype=torch.float64, device=device)
         for batch in group:
             with accelerator.accumulate(model):  # the optimizer steps at the group's last batch only
-                loss = self.optimization.loss_function(model, batch, config.label_smoothing, num_items)
+                loss = optimization.loss_function(model, batch, config.label_smoothing, num_items)  # 5.4
                 accelerator.backward(loss)
-                if config.clip_grad_norm and accelerator.sync_gradients:
+                if config.clip_grad_norm and accelerator.sync_gradients:  # not in the paper
                     accelerator.clip_grad_norm_(model.parameters(), config.clip_grad_norm)
-                optimizer.step()
-                scheduler.step()
+                optimizer.step()  # 5.3 Adam
+                scheduler.step()  # 5.3 the next update's learning rate
                 optimizer.zero_grad()
             loss_sum += loss.detach().double() * num_items
         self._count(torch.stack([accelerator.reduce(loss_sum, "sum"), tokens.double()]), started)
@@ -335,21 +337,16 @@ class Trainer:
         return dataclasses.replace(main, should_save=main.should_save or save_by_count)
 
     def _set_dropout(self) -> None:
-        """The dropout of the coming update (late dropout changes it once)."""
-        config = self.config
+        """5.4 The dropout of the coming update (late dropout changes it once)."""
+        config, step = self.config, self.progress.step
         wanted = dropout_for_update(
-            self.progress.step,
-            config.early_dropout_updates,
-            config.early_dropout,
-            config.dropout,
-            config.attention_dropout,
-            config.activation_dropout,
+            step, config.early_dropout_updates, config.early_dropout, self.configured_dropout
         )
         if wanted == self.dropout:
             return
-        set_dropout(self.accelerator.unwrap_model(self.optimization.model), *wanted)
-        if self.progress.step >= config.early_dropout_updates:
-            logger.info("Update %d: dropout %s from now on (late dropout)", self.progress.step + 1, wanted[0])
+        set_dropout(self.accelerator.unwrap_model(self.optimization.model), wanted)
+        if step >= config.early_dropout_updates:
+            logger.info("Update %d: dropout %s from now on (late dropout)", step + 1, wanted.dropout)
         self.dropout = wanted
 
     def _epochs_done(self) -> bool:

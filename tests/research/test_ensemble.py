@@ -132,7 +132,9 @@ def test_translate_script_prints_the_research_decoders_translations(tiny_model_d
     what it prints alone."""
     options, stdin = ("--device", "cpu", "--quiet"), "Ein Hund rennt.\nZwei Kinder.\n"
     alone = run_script("translate.py", tiny_model_dir, *options, stdin=stdin, check=True)
-    doubled = run_script("translate.py", tiny_model_dir, "--ensemble", tiny_model_dir, *options, stdin=stdin, check=True)
+    doubled = run_script(
+        "translate.py", tiny_model_dir, "--ensemble", tiny_model_dir, *options, stdin=stdin, check=True
+    )
     assert len(alone.stdout.splitlines()) == 2 and doubled.stdout == alone.stdout
 
 

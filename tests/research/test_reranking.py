@@ -213,8 +213,9 @@ def test_reranking_with_weight_zero_scores_as_beam_search(first, reverse, tokeni
         engine, SOURCES, REFERENCES, runtime=quiet, decoder=decoder, num_beams=3, **settings
     )
     assert len(evaluated) == 8  # every combination of the weights, the last weight varying fastest
-    unchanged_settings, unchanged, report = evaluated[0].settings, evaluated[0].translations, evaluated[0].report
-    heavy, reranked, heavy_report = evaluated[-1].settings, evaluated[-1].translations, evaluated[-1].report
+    lightest, heaviest = evaluated[0], evaluated[-1]
+    unchanged_settings, unchanged, report = lightest.settings, lightest.translations, lightest.report
+    heavy, reranked, heavy_report = heaviest.settings, heaviest.translations, heaviest.report
     assert unchanged == plain and report["cased"] == plain_report["cased"]
     assert unchanged_settings == {
         "num_beams": 3,
@@ -233,7 +234,9 @@ def test_reranking_with_weight_zero_scores_as_beam_search(first, reverse, tokeni
     weighting = {name: heavy[name] for name in weights}
     assert reranked == rerank(nbest, {**features, WORD_BONUS: word_counts(nbest)}, weighting)
     # A variant's settings, passed back in, decode that variant alone.
-    (decoded_again,) = evaluate_translation(engine, SOURCES, REFERENCES, runtime=quiet, decoder=decoder, **heavy)
+    (decoded_again,) = evaluate_translation(
+        engine, SOURCES, REFERENCES, runtime=quiet, decoder=decoder, **heavy
+    )
     again, rerun = decoded_again.settings, decoded_again.translations
     assert (again, rerun) == (heavy, reranked)
 
