@@ -48,15 +48,16 @@ def prepare_training_data(
                 )
                 logger.info(describe_tokenizer_training(training))
                 report["tokenizer_training"] = training
-    tokenizer, _, (train_data, validation, heldout) = load_inputs(config, state)
+    inputs = load_inputs(config, state)
+    train_data = inputs.train_data
     source_tokens, target_tokens = (int(total) for total in example_lengths(train_data).sum(axis=0))
     report.update(
         tokenizer=str(config.tokenizer or config.init_from),
         train_pairs=len(train_data),
         train_source_tokens=source_tokens,
         train_target_tokens=target_tokens,
-        validation_pairs=0 if validation is None else len(validation.sources),
-        heldout_pairs={split: len(pairs) for split, pairs in heldout.items()},
+        validation_pairs=0 if inputs.validation is None else len(inputs.validation.sources),
+        heldout_pairs={split: len(pairs) for split, pairs in inputs.heldout.items()},
         cache_files=sorted({Path(file["filename"]).name for file in train_data.cache_files}),
         cache_directory=str(Path(train_data.cache_files[0]["filename"]).parent) if train_data.cache_files else None,
         seconds=round(time.perf_counter() - started, 1),

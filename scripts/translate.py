@@ -72,7 +72,7 @@ def main() -> None:
                 "--nbest lists beam search's own translations: not with research options"
             )
         else:  # the research decoder's one variant (a reranking weight is one value here)
-            translate_chunk = best_only(lambda sources: decoder(engine, sources, generate_kwargs, runtime)[0][1])
+            translate_chunk = best_only(lambda sources: decoder(engine, sources, generate_kwargs, runtime)[0].translations)
         research = {**decoder.extra_models, **decoder.weights}
         decoding = describe_decoding(
             options, engine=runtime.engine.engine, precision=runtime.engine.precision, **research

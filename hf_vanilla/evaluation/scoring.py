@@ -184,10 +184,21 @@ DEFAULT_RUNTIME, DEFAULT_SCORES = Runtime(), ScoreOptions()
 SACREBLEU_ONLY = ScoreOptions(paper_bleu=False)  # for rows that keep sacreBLEU's scores alone
 # The columns of `score_model`'s rows beside the model and its decoding settings (the same names, in its rows)
 ROW_SCORES = ("bleu", "bleu_lowercased", "chrf", "signature", "seconds")
-# One way of decoding: the settings it was decoded with (those that decode it again) and its translations.
-Variant = tuple[dict[str, Any], list[str]]
-# A variant scored: its settings, its translations and its report.
-Evaluated = tuple[dict[str, Any], list[str], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One way of decoding: the settings it was decoded with (they decode it again) and its translations."""
+
+    settings: dict[str, Any]
+    translations: list[str]
+
+
+@dataclass(frozen=True)
+class Evaluated(Variant):
+    """A variant scored: `evaluate_translation`'s report of its translations."""
+
+    report: dict[str, Any]
 
 
 class Decoder(Protocol):
@@ -213,7 +224,7 @@ class BeamSearch:
     extra_models: Mapping[str, Sequence[str]] = field(default_factory=dict)
 
     def __call__(self, engine, sources, settings, runtime: Runtime) -> list[Variant]:
-        return [(dict(settings), engine.translate(sources, runtime.decoding(settings)))]
+        return [Variant(dict(settings), engine.translate(sources, runtime.decoding(settings)))]
 
 
 BEAM_SEARCH = BeamSearch()
@@ -290,7 +301,7 @@ def evaluate_translation(
     **settings,
 ) -> list[Evaluated]:
     """Translate `sources` with `engine` through `decoder` with `settings` and score against `references`:
-    (settings, hypotheses, report) for each variant the decoder gives (plain beam search: one).
+    one `Evaluated` for each variant the decoder gives (plain beam search: one).
 
     The report holds "cased" and "lowercased" sacreBLEU / chrF (and TER with `scoring.ter`), each with its
     signature, the number of sentences and of blank sources (translated to "", logged), the variant's
@@ -312,18 +323,18 @@ def evaluate_translation(
     }
     generation = {"max_new_tokens": f"source length + {PAPER_EXTRA_OUTPUT_TOKENS}, each sentence"}
     return [
-        (
-            variant,
-            hypotheses,
+        Evaluated(
+            variant.settings,
+            variant.translations,
             {
-                **_translation_report(hypotheses, references, target_lang, scoring),
-                "sentences": len(hypotheses),
+                **_translation_report(variant.translations, references, target_lang, scoring),
+                "sentences": len(variant.translations),
                 "blank_sources": blank_sources,
-                "generation": {**generation, **variant, "max_tokens": runtime.max_tokens},
+                "generation": {**generation, **variant.settings, "max_tokens": runtime.max_tokens},
                 **speed,
             },
         )
-        for variant, hypotheses in variants
+        for variant in variants
     ]
 
 
@@ -347,14 +358,14 @@ def score_model(
         rows += [
             {
                 "model": str(model_name_or_path),
-                **variant,
-                "bleu": report["cased"]["bleu"],
-                "bleu_lowercased": report["lowercased"]["bleu"],
-                "chrf": report["cased"]["chrf"],
-                "signature": report["cased"]["bleu_signature"],
-                "seconds": report["seconds"],
+                **scored.settings,
+                "bleu": scored.report["cased"]["bleu"],
+                "bleu_lowercased": scored.report["lowercased"]["bleu"],
+                "chrf": scored.report["cased"]["chrf"],
+                "signature": scored.report["cased"]["bleu_signature"],
+                "seconds": scored.report["seconds"],
             }
-            for variant, _, report in evaluated
+            for scored in evaluated
         ]
     return rows
 
@@ -392,9 +403,9 @@ def evaluate_bleu(
         raise ValueError(
             f"the decoder gave {len(evaluated)} translations of {split}, one is written: give it one setting each"
         )
-    ((_, hypotheses, report),) = evaluated
+    (scored,) = evaluated
     stem = f"{split}.{data.source_lang}-{data.target_lang}"
-    hypotheses_path = write_lines_atomic(Path(output_dir) / f"{stem}.hyp", hypotheses)
+    hypotheses_path = write_lines_atomic(Path(output_dir) / f"{stem}.hyp", scored.translations)
     report = {
         "model": str(model_name_or_path),
         **decoder.extra_models,
@@ -403,7 +414,7 @@ def evaluate_bleu(
         "split": split,
         "source_lang": data.source_lang,
         "target_lang": data.target_lang,
-        **report,
+        **scored.report,
         "seed": seed,
         "hypotheses_file": str(hypotheses_path),
     }

@@ -65,7 +65,8 @@ class ResearchDecoder:
         if self.members:
             options["logits_processors"] = ensemble_logits_processors(model, tokenizer, self.members)
         if not self.weights:
-            return [(dict(settings), translate_sentences(model, tokenizer, sources, **options, **settings))]
+            translations = translate_sentences(model, tokenizer, sources, **options, **settings)
+            return [Variant(dict(settings), translations)]
         beam_search = {name: value for name, value in settings.items() if name not in self.weights}
         weightings = weight_grid(
             {name: [settings[name]] if name in settings else tried for name, tried in self.weights.items()}
@@ -74,7 +75,7 @@ class ResearchDecoder:
             model, tokenizer, sources, weightings, self.rerankers, **options, **beam_search
         )
         return [
-            ({**beam_search, **weights}, hypotheses)
+            Variant({**beam_search, **weights}, hypotheses)
             for weights, hypotheses in zip(weightings, translations, strict=True)
         ]
 

@@ -87,12 +87,12 @@ def prepare(configs: list[str], overrides: dict, peak_seconds: float) -> dict:
     }
     for path in configs:
         config = load_training_config(path, **overrides)
-        _, model_config, (train_data, *_) = load_inputs(config, PartialState())
+        inputs = load_inputs(config, PartialState())
         prepared["configs"][path] = {
             "model_preset": config.model_preset,
-            "vocab_size": model_config.vocab_size,
-            "train_pairs": len(train_data),
-            **target_token_flops(model_config, example_lengths(train_data)),
+            "vocab_size": inputs.model_config.vocab_size,
+            "train_pairs": len(inputs.train_data),
+            **target_token_flops(inputs.model_config, example_lengths(inputs.train_data)),
         }
     return prepared
 

@@ -81,11 +81,8 @@ def symmetric_kl(first: torch.Tensor, second: torch.Tensor, kept: torch.Tensor) 
 def training_loss_function(compile_setting: str, rdrop_alpha: float = 0.0) -> tuple[Callable, str]:
     """`label_smoothed_loss` (with `rdrop_alpha`) as the `compile` setting wants it, and how it runs.
 
-    `yes`: torch.compile's default mode with dynamic shapes, so every batch shape shares one graph (late
-    dropout's switch costs one more compilation, as dynamo guards on the rate). `auto` runs eager: on a CPU the
-    compiled step measured slower; on an H100 (torch 2.11) it ran 1.4x eager's updates a second, but only after
-    ~100 s of compilation, about what it saves over a 14,000-update Multi30k run (docs/training.md). The
-    CUDA-graph form ("reduce-overhead" with dynamic shapes) crashed there in its first backward.
+    `yes`: torch.compile with dynamic shapes, so every batch shape shares one graph. `auto` runs eager: the
+    compiled step has not paid for its compilation where it was measured (docs/training.md, "A compiled step").
     """
     loss = functools.partial(label_smoothed_loss, rdrop_alpha=rdrop_alpha)
     if compile_setting != "yes":

@@ -5,6 +5,7 @@ and set_dropout, which applies late dropout's rates to the model."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 from torch.optim.lr_scheduler import LambdaLR
@@ -58,32 +59,35 @@ def make_lr_scheduler(optimizer: torch.optim.Optimizer, schedule: LearningRateSc
     return LambdaLR(optimizer, lambda updates_done: schedule(updates_done))
 
 
+@dataclass(frozen=True)
+class DropoutRates:
+    """5.4 The model's dropout probabilities: on sub-layer outputs and embeddings, on attention weights, and inside
+    the feed-forward networks."""
+
+    dropout: float
+    attention_dropout: float
+    activation_dropout: float
+
+
 def dropout_for_update(
-    updates_done: int,
-    early_dropout_updates: int,
-    early_dropout: float,
-    dropout: float,
-    attention_dropout: float,
-    activation_dropout: float,
-) -> tuple[float, float, float]:
-    """(dropout, attention_dropout, activation_dropout) of the next update: during the first
-    `early_dropout_updates` updates `early_dropout` alone (late dropout), then the configured three."""
+    updates_done: int, early_dropout_updates: int, early_dropout: float, configured: DropoutRates
+) -> DropoutRates:
+    """The dropout of the next update: during the first `early_dropout_updates` updates `early_dropout` alone
+    (late dropout), then the `configured` rates."""
     if updates_done < early_dropout_updates:
-        return early_dropout, 0.0, 0.0
-    return dropout, attention_dropout, activation_dropout
+        return DropoutRates(early_dropout, 0.0, 0.0)
+    return configured
 
 
-def set_dropout(
-    model: torch.nn.Module, dropout: float, attention_dropout: float, activation_dropout: float
-) -> None:
+def set_dropout(model: torch.nn.Module, rates: DropoutRates) -> None:
     """5.4 Change the dropout probabilities of a built model for a while (late dropout switches them mid-run).
 
     The config keeps the model's own values, so a checkpoint saved meanwhile loads with those.
     """
     for module in model.modules():
         if isinstance(module, (ResidualConnection, TokenEmbedding)):
-            module.dropout = dropout
+            module.dropout = rates.dropout
         elif isinstance(module, MultiHeadAttention):
-            module.dropout = attention_dropout
+            module.dropout = rates.attention_dropout
         elif isinstance(module, PositionwiseFeedForward):
-            module.activation_dropout = activation_dropout
+            module.activation_dropout = rates.activation_dropout

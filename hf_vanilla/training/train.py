@@ -4,10 +4,9 @@ Section 5.1 token batches, 5.3 Adam(0.9, 0.98, 1e-9) with lrate = d_model^-0.5 *
 step * warmup^-1.5), 5.4 dropout and label smoothing. Every value is a `TrainingConfig` field, which a
 YAML file (configs/*.yaml) and command-line flags (scripts/train.py) set.
 
-How one update is made: the global batch is `num_processes * accumulation_steps` token batches of at
-most `max_tokens` padded tokens a side. Each micro-batch's summed loss is divided by the number of target
-tokens of the whole global batch (counted across processes before the update), so the gradient is that
-of the mean loss per target token however the batch is split between processes and accumulation steps.
+`train` loads the data, makes the run directory ready and builds the model, Adam and its schedule, then hands
+them to `Trainer.run` (trainer.py), the loop, whose `Trainer._update` is one update: the global batch is
+`num_processes * accumulation_steps` token batches of at most `max_tokens` padded tokens a side.
 """
 
 from __future__ import annotations
@@ -17,6 +16,7 @@ import dataclasses
 import os
 import pickle
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import datasets
@@ -81,7 +81,7 @@ from .run_directory import (
 )
 from .schedule import LearningRateSchedule, make_lr_scheduler, peak_learning_rate
 from .settings import TrainingConfig, TrainingError
-from .trainer import Trainer, TrainingProgress, ValidationSet
+from .trainer import Optimization, Trainer, TrainingData, TrainingProgress, ValidationSet
 
 logger = get_logger(__name__)  # logs on the main process only
 
@@ -106,46 +106,90 @@ def train(config: TrainingConfig, resume: bool = False, overwrite_output_dir: bo
     output_dir = Path(config.output_dir)
     accelerator = _make_accelerator(config, output_dir)
     set_seed(config.seed)
-    loaded = load_inputs(config, accelerator)
+    inputs = load_inputs(config, accelerator)
     with _run_lock(output_dir, accelerator):
-        return _train(config, accelerator, loaded, resume, overwrite_output_dir, run_started)
+        _prepare_run(config, accelerator, inputs, resume, overwrite_output_dir, run_started).run()
+        if accelerator.is_main_process and config.average_last:
+            _average_what_was_saved(config, output_dir)
+        accelerator.wait_for_everyone()
+        accelerator.end_training()
+        logger.info("Checkpoints in %s", output_dir)
+    return output_dir
 
 
-def _train(
+def _prepare_run(
     config: TrainingConfig,
     accelerator: Accelerator,
-    loaded: tuple,
+    inputs: RunInputs,
     resume: bool,
     overwrite_output_dir: bool,
     run_started: float,
-) -> Path:
-    """`train` from what `load_inputs` `loaded` on, with the run directory locked."""
+) -> Trainer:
+    """The run directory made ready (`_prepare_output_dir`) and a Trainer over the model, Adam and its schedule,
+    the training batches and the run's progress, new or resumed."""
     output_dir = Path(config.output_dir)
-    tokenizer, model_config, (train_data, validation, heldout) = loaded
-    sampler = _update_sampler(config, train_data, accelerator)
+    sampler = _update_sampler(config, inputs.train_data, accelerator)
     planned_updates = _planned_updates(config, sampler)
     _prepare_output_dir(
-        config, output_dir, resume, overwrite_output_dir, model_config, tokenizer, accelerator
+        config, output_dir, resume, overwrite_output_dir, inputs.model_config, inputs.tokenizer, accelerator
     )
-    if heldout and accelerator.is_main_process:
-        logger.info("Held-out pairs in %s", write_heldout(output_dir, heldout, config.source_lang, config.target_lang))
+    if inputs.heldout and accelerator.is_main_process:
+        logger.info(
+            "Held-out pairs in %s",
+            write_heldout(output_dir, inputs.heldout, config.source_lang, config.target_lang),
+        )
+    optimization = _optimization(config, accelerator, inputs.model_config, planned_updates)
+    progress = _start_or_resume(config, accelerator, output_dir, resume)
+    loader = _training_loader(config, accelerator, inputs, sampler, optimization.model)
+    return Trainer(
+        config=config,
+        accelerator=accelerator,
+        optimization=optimization,
+        data=TrainingData(loader, sampler, inputs.tokenizer, inputs.validation),
+        progress=progress,
+        run_started=run_started,
+    )
 
+
+def _optimization(
+    config: TrainingConfig,
+    accelerator: Accelerator,
+    model_config: VanillaTransformerConfig,
+    planned_updates: int | None,
+) -> Optimization:
+    """The model, Adam and the paper's learning rate schedule (section 5.3), prepared by accelerate, and the
+    label-smoothed loss (5.4) as the `compile` setting wants it."""
     model = _initial_model(config, model_config)
     model.generation_config = generation_config(config, model_config)
     optimizer = _adam(config, model, fused=accelerator.device.type == "cuda")
     schedule = LearningRateSchedule(config.warmup, config.lr_cooldown, planned_updates)
     scheduler = make_lr_scheduler(optimizer, schedule)
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
-    progress = _start_or_resume(config, accelerator, output_dir, resume)
-    # Not prepared by accelerate: the sampler already shards, and batches are moved to the device by the loop.
-    # Its own generator: drawing its base seed from the global one would shift dropout after a resume.
-    # Workers only pad: the sampler, and with it the order of the batches, stays in this process.
+    loss_function, how = training_loss_function(config.compile, config.rdrop_alpha)
+    logger.info("Training step (compile=%s on %s): %s", config.compile, accelerator.device.type, how)
+    return Optimization(model, optimizer, scheduler, schedule, loss_function)
+
+
+def _training_loader(
+    config: TrainingConfig,
+    accelerator: Accelerator,
+    inputs: RunInputs,
+    sampler: UpdateBatchSampler,
+    model: torch.nn.Module,
+) -> DataLoader:
+    """The batches of `sampler` padded for `model`, logged with the plan (`_log_plan`).
+
+    Not prepared by accelerate: the sampler already shards, and batches are moved to the device by the loop.
+    Its own generator: drawing its base seed from the global one would shift dropout after a resume.
+    Workers only pad: the sampler, and with it the order of the batches, stays in this process."""
     workers = _loader_workers(config, accelerator)
     loader = DataLoader(
-        TokenizedRows(train_data),
+        TokenizedRows(inputs.train_data),
         batch_sampler=sampler,
         collate_fn=make_collator(
-            tokenizer, accelerator.unwrap_model(model), sampler.samplers[0] if sampler.shape_buckets else None
+            inputs.tokenizer,
+            accelerator.unwrap_model(model),
+            sampler.samplers[0] if sampler.shape_buckets else None,
         ),
         generator=torch.Generator(),
         num_workers=workers,
@@ -153,27 +197,7 @@ def _train(
         pin_memory=accelerator.device.type == "cuda",  # the loop's copies to the GPU then need not wait
     )
     _log_plan(config, accelerator, model, sampler, workers)
-    loss_function, how = training_loss_function(config.compile, config.rdrop_alpha)
-    logger.info("Training step (compile=%s on %s): %s", config.compile, accelerator.device.type, how)
-    Trainer(
-        config,
-        accelerator,
-        model,
-        optimizer,
-        scheduler,
-        schedule,
-        tokenizer,
-        validation,
-        progress,
-        run_started,
-        loss_function,
-    ).run(loader, sampler)
-    if accelerator.is_main_process and config.average_last:
-        _average_what_was_saved(config, output_dir)
-    accelerator.wait_for_everyone()
-    accelerator.end_training()
-    logger.info("Checkpoints in %s", output_dir)
-    return output_dir
+    return loader
 
 
 def _check_bleu_available(target_lang: str) -> None:
@@ -383,18 +407,27 @@ def _start_or_resume(config: TrainingConfig, accelerator: Accelerator, output_di
 # Inputs
 
 
-def load_inputs(config: TrainingConfig, state: PartialState | Accelerator):
-    """(tokenizer, model config, (training data, validation set, {split: pairs held out})) of a run, each process's
-    `state` saying which process does the work: the main process trains the tokenizer if it is missing (one
-    vocabulary for all), and each node's first process cleans and tokenizes into its datasets cache while the node's
-    other processes wait, then read that cache; nodes without a shared file system thus prepare at once, not one
-    after another."""
+@dataclass(frozen=True)
+class RunInputs:
+    """What a run trains on, made before its run directory is touched."""
+
+    tokenizer: PreTrainedTokenizerBase
+    model_config: VanillaTransformerConfig
+    train_data: datasets.Dataset  # the cleaned training pairs, tokenized
+    validation: ValidationSet | None
+    heldout: dict[str, datasets.Dataset]  # {split: pairs held out of training}, for the splits the dataset lacks
+
+
+def load_inputs(config: TrainingConfig, state: PartialState | Accelerator) -> RunInputs:
+    """The tokenizer, model config and data of a run, each process's `state` saying which process does the work:
+    the main process trains the tokenizer if it is missing (one vocabulary for all), and each node's first process
+    cleans and tokenizes into its datasets cache while the node's other processes wait, then read that cache;
+    nodes without a shared file system thus prepare at once, not one after another."""
     with state.main_process_first():
         tokenizer = load_or_train_tokenizer(config)
     model_config = _model_config(config, tokenizer)
     with state.local_main_process_first():
-        inputs = _load_data(config, tokenizer, model_config.max_position_embeddings)
-    return tokenizer, model_config, inputs
+        return _load_data(config, tokenizer, model_config)
 
 
 def load_or_train_tokenizer(config: TrainingConfig) -> PreTrainedTokenizerBase:
@@ -487,14 +520,26 @@ def _cleaned(
     return cleaned
 
 
-def _load_data(config: TrainingConfig, tokenizer: PreTrainedTokenizerBase, max_length: int):
-    """(the cleaned training pairs, tokenized; the validation set or None; {split: pairs held out of training}).
+def _load_data(
+    config: TrainingConfig, tokenizer: PreTrainedTokenizerBase, model_config: VanillaTransformerConfig
+) -> RunInputs:
+    """The run's inputs: its training pairs and validation set (if any) cleaned for `model_config`'s positions.
     A right-to-left run learns and is validated on reversed target words, and scores BLEU in reading order, in
     which its model's translations come back (`config.right_to_left`)."""
+    max_length = model_config.max_position_embeddings
     train_pairs, heldout = training_pairs(config)
     train_data = _cleaned(config, train_pairs, tokenizer, f"{config.train_split} pairs", max_length, keep_text=False)
+    validation = _validation_set(config, tokenizer, heldout, max_length)
+    return RunInputs(tokenizer, model_config, train_data, validation, heldout)
+
+
+def _validation_set(
+    config: TrainingConfig, tokenizer: PreTrainedTokenizerBase, heldout: dict[str, datasets.Dataset], max_length: int
+) -> ValidationSet | None:
+    """The first `validation_max_sentences` pairs of the validation split (held out of training where the dataset
+    lacks it), cleaned; None without a validation split."""
     if config.validation_split is None:
-        return train_data, None, heldout
+        return None
     if config.validation_split in heldout:
         pairs = heldout[config.validation_split]
     else:
@@ -502,10 +547,7 @@ def _load_data(config: TrainingConfig, tokenizer: PreTrainedTokenizerBase, max_l
     if config.validation_max_sentences:
         pairs = pairs.select(range(min(config.validation_max_sentences, len(pairs))))
     tokenized = _cleaned(config, pairs, tokenizer, f"{config.validation_split} pairs", max_length, keep_text=True)
-    validation = ValidationSet(
-        tokenized, example_lengths(tokenized), list(tokenized["source"]), list(tokenized["target"])
-    )
-    return train_data, validation, heldout
+    return ValidationSet(tokenized, example_lengths(tokenized), list(tokenized["source"]), list(tokenized["target"]))
 
 
 def _model_config(config: TrainingConfig, tokenizer: PreTrainedTokenizerBase) -> VanillaTransformerConfig:

@@ -1,11 +1,12 @@
 """The update loop: batches in, updates, logs, validation and checkpoints out, until the budget is spent.
 
-`train` (train.py) prepares everything and hands it to `Trainer`. An update reads nothing back from the
-device: its loss and token count are added up there and read at a log or save point, where the run also checks
-that it has not diverged. Decisions that follow the update count (max_steps, save_interval_updates) or the
-validation loss (patience: every process reads the same reduced loss) are the same on every process; those that
-follow the clock (max_minutes, save_interval_minutes) and a stop signal are taken on the main process and shared
-with every process in one reduction as `TrainerControl`, every update with one process (no device involved) and
+`train` (train.py) prepares everything and hands it to `Trainer`: `Trainer.run` is the loop,
+`Trainer._update` one update (sections 5.1, 5.3, 5.4). An update reads nothing back from the device: its loss
+and token count are added up there and read at a log or save point, where the run also checks that it has not
+diverged. Decisions that follow the update count (max_steps, save_interval_updates) or the validation loss
+(patience: every process reads the same reduced loss) are the same on every process; those that follow the
+clock (max_minutes, save_interval_minutes) and a stop signal are taken on the main process and shared with
+every process in one reduction as `TrainerControl`, every update with one process (no device involved) and
 every `SHARE_INTERVAL` updates with several, so all stop and save together.
 """
 
@@ -52,7 +53,7 @@ from .run_directory import (
     run_record,
     staging_directory,
 )
-from .schedule import LearningRateSchedule, dropout_for_update, set_dropout
+from .schedule import DropoutRates, LearningRateSchedule, dropout_for_update, set_dropout
 from .settings import TrainingConfig, TrainingError
 
 logger = get_logger(__name__)  # logs on the main process only
@@ -112,6 +113,28 @@ class ValidationSet:
     references: list[str]
 
 
+@dataclass(frozen=True)
+class Optimization:
+    """The model and what trains it (sections 5.3, 5.4), the first three as accelerate prepared them."""
+
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer  # Adam(0.9, 0.98, 1e-9) at the schedule's peak learning rate
+    scheduler: LambdaLR  # scales that peak by `schedule` after each update
+    schedule: LearningRateSchedule  # the scheduler's function; it follows the clock the loop reads
+    loss_function: Callable  # label_smoothed_loss, compiled or not (training_loss_function)
+
+
+@dataclass(frozen=True)
+class TrainingData:
+    """What the loop reads: the updates' token batches (section 5.1), the tokenizer that made them (saved with
+    every checkpoint) and the validation set."""
+
+    loader: DataLoader
+    sampler: UpdateBatchSampler
+    tokenizer: PreTrainedTokenizerBase
+    validation: ValidationSet | None
+
+
 @dataclass
 class TrainerControl:
     """What to do after an update, decided on the main process (as transformers' `TrainerControl` names it)."""
@@ -135,29 +158,27 @@ class TrainerControl:
 
 @dataclass
 class Trainer:
-    """The training loop and its saves, over the objects `train` prepared."""
+    """The training loop and its saves, over what `train` prepared."""
 
     config: TrainingConfig
     accelerator: Accelerator
-    model: torch.nn.Module
-    optimizer: torch.optim.Optimizer
-    scheduler: LambdaLR  # as accelerate wraps it
-    schedule: LearningRateSchedule  # the scheduler's function; it follows the clock this loop reads
-    tokenizer: PreTrainedTokenizerBase
-    validation: ValidationSet | None
+    optimization: Optimization
+    data: TrainingData
     progress: TrainingProgress
-    run_started: float
-    loss_function: Callable  # label_smoothed_loss, compiled or not (training_loss_function)
+    run_started: float  # time.monotonic() when this session of the run started
 
     def __post_init__(self):
         self.output_dir = Path(self.config.output_dir)
         # Seconds already spent in earlier sessions of this run count against max_minutes.
         self.clock_offset = self.progress.elapsed_seconds - self.run_started
         self.saved_step = self.progress.step if self.progress.step else None
-        self.checkpoints = CheckpointWriter(self.config, self.accelerator, self.tokenizer)
-        self.log = RunLog(self.accelerator, self.output_dir, self.progress, self.elapsed)
-        config = self.config  # the model was built with the configured dropout
-        self.dropout = (config.dropout, config.attention_dropout, config.activation_dropout)
+        self.checkpoints = CheckpointWriter(self.config, self.accelerator, self.data.tokenizer)
+        self.log = RunLog(
+            self.accelerator, self.output_dir, self.progress, self.elapsed, self.data.sampler.updates_per_epoch
+        )
+        config = self.config
+        self.configured_dropout = DropoutRates(config.dropout, config.attention_dropout, config.activation_dropout)
+        self.dropout = self.configured_dropout  # the model was built with it
         device = self.accelerator.device
         # Summed loss and target tokens since the last log record, kept on the device until a log or save point.
         self.interval_totals = torch.zeros(2, dtype=torch.float64, device=device)
@@ -168,13 +189,12 @@ class Trainer:
     def elapsed(self) -> float:
         return self.clock_offset + time.monotonic()
 
-    def run(self, loader: DataLoader, sampler: UpdateBatchSampler) -> None:
+    def run(self) -> None:
         """Update until a budget (steps, epochs, minutes) or the patience is spent or a stop signal comes, saving
-        at the intervals and at the end."""
+        (and validating) at the intervals and at the end."""
         progress = self.progress
-        self.log.updates_per_epoch = sampler.updates_per_epoch
         bar = tqdm(
-            total=self.schedule.total_updates,
+            total=self.optimization.schedule.total_updates,
             initial=progress.step,
             unit="update",
             disable=not self.accelerator.is_main_process,
@@ -185,14 +205,14 @@ class Trainer:
         self._follow_clock(progress.elapsed_seconds)
         with self._stop_signals_caught():
             while not stop:
-                sampler.set_epoch(progress.epoch, first_update=progress.updates_in_epoch)
-                batches = iter(loader)
+                self.data.sampler.set_epoch(progress.epoch, first_update=progress.updates_in_epoch)
+                batches = iter(self.data.loader)
                 while not stop:
                     started = time.monotonic()
                     group = list(islice(batches, self.accelerator.gradient_accumulation_steps))
                     if not group:
                         break
-                    self._train_update(group, started, bar)
+                    self._update(group, started, bar)
                     control = self._decide()
                     stop = control.should_stop or control.stop_signal or self._steps_done()
                     if stop or control.should_save:
@@ -207,6 +227,52 @@ class Trainer:
         bar.close()
         if self.saved_step != progress.step:
             self.save()
+
+    def _update(self, group: list[dict], started: float, bar: tqdm) -> None:
+        """One update over this process's token batches `group` (section 5.1): each batch's forward and
+        label-smoothed loss (5.4), its backward, then one Adam step at the schedule's learning rate (5.3).
+
+        Each batch's summed loss is divided by the target tokens of the whole update, counted over every
+        process first, so the gradient is that of the mean loss per target token however the update is split.
+        Nothing is read back from the device; a log point reads the totals and logs them."""
+        accelerator, config, optimization = self.accelerator, self.config, self.optimization
+        device = accelerator.device
+        model, optimizer, scheduler = optimization.model, optimization.optimizer, optimization.scheduler
+        learning_rate = scheduler.get_last_lr()[0]
+        self._set_dropout()
+        group = [{name: tensor.to(device, non_blocking=True) for name, tensor in batch.items()} for batch in group]
+        tokens = accelerator.reduce(sum((batch["labels"] != -100).sum() for batch in group), "sum")
+        # The model divides each batch's summed loss by this; accelerate then divides by the accumulation steps
+        # and DDP averages over processes, which together make sum / global tokens.
+        num_items = tokens.float() / (len(group) * accelerator.num_processes)
+        loss_sum = torch.zeros((), dtype=torch.float64, device=device)
+        for batch in group:
+            with accelerator.accumulate(model):  # the optimizer steps at the group's last batch only
+                loss = optimization.loss_function(model, batch, config.label_smoothing, num_items)  # 5.4
+                accelerator.backward(loss)
+                if config.clip_grad_norm and accelerator.sync_gradients:  # not in the paper
+                    accelerator.clip_grad_norm_(model.parameters(), config.clip_grad_norm)
+                optimizer.step()  # 5.3 Adam
+                scheduler.step()  # 5.3 the next update's learning rate
+                optimizer.zero_grad()
+            loss_sum += loss.detach().double() * num_items
+        self._count(torch.stack([accelerator.reduce(loss_sum, "sum"), tokens.double()]), started)
+        bar.update()
+        if self.progress.step % config.log_interval == 0:
+            self._read_totals()
+            self.log.training(learning_rate, bar)
+
+    def _count(self, totals: torch.Tensor, started: float) -> None:
+        """Count the update started at `started`, with its (summed loss, target tokens) `totals` on the device,
+        there noting the first update whose loss is not finite."""
+        progress = self.progress
+        progress.step += 1
+        progress.updates_in_epoch += 1
+        progress.elapsed_seconds = self.elapsed()
+        self.interval_totals += totals
+        first_divergence = (self.diverged_at == 0) & ~torch.isfinite(totals[0])
+        self.diverged_at = torch.where(first_divergence, progress.step, self.diverged_at)
+        progress.interval_seconds += time.monotonic() - started
 
     @contextlib.contextmanager
     def _stop_signals_caught(self):
@@ -228,24 +294,6 @@ class Trainer:
             "continue with the same command and --resume",
             signal_number,
         )
-
-    def _train_update(self, group: list[dict], started: float, bar: tqdm) -> None:
-        """One update over `group`, counted and, at a log point, checked and logged."""
-        progress = self.progress
-        learning_rate = self.scheduler.get_last_lr()[0]
-        self._set_dropout()
-        totals = self._update(group)
-        progress.step += 1
-        progress.updates_in_epoch += 1
-        progress.elapsed_seconds = self.elapsed()
-        self.interval_totals += totals
-        first_divergence = (self.diverged_at == 0) & ~torch.isfinite(totals[0])
-        self.diverged_at = torch.where(first_divergence, progress.step, self.diverged_at)
-        progress.interval_seconds += time.monotonic() - started
-        bar.update()
-        if progress.step % self.config.log_interval == 0:
-            self._read_totals()
-            self.log.training(learning_rate, bar)
 
     def _read_totals(self) -> None:
         """Bring the device's totals to the host (a synchronisation): stop if the loss diverged."""
@@ -289,21 +337,16 @@ class Trainer:
         return dataclasses.replace(main, should_save=main.should_save or save_by_count)
 
     def _set_dropout(self) -> None:
-        """The dropout of the coming update (late dropout changes it once)."""
-        config = self.config
+        """5.4 The dropout of the coming update (late dropout changes it once)."""
+        config, step = self.config, self.progress.step
         wanted = dropout_for_update(
-            self.progress.step,
-            config.early_dropout_updates,
-            config.early_dropout,
-            config.dropout,
-            config.attention_dropout,
-            config.activation_dropout,
+            step, config.early_dropout_updates, config.early_dropout, self.configured_dropout
         )
         if wanted == self.dropout:
             return
-        set_dropout(self.accelerator.unwrap_model(self.model), *wanted)
-        if self.progress.step >= config.early_dropout_updates:
-            logger.info("Update %d: dropout %s from now on (late dropout)", self.progress.step + 1, wanted[0])
+        set_dropout(self.accelerator.unwrap_model(self.optimization.model), wanted)
+        if step >= config.early_dropout_updates:
+            logger.info("Update %d: dropout %s from now on (late dropout)", step + 1, wanted.dropout)
         self.dropout = wanted
 
     def _epochs_done(self) -> bool:
@@ -335,19 +378,7 @@ class Trainer:
 
     def _follow_clock(self, elapsed_seconds: float) -> None:
         if self.config.max_minutes is not None:
-            self.schedule.clock_spent = elapsed_seconds / (60 * self.config.max_minutes)
-
-    def _update(self, group: list[dict]) -> torch.Tensor:
-        return optimizer_update(
-            self.accelerator,
-            self.model,
-            self.optimizer,
-            self.scheduler,
-            group,
-            self.config.label_smoothing,
-            self.config.clip_grad_norm,
-            self.loss_function,
-        )
+            self.optimization.schedule.clock_spent = elapsed_seconds / (60 * self.config.max_minutes)
 
     def save(self, at_interval: bool = False) -> None:
         """Check, validate, log, then write checkpoint_<step>, checkpoint_best (if it is) and checkpoint_last.
@@ -355,24 +386,24 @@ class Trainer:
         Only the validations of interval saves count for the patience, so that a run stopped by a signal and
         resumed stops where an uninterrupted one does. Nothing is written from a run whose loss or weights are no
         longer finite."""
-        accelerator, progress = self.accelerator, self.progress
+        accelerator, progress, model = self.accelerator, self.progress, self.optimization.model
         self._read_totals()
-        finite = torch.stack([parameter.isfinite().all() for parameter in self.model.parameters()]).all()
+        finite = torch.stack([parameter.isfinite().all() for parameter in model.parameters()]).all()
         if not accelerator.reduce(finite.float(), "sum") == accelerator.num_processes:
             self._diverged(f"weights are not finite after update {progress.step}")
         metrics = None
-        if self.validation is not None:
+        if self.data.validation is not None:
             # Its own random state: the training trajectory must not depend on when validation runs.
             with torch.random.fork_rng(
                 devices=[accelerator.device] if accelerator.device.type == "cuda" else []
             ):
-                metrics = validate(accelerator, self.model, self.tokenizer, self.validation, self.config)
+                metrics = validate(accelerator, model, self.data.tokenizer, self.data.validation, self.config)
         is_best = accelerator.is_main_process and metrics is not None and self.log.validation(metrics)
         if metrics is not None and at_interval:
             progress.count_validation_loss(metrics["val_loss"])
         progress.last_save_seconds = progress.elapsed_seconds = self.elapsed()
         try:
-            self.checkpoints.save(self.model, progress, metrics, is_best)
+            self.checkpoints.save(model, progress, metrics, is_best)
         except (OSError, RuntimeError) as err:
             if not disk_is_full(err):
                 raise
@@ -400,7 +431,7 @@ class RunLog:
     output_dir: Path
     progress: TrainingProgress
     elapsed: Callable[[], float]  # the run's clock, earlier sessions included
-    updates_per_epoch: int = 1
+    updates_per_epoch: int
 
     def training(self, learning_rate: float, bar: tqdm) -> None:
         """The mean loss, learning rate and speed since the last record."""
@@ -497,40 +528,6 @@ class CheckpointWriter:
                 publish_directory(staging, final)
         accelerator.wait_for_everyone()
         return staging
-
-
-def optimizer_update(
-    accelerator: Accelerator,
-    model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
-    scheduler: LambdaLR,
-    group: list[dict],
-    label_smoothing: float,
-    clip_grad_norm: float | None,
-    loss_function: Callable,
-) -> torch.Tensor:
-    """One optimizer step over this process's batches of the update: (summed loss, target tokens) of all
-    processes, a float64 tensor on the device that nothing here reads back. `loss_function`: label_smoothed_loss
-    or its compiled form."""
-    device = accelerator.device
-    group = [{name: tensor.to(device, non_blocking=True) for name, tensor in batch.items()} for batch in group]
-    local_tokens = sum((batch["labels"] != -100).sum() for batch in group)
-    tokens = accelerator.reduce(local_tokens, "sum")
-    # The model divides each micro-batch's summed loss by this; accelerate then divides by the
-    # accumulation steps and DDP averages over processes, which together make sum / global tokens.
-    num_items = tokens.float() / (len(group) * accelerator.num_processes)
-    loss_sum = torch.zeros((), dtype=torch.float64, device=accelerator.device)
-    for batch in group:
-        with accelerator.accumulate(model):
-            loss = loss_function(model, batch, label_smoothing, num_items)
-            accelerator.backward(loss)
-            if clip_grad_norm and accelerator.sync_gradients:
-                accelerator.clip_grad_norm_(model.parameters(), clip_grad_norm)
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad()
-        loss_sum += loss.detach().double() * num_items
-    return torch.stack([accelerator.reduce(loss_sum, "sum"), tokens.double()])
 
 
 def validate(

@@ -173,7 +173,8 @@ def loader_pace(config, max_tokens: int, batches: int, workers: list[int]) -> li
     after one to start on, on the prepared data, side by side in this process: the former collation
     (transformers' DataCollatorForSeq2Seq on a dict of Python lists a row) and the current one (Arrow rows padded
     with numpy, as train.py builds it), each with every number of DataLoader worker processes in `workers`."""
-    tokenizer, _, (train_data, *_) = load_inputs(config, PartialState())
+    inputs = load_inputs(config, PartialState())
+    tokenizer, train_data = inputs.tokenizer, inputs.train_data
     sampler = UpdateBatchSampler(example_lengths(train_data), max_tokens, 1, 1, 0, seed=1)
     collations = {
         "former": (train_data, DataCollatorForSeq2Seq(tokenizer, label_pad_token_id=-100, return_tensors="pt")),

@@ -263,9 +263,10 @@ def test_evaluate_bleu_writes_hypotheses_and_report_with_paper_beam_search(
 
 def test_blank_sources_become_blank_hypotheses_and_are_counted(tiny_model_and_tokenizer, caplog):
     model, tokenizer = tiny_model_and_tokenizer
-    ((_, hypotheses, report),) = evaluate_translation(
+    (evaluated,) = evaluate_translation(
         TransformersEngine(model, tokenizer), ["Ein Hund.", " "], ["A dog.", "Nothing."], runtime=QUIET, max_new_tokens=3
     )
+    hypotheses, report = evaluated.translations, evaluated.report
     assert hypotheses[1] == "" and report["blank_sources"] == 1
     assert "1 of 2 source lines are blank" in caplog.text
 
@@ -368,8 +369,8 @@ def test_selection_takes_the_best_validation_setting_and_decodes_test_with_it_on
         evaluated = evaluate_translation(engine, sources, references, *args, **settings)
         decoded.append(settings)
         is_last = "checkpoint_last" in engine.model.name_or_path
-        for _, _, report in evaluated:
-            report["cased"]["bleu"] = 10 * is_last + settings["num_beams"] - settings.get("length_penalty", 0)
+        for scored in evaluated:
+            scored.report["cased"]["bleu"] = 10 * is_last + settings["num_beams"] - settings.get("length_penalty", 0)
         return evaluated
 
     # Validation decodes (scoring.score_model) and the test decode (scoring.evaluate_bleu) both go through it.

@@ -127,6 +127,17 @@ def test_evaluation_and_selection_record_the_ensemble(
     assert "ensemble" not in alone
 
 
+def test_translate_script_prints_the_research_decoders_translations(tiny_model_dir):
+    """translate.py with --ensemble decodes through the research decoder: a model with itself as member prints
+    what it prints alone."""
+    options, stdin = ("--device", "cpu", "--quiet"), "Ein Hund rennt.\nZwei Kinder.\n"
+    alone = run_script("translate.py", tiny_model_dir, *options, stdin=stdin, check=True)
+    doubled = run_script(
+        "translate.py", tiny_model_dir, "--ensemble", tiny_model_dir, *options, stdin=stdin, check=True
+    )
+    assert len(alone.stdout.splitlines()) == 2 and doubled.stdout == alone.stdout
+
+
 def test_translate_script_names_a_member_that_does_not_fit(tiny_model_dir, tmp_path):
     other = tmp_path / "other"
     model = AutoModelForSeq2SeqLM.from_pretrained(tiny_model_dir)

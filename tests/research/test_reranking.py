@@ -204,9 +204,8 @@ def test_reranking_with_weight_zero_scores_as_beam_search(first, reverse, tokeni
     settings = {"length_penalty": 1.0, "max_new_tokens": 8}
     quiet = Runtime(show_progress=False)
     engine = TransformersEngine(first, tokenizer)
-    ((_, plain, plain_report),) = evaluate_translation(
-        engine, SOURCES, REFERENCES, runtime=quiet, num_beams=3, **settings
-    )
+    (beam_search,) = evaluate_translation(engine, SOURCES, REFERENCES, runtime=quiet, num_beams=3, **settings)
+    plain, plain_report = beam_search.translations, beam_search.report
     rerankers = RerankingModels(reverse=[reverse], right_to_left=[reverse])
     weights = {REVERSE_WEIGHT: [0.0, 5.0], RIGHT_TO_LEFT_WEIGHT: [0.0, 1.0], WORD_BONUS: [0.0, 0.1]}
     decoder = ResearchDecoder(rerankers=rerankers, weights=weights)
@@ -214,7 +213,9 @@ def test_reranking_with_weight_zero_scores_as_beam_search(first, reverse, tokeni
         engine, SOURCES, REFERENCES, runtime=quiet, decoder=decoder, num_beams=3, **settings
     )
     assert len(evaluated) == 8  # every combination of the weights, the last weight varying fastest
-    (unchanged_settings, unchanged, report), (heavy, reranked, heavy_report) = evaluated[0], evaluated[-1]
+    lightest, heaviest = evaluated[0], evaluated[-1]
+    unchanged_settings, unchanged, report = lightest.settings, lightest.translations, lightest.report
+    heavy, reranked, heavy_report = heaviest.settings, heaviest.translations, heaviest.report
     assert unchanged == plain and report["cased"] == plain_report["cased"]
     assert unchanged_settings == {
         "num_beams": 3,
@@ -233,9 +234,10 @@ def test_reranking_with_weight_zero_scores_as_beam_search(first, reverse, tokeni
     weighting = {name: heavy[name] for name in weights}
     assert reranked == rerank(nbest, {**features, WORD_BONUS: word_counts(nbest)}, weighting)
     # A variant's settings, passed back in, decode that variant alone.
-    ((again, rerun, _),) = evaluate_translation(
+    (decoded_again,) = evaluate_translation(
         engine, SOURCES, REFERENCES, runtime=quiet, decoder=decoder, **heavy
     )
+    again, rerun = decoded_again.settings, decoded_again.translations
     assert (again, rerun) == (heavy, reranked)
 
 

@@ -51,7 +51,7 @@ def publish_first_rename_only(staging, final):
     return real_publish(staging, final)
 
 if point in ("update", "sigterm", "sigint"):
-    kill_at(trainer, "optimizer_update")
+    kill_at(trainer.Trainer, "_update")
 elif point == "model_files":  # weights written, the pipeline code and card not yet
     kill_at(hub, "pipeline_code_files")
 elif point == "training_state":  # accelerate's state written, the progress not yet

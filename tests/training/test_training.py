@@ -139,11 +139,11 @@ def test_resume_after_a_kill_equals_an_uninterrupted_run(tiny_dataset, tokenizer
     real_update = Trainer._update
     calls = []
 
-    def update_then_die(session, group):
+    def update_then_die(session, *args):
         if len(calls) == 8:  # after the checkpoint at update 6, before the one at 12
             raise KeyboardInterrupt
         calls.append(1)
-        return real_update(session, group)
+        return real_update(session, *args)
 
     monkeypatch.setattr(Trainer, "_update", update_then_die)
     with pytest.raises(KeyboardInterrupt):
@@ -177,11 +177,11 @@ def test_dataloader_workers_train_as_the_main_process_does(
     killed = tmp_path / "killed"
     real_update, calls = Trainer._update, []
 
-    def update_then_die(session, group):
+    def update_then_die(session, *args):
         if len(calls) == 60:  # after the checkpoint at update 45, in the second epoch
             raise KeyboardInterrupt
         calls.append(1)
-        return real_update(session, group)
+        return real_update(session, *args)
 
     monkeypatch.setattr(Trainer, "_update", update_then_die)
     with pytest.raises(KeyboardInterrupt):
@@ -431,10 +431,10 @@ def test_patience_ignores_the_validation_of_a_signal_stop_so_resume_stops_where_
     stopped = tmp_path / "stopped"
     real_update = Trainer._update
 
-    def update_then_sigterm_at_3(session, group):
+    def update_then_sigterm_at_3(session, *args):
         if session.progress.step == 2:  # the update under way becomes update 3, between two interval saves
             os.kill(os.getpid(), signal.SIGTERM)
-        return real_update(session, group)
+        return real_update(session, *args)
 
     monkeypatch.setattr(Trainer, "_update", update_then_sigterm_at_3)
     with pytest.raises(TrainingStopped, match="after update 3"):
@@ -836,18 +836,18 @@ def test_an_update_between_log_and_save_points_reads_nothing_back_from_the_devic
     between log and save points. Not counted: the model's forward (transformers' eager masks inspect the padding
     mask; compiled, they do not) and the optimizer's step (eager Adam keeps its step count on the host)."""
     reads_per_update = {}
-    real_update = Trainer._train_update
+    real_update = Trainer._update
 
     def counted_update(self, group, started, bar):
         reads = HostReads()
-        model = self.accelerator.unwrap_model(self.model)
+        model = self.accelerator.unwrap_model(self.optimization.model)
         pause = lambda *args: setattr(reads, "paused", reads.paused + 1)  # noqa: E731
         resume = lambda *args: setattr(reads, "paused", reads.paused - 1)  # noqa: E731
         handles = [
             model.register_forward_pre_hook(pause),
             model.register_forward_hook(resume),
-            self.optimizer.optimizer.register_step_pre_hook(pause),
-            self.optimizer.optimizer.register_step_post_hook(resume),
+            self.optimization.optimizer.optimizer.register_step_pre_hook(pause),
+            self.optimization.optimizer.optimizer.register_step_post_hook(resume),
         ]
         try:
             with reads:
@@ -858,7 +858,7 @@ def test_an_update_between_log_and_save_points_reads_nothing_back_from_the_devic
                 handle.remove()
         reads_per_update[self.progress.step] = reads.count
 
-    monkeypatch.setattr(Trainer, "_train_update", counted_update)
+    monkeypatch.setattr(Trainer, "_update", counted_update)
     train(tiny_config(tiny_dataset, tokenizer_dir, tmp_path / "out", max_steps=12, log_interval=6, save_interval_updates=None))
     assert {step: count for step, count in reads_per_update.items() if step % 6} == dict.fromkeys([1, 2, 3, 4, 5, 7, 8, 9, 10, 11], 0)
     assert reads_per_update[6] > 0  # a log point reads the totals: the counter sees reads where there are some
@@ -866,15 +866,13 @@ def test_an_update_between_log_and_save_points_reads_nothing_back_from_the_devic
 
 def test_shape_buckets_train_in_the_logged_shapes(tiny_dataset, tokenizer_dir, tmp_path, caplog, monkeypatch):
     """shape_buckets=yes (the GPU default) on a CPU: every batch the loop sees has one of the logged shapes."""
-    from hf_vanilla.training import trainer
+    seen, real_update = set(), Trainer._update
 
-    seen, real_update = set(), trainer.optimizer_update
-
-    def recording_update(accelerator, model, optimizer, scheduler, group, *args):
+    def recording_update(self, group, *args):
         seen.update(tuple(batch["input_ids"].shape) for batch in group)
-        return real_update(accelerator, model, optimizer, scheduler, group, *args)
+        return real_update(self, group, *args)
 
-    monkeypatch.setattr(trainer, "optimizer_update", recording_update)
+    monkeypatch.setattr(Trainer, "_update", recording_update)
     caplog.set_level(logging.INFO, logger="hf_vanilla.training.train")
     train(tiny_config(tiny_dataset, tokenizer_dir, tmp_path / "out", max_steps=8, shape_buckets="yes"))
     (line,) = [record.getMessage() for record in caplog.records if "batch shapes" in record.getMessage()]
