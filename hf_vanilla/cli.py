@@ -6,7 +6,13 @@ Every `--a-b` flag also answers to `--a_b` (as `HfArgumentParser` does), and eve
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import sys
+import typing
+from collections.abc import Sequence
 from typing import Any
+
+import yaml
 
 from hf_vanilla.model.decoding import (
     DEFAULT_MAX_TOKENS,
@@ -14,7 +20,7 @@ from hf_vanilla.model.decoding import (
     PAPER_GENERATION_KWARGS,
     beam_settings,
 )
-from hf_vanilla.training.settings import PUBLIC_MULTI30K
+from hf_vanilla.training.settings import PUBLIC_MULTI30K, TrainingConfig, load_training_config
 
 from .corpus import ACCEPTED_FORMS, COMPRESSION_SUFFIXES, dataset_spec
 from .corpus_translation import DEFAULT_CHUNK_LINES, ERROR_HANDLERS, OUTPUT_FORMATS, CorpusSettings
@@ -27,17 +33,75 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescript
 
 
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse whose dashed long flags also take underscores: `--source-lang` and `--source_lang`."""
+    """argparse whose dashed long flags also take underscores: `--source_lang` is read as `--source-lang`."""
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("formatter_class", HelpFormatter)
         super().__init__(*args, **kwargs)
 
-    def add_argument(self, *names, **kwargs):
-        underscored = [
-            "--" + name[2:].replace("-", "_") for name in names if name.startswith("--") and "-" in name[2:]
-        ]
-        return super().add_argument(*names, *underscored, **kwargs)
+    def parse_known_args(self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None):
+        return super().parse_known_args(dashed_flags(sys.argv[1:] if args is None else args), namespace)
+
+
+def dashed_flags(arguments: Sequence[str]) -> list[str]:
+    """`arguments` with each long flag's underscores as dashes (`--max_steps=3` -> `--max-steps=3`), up to a `--`,
+    after which nothing is a flag."""
+    arguments = list(arguments)
+    end = arguments.index("--") if "--" in arguments else len(arguments)
+    flags = [
+        argument.partition("=")[0].replace("_", "-") + "".join(argument.partition("=")[1:])
+        if argument.startswith("--")
+        else argument
+        for argument in arguments[:end]
+    ]
+    return flags + arguments[end:]
+
+
+def add_training_config_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--config FILE` and a flag for every `TrainingConfig` field, with the field's help, that overrides the
+    file's value; read them back with `training_config`.
+
+    A flag left out is absent from the parsed namespace (not set to the field's default), so that the file's value
+    stands; values are read as YAML ("null", "1e-3", "{d_model: 128}"), which `load_training_config` checks. A
+    yes/no field's flag alone means yes (`--right-to-left`, or `--right-to-left false`); `--no-FIELD` turns off
+    one that is on by default.
+    """
+    group = parser.add_argument_group("training config (TrainingConfig keys, configs/*.yaml)")
+    group.add_argument("--config", help="YAML file of TrainingConfig keys; the flags below override its values")
+    defaults, types_of = TrainingConfig(), typing.get_type_hints(TrainingConfig)
+    for field in dataclasses.fields(TrainingConfig):
+        flag, kind, default = "--" + field.name.replace("_", "-"), types_of[field.name], getattr(defaults, field.name)
+        described = f"{field.metadata['help']} (default: {default!r})"
+        if kind is bool:
+            group.add_argument(
+                flag, nargs="?", const=True, type=yaml.safe_load, default=argparse.SUPPRESS, help=described
+            )
+            if default:
+                off = f"--no-{flag[2:]}"
+                group.add_argument(
+                    off, dest=field.name, action="store_false", default=argparse.SUPPRESS, help=f"turn off {flag}"
+                )
+            continue
+        group.add_argument(
+            flag,
+            nargs="+" if field.name == "dataset" else None,  # a file a split, as --dataset of the other scripts
+            type=str if kind is str else yaml.safe_load,
+            metavar=field.name.upper(),
+            default=argparse.SUPPRESS,
+            help=described,
+        )
+
+
+def training_config_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The `TrainingConfig` keys given as flags of `add_training_config_arguments`, by name."""
+    names = {field.name for field in dataclasses.fields(TrainingConfig)}
+    return {name: value for name, value in vars(args).items() if name in names}
+
+
+def training_config(args: argparse.Namespace, **overrides) -> TrainingConfig:
+    """The `TrainingConfig` of `--config` with the flags of `add_training_config_arguments` over its values, and
+    `overrides` over theirs (TrainingError for a bad file, key or value)."""
+    return load_training_config(args.config, **{**training_config_overrides(args), **overrides})
 
 
 def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:

@@ -14,25 +14,23 @@ import json
 import logging
 import sys
 
-from hf_vanilla.cli import HelpFormatter, positive_int
+from hf_vanilla.cli import ArgumentParser, add_training_config_arguments, positive_int, training_config
 from hf_vanilla.preparation import prepare_training_data
-from hf_vanilla.training.settings import TrainingError, load_training_config, training_argument_parser
+from hf_vanilla.training.settings import TrainingError
 
 
 def main() -> None:
-    parser = training_argument_parser(description=__doc__, formatter_class=HelpFormatter)
-    parser.add_argument("--config", help="YAML file of TrainingConfig keys (a training config); flags override it")
+    parser = ArgumentParser(description=__doc__)
+    add_training_config_arguments(parser)
     parser.add_argument(
         "--tokenizer-max-sentences",
-        "--tokenizer_max_sentences",
         type=positive_int,
         help="train a missing tokenizer on this many random training pairs, not all (default: all)",
     )
-    args = vars(parser.parse_args())
+    args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    config_path, max_sentences = args.pop("config"), args.pop("tokenizer_max_sentences")
     try:
-        report = prepare_training_data(load_training_config(config_path, **args), max_sentences)
+        report = prepare_training_data(training_config(args), args.tokenizer_max_sentences)
     except TrainingError as err:
         sys.exit(f"error: {err}")
     print(json.dumps(report, indent=2))

@@ -12,7 +12,6 @@ decoding benchmark's JSON read into one report.json, MFU included. docs/speed.md
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import subprocess
@@ -25,10 +24,11 @@ import numpy as np
 import torch
 from accelerate import PartialState
 
+from hf_vanilla.cli import ArgumentParser, add_training_config_arguments, training_config_overrides
 from hf_vanilla.data import example_lengths
 from hf_vanilla.precision import matmul_peak_flops, resolve_precision
 from hf_vanilla.tools.benchmark import environment, save_results, training_flops
-from hf_vanilla.training.settings import load_training_config, training_argument_parser
+from hf_vanilla.training.settings import load_training_config
 from hf_vanilla.training.train import load_inputs
 
 PREPARED_FILE = "prepared.json"
@@ -262,9 +262,7 @@ def summary_lines(report: dict) -> list[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = ArgumentParser(description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     preparing = commands.add_parser(
         "prepare", help="the machine, the matmul peak, each config's data and FLOPs"
@@ -280,7 +278,9 @@ def main() -> None:
     split = arguments.index("--") if "--" in arguments else len(arguments)
     args = parser.parse_args(arguments[:split])
     if args.command == "prepare":
-        overrides = vars(training_argument_parser().parse_args(arguments[split + 1 :]))
+        training_parser = ArgumentParser(prog=f"{parser.prog} prepare OUT_DIR CONFIG... --")
+        add_training_config_arguments(training_parser)
+        overrides = training_config_overrides(training_parser.parse_args(arguments[split + 1 :]))
         save_results(prepare(args.configs, overrides, args.peak_seconds), args.out_dir / PREPARED_FILE)
         return
     report = assemble(args.out_dir, args.smoke)
