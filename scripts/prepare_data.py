@@ -4,17 +4,22 @@ Reads the same config as scripts/train.py and writes what its run would prepare 
 datasets' cache (HF_DATASETS_CACHE), which that run, every process of it and every later run then read. On
 several nodes without a shared file system, run it on each node, or let the training run do it: each node's
 first process prepares while the others wait. The tokenizer, when missing, is trained first (on a random sample
-with --tokenizer-max-sentences, which also says how long the whole corpus would take).
+with --tokenizer-sample-pairs, which also says how long the whole corpus would take).
 
     python scripts/prepare_data.py --config configs/wmt14-en-de-base.yaml
-    python scripts/prepare_data.py --config configs/wmt14-en-de-base.yaml --tokenizer-max-sentences 1000000
+    python scripts/prepare_data.py --config configs/wmt14-en-de-base.yaml --tokenizer-sample-pairs 1000000
 """
 
 import json
 import logging
 import sys
 
-from hf_vanilla.cli import ArgumentParser, add_training_config_arguments, positive_int, training_config
+from hf_vanilla.cli import (
+    ArgumentParser,
+    add_tokenizer_sample_argument,
+    add_training_config_arguments,
+    training_config,
+)
 from hf_vanilla.preparation import prepare_training_data
 from hf_vanilla.training.settings import TrainingError
 
@@ -22,15 +27,11 @@ from hf_vanilla.training.settings import TrainingError
 def main() -> None:
     parser = ArgumentParser(description=__doc__)
     add_training_config_arguments(parser)
-    parser.add_argument(
-        "--tokenizer-max-sentences",
-        type=positive_int,
-        help="train a missing tokenizer on this many random training pairs, not all (default: all)",
-    )
+    add_tokenizer_sample_argument(parser)
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        report = prepare_training_data(training_config(args), args.tokenizer_max_sentences)
+        report = prepare_training_data(training_config(args), args.tokenizer_sample_pairs)
     except TrainingError as err:
         sys.exit(f"error: {err}")
     print(json.dumps(report, indent=2))

@@ -15,18 +15,17 @@ import sys
 
 from hf_vanilla.cli import (
     ArgumentParser,
+    add_beam_arguments,
     add_dataset_arguments,
     add_runtime_arguments,
     add_tokenized_bleu_argument,
     cache_kwargs,
-    dataset_kwargs,
-    positive_int,
     runtime_kwargs,
+    translation_data,
 )
 from hf_vanilla.evaluation.paper_bleu import PAPER_BLEU_KEY, PAPER_BLEU_NAME
-from hf_vanilla.evaluation.scoring import Runtime, ScoreOptions, TranslationData
+from hf_vanilla.evaluation.scoring import Runtime, ScoreOptions
 from hf_vanilla.evaluation.selection import SelectionGrid, select_on_validation
-from hf_vanilla.model.decoding import PAPER_GENERATION_KWARGS
 from hf_vanilla.publishing import decoding_label
 from hf_vanilla.research.cli import add_research_arguments, research_decoder
 from hf_vanilla.research.reranking import (
@@ -49,20 +48,7 @@ def main() -> None:
     parser.add_argument(
         "models", nargs="+", help="saved model directories, or run directories (their best, last and average)"
     )
-    parser.add_argument(
-        "--num-beams",
-        type=positive_int,
-        nargs="+",
-        default=[PAPER_GENERATION_KWARGS["num_beams"]],
-        help="beam sizes to try (1: greedy)",
-    )
-    parser.add_argument(
-        "--length-penalty",
-        type=float,
-        nargs="+",
-        default=[PAPER_GENERATION_KWARGS["length_penalty"]],
-        help="length penalties to try with each beam size above 1",
-    )
+    add_beam_arguments(parser, several=True)
     add_dataset_arguments(parser)
     parser.add_argument("--validation-split", default="validation", help="the split the choice is made on")
     parser.add_argument(
@@ -80,7 +66,7 @@ def main() -> None:
     try:
         selection = select_on_validation(
             args.models,
-            TranslationData(**dataset_kwargs(args)),
+            translation_data(args),
             args.output_dir,
             SelectionGrid(args.num_beams, args.length_penalty, args.validation_split, args.report_split),
             Runtime(**runtime_kwargs(args)),

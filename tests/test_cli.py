@@ -1,5 +1,6 @@
-"""Every flag of every script has a help line and both spellings, `--source-lang` and `--source_lang`; training
-flags override the config file; the quickstart names its recipes."""
+"""Every script builds its flags from cli.py's groups, shows them in --help, and redefines none of them; every flag
+has a help line and both spellings, `--source-lang` and `--source_lang`; training flags override the config file;
+the quickstart names its recipes."""
 
 import argparse
 import re
@@ -8,11 +9,21 @@ import subprocess
 import sys
 
 import pytest
-from conftest import SCRIPTS
+from conftest import REPO, SCRIPTS
 
+from hf_vanilla import cli
 from hf_vanilla.cli import ArgumentParser, training_config
+from hf_vanilla.research.cli import add_research_arguments
 
-SCRIPT_FILES = sorted(SCRIPTS.rglob("*.py"))
+# The scripts and the package's one entry point with a parser of its own.
+SCRIPT_FILES = [*sorted(SCRIPTS.rglob("*.py")), REPO / "hf_vanilla" / "tools" / "gpu_report.py"]
+GROUPS = {name: getattr(cli, name) for name in dir(cli) if re.fullmatch(r"add_\w+_arguments?", name)}
+GROUPS["add_research_arguments"] = add_research_arguments
+# Flags a script defines for what a group's flag means elsewhere, on purpose.
+OWN_FLAGS = {
+    "run_tries.py": {"--dataset"},  # handed on to each try's train.py, one for every try
+    "benchmark_data.py": {"--max-tokens"},  # the training config's max_tokens, several values to time
+}
 
 
 class Captured(Exception):
@@ -46,6 +57,34 @@ def test_every_flag_has_a_help_line(script, monkeypatch):
     helps = option_helps(script_parser(script, monkeypatch))
     assert "--help" in helps
     assert [flag for flag, text in helps.items() if not text] == [], script.name
+
+
+def sections(parser: argparse.ArgumentParser) -> set[str]:
+    """The titles of `parser`'s --help sections."""
+    return {line[:-1] for line in parser.format_help().splitlines() if re.fullmatch(r"\S.*:", line)}
+
+
+def flags_of(add_group) -> set[str]:
+    """The long flags a group function of cli.py adds."""
+    parser = ArgumentParser(add_help=False)
+    add_group(parser)
+    return set(option_helps(parser))
+
+
+@pytest.mark.parametrize("script", SCRIPT_FILES, ids=lambda path: path.name)
+def test_every_script_shows_the_groups_it_adds_and_redefines_none_of_their_flags(script, monkeypatch):
+    parser = script_parser(script, monkeypatch)
+    source = script.read_text()
+    for name in set(re.findall(r"\b(add_\w+_arguments?)\(parser\b", source)) & set(GROUPS):
+        group_parser = ArgumentParser(add_help=False)
+        GROUPS[name](group_parser)
+        assert sections(group_parser) <= sections(parser), f"{script.name}: {name}"
+    # The training config's keys and the corpus' --input/--output/--seed are words other tools use for their own
+    # files and seeds; the flags of the other groups each mean one thing wherever they appear.
+    shared = [add for name, add in GROUPS.items() if name not in ("add_training_config_arguments", "add_corpus_arguments")]
+    owned = set().union(*(flags_of(add_group) for add_group in shared))
+    defined_here = set(re.findall(r"add_argument\(\s*\"(--[\w-]+)\"", source))
+    assert defined_here & owned <= OWN_FLAGS.get(script.name, set()), f"{script.name} redefines flags of cli.py"
 
 
 def test_underscores_in_a_flag_read_as_dashes_up_to_a_double_dash():

@@ -1,8 +1,10 @@
 """Benchmark our model against a MarianMTModel of identical shape: training, generation, CTranslate2, memory."""
 
+import sys
+
 import torch
 
-from hf_vanilla.cli import ArgumentParser
+from hf_vanilla.cli import ArgumentParser, add_device_argument, add_dtype_argument
 from hf_vanilla.tools.benchmark import (
     GENERATION_CACHES,
     BenchmarkSettings,
@@ -10,6 +12,7 @@ from hf_vanilla.tools.benchmark import (
     run_benchmark,
     save_results,
 )
+from hf_vanilla.translation import resolve_device
 
 
 def main() -> None:
@@ -24,19 +27,9 @@ def main() -> None:
         "--target-tokens", type=int, default=4096, help="labelled target tokens a training batch"
     )
     parser.add_argument("--new-tokens", type=int, default=30, help="tokens generated a sentence")
-    parser.add_argument(
-        "--dtypes",
-        nargs="+",
-        default=["auto"],
-        choices=["auto", "float32", "bfloat16", "float16"],
-        help="auto: bf16 where the CPU or GPU runs it natively, else fp32 (fp16 on a GPU without bf16)",
-    )
-    parser.add_argument(
-        "--device",
-        default="cuda" if torch.cuda.is_available() else "cpu",
-        choices=["cpu", "cuda"],
-        help="default: cuda when there is a GPU",
-    )
+    add_device_argument(parser)
+    add_dtype_argument(parser, several=True)
+    parser.set_defaults(dtype=list(BenchmarkSettings.dtypes))  # each model at its fastest, not the reference
     parser.add_argument(
         "--attn",
         nargs="+",
@@ -78,7 +71,7 @@ def main() -> None:
         "repeats": args.repeats,
         "target_tokens": args.target_tokens,
         "new_tokens": args.new_tokens,
-        "dtypes": tuple(args.dtypes),
+        "dtypes": tuple(args.dtype),
         "attn_implementations": tuple(args.attn),
         "generation_batch_sizes": tuple(args.generation_batch_sizes),
         "generation_caches": tuple(args.generation_cache),
@@ -91,7 +84,11 @@ def main() -> None:
         settings.update(
             repeats=1, target_tokens=128, new_tokens=3, generation_batch_sizes=(4, 1), peak_seconds=0.05
         )
-    results = run_benchmark(BenchmarkSettings(**settings))
+    try:
+        settings["device"] = str(resolve_device(args.device))
+        results = run_benchmark(BenchmarkSettings(**settings))
+    except ValueError as err:
+        sys.exit(f"error: {err}")
     print(format_table(results))
     print(f"saved {save_results(results, args.output or f'outputs/benchmark-{args.size}.json')}")
 

@@ -12,8 +12,13 @@ import time
 
 import sacrebleu
 
-from hf_vanilla.cli import ArgumentParser, add_language_arguments
-from hf_vanilla.corpus import dataset_spec, load_translation_split
+from hf_vanilla.cli import (
+    ArgumentParser,
+    add_dataset_arguments,
+    add_device_argument,
+    add_model_argument,
+    translation_data,
+)
 from hf_vanilla.files import write_json
 from hf_vanilla.model.decoding import PAPER_GENERATION_KWARGS
 from hf_vanilla.precision import cpu_description
@@ -29,13 +34,13 @@ ENGINES = {
 
 def main() -> None:
     parser = ArgumentParser(description=__doc__)
-    parser.add_argument("model", help="saved model directory (with its tokenizer)")
-    add_language_arguments(parser)
+    add_model_argument(parser)
+    add_dataset_arguments(parser)
     parser.add_argument("--split", default="test", help="the split to decode")
-    parser.add_argument("--device", default="cpu", help="cpu, cuda...")
+    add_device_argument(parser)
     parser.add_argument("--output", required=True, help="the JSON report to write")
     args = parser.parse_args()
-    pairs = load_translation_split(dataset_spec(args.dataset), args.source_lang, args.target_lang, args.split)
+    pairs = translation_data(args).pairs(args.split)
     sources, references = list(pairs["source"]), list(pairs["target"])
     report = {"model": args.model, "cpu": cpu_description(), "sentences": len(sources), "runs": {}}
     reference_outputs = {}

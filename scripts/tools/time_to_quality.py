@@ -19,10 +19,10 @@ from hf_vanilla.cli import (
     add_runtime_arguments,
     beam_kwargs,
     cache_kwargs,
-    dataset_kwargs,
     runtime_kwargs,
+    translation_data,
 )
-from hf_vanilla.evaluation.scoring import Runtime, TranslationData
+from hf_vanilla.evaluation.scoring import Runtime
 from hf_vanilla.tools.time_to_quality import QualityTarget, time_to_quality
 
 
@@ -43,7 +43,7 @@ def main() -> None:
     try:
         report = time_to_quality(
             args.run,
-            TranslationData(**dataset_kwargs(args)),
+            translation_data(args),
             args.split,
             QualityTarget(peer=args.peer, bleu=args.target_bleu),
             Runtime(**runtime_kwargs(args), show_progress=False),
