@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import logging
 import sys
 import typing
 from collections.abc import Sequence
@@ -29,6 +30,8 @@ from .corpus_translation import DEFAULT_CHUNK_LINES, ERROR_HANDLERS, OUTPUT_FORM
 from .evaluation.scoring import TranslationData
 from .precision import DTYPE_NAMES
 from .translation import COMPUTE_TYPES, ENGINES, TRANSFORMERS, EngineSettings
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -59,6 +62,27 @@ def _dashed(argument: str) -> str:
         return argument  # a value or a short flag
     flag, equals, value = argument.partition("=")
     return flag.replace("_", "-") + equals + value
+
+
+def add_logging_argument(parser: argparse.ArgumentParser) -> None:
+    """`--log-level` of every script; set it with `configure_logging(args.log_level)` right after parsing."""
+    parser.add_argument(
+        "--log-level",
+        choices=LOG_LEVELS,
+        default="info",
+        help="the least severe log lines written to stderr: info includes progress (training, evaluation, the "
+        "precision and engine chosen); warning only what needs attention",
+    )
+
+
+def configure_logging(level: str = "info") -> None:
+    """Every script's logging: lines of `level` and above to stderr, each as `time LEVEL logger: message`.
+
+    accelerate's notes at each save (its file lists; "Removed shared tensor" for the tied weights) stay quiet.
+    """
+    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("accelerate").setLevel(logging.WARNING)
+    logging.getLogger("accelerate.utils.other").setLevel(logging.ERROR)
 
 
 def add_training_config_arguments(parser: argparse.ArgumentParser) -> None:

@@ -11,17 +11,18 @@ tensor2tensor's get_ende_bleu.sh, Moses-tokenized, compounds split, cased ("bleu
 """
 
 import json
-import logging
 import sys
 
 from hf_vanilla.cli import (
     ArgumentParser,
     add_dataset_arguments,
     add_decoding_arguments,
+    add_logging_argument,
     add_model_argument,
     add_runtime_arguments,
     add_tokenized_bleu_argument,
     cache_kwargs,
+    configure_logging,
     decoding_kwargs,
     runtime_kwargs,
     translation_data,
@@ -45,8 +46,9 @@ def main() -> None:
     parser.add_argument(
         "--output-dir", default="outputs/evaluation", help="where the hypotheses and report go"
     )
+    add_logging_argument(parser)
     args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO)
+    configure_logging(args.log_level)
 
     try:
         report = evaluate_bleu(

@@ -11,13 +11,14 @@ with --tokenizer-sample-pairs, which also says how long the whole corpus would t
 """
 
 import json
-import logging
 import sys
 
 from hf_vanilla.cli import (
     ArgumentParser,
+    add_logging_argument,
     add_tokenizer_sample_argument,
     add_training_config_arguments,
+    configure_logging,
     training_config,
 )
 from hf_vanilla.preparation import prepare_training_data
@@ -28,8 +29,9 @@ def main() -> None:
     parser = ArgumentParser(description=__doc__)
     add_training_config_arguments(parser)
     add_tokenizer_sample_argument(parser)
+    add_logging_argument(parser)
     args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(args.log_level)
     try:
         report = prepare_training_data(training_config(args), args.tokenizer_sample_pairs)
     except TrainingError as err:

@@ -10,16 +10,17 @@ chosen beam size and length penalty the chosen checkpoint's decoding defaults (i
         --num-beams 4 8 --length-penalty 0.6 1.0 --output-dir outputs/multi30k-small-de-en/evaluation
 """
 
-import logging
 import sys
 
 from hf_vanilla.cli import (
     ArgumentParser,
     add_beam_arguments,
     add_dataset_arguments,
+    add_logging_argument,
     add_runtime_arguments,
     add_tokenized_bleu_argument,
     cache_kwargs,
+    configure_logging,
     runtime_kwargs,
     translation_data,
 )
@@ -60,8 +61,9 @@ def main() -> None:
     parser.add_argument(
         "--output-dir", default="outputs/selection", help="where selection.json and the reports go"
     )
+    add_logging_argument(parser)
     args = parser.parse_args()
-    logging.basicConfig(level=logging.WARNING)
+    configure_logging(args.log_level)
 
     try:
         selection = select_on_validation(

@@ -20,8 +20,10 @@ import uvicorn
 
 from hf_vanilla.cli import (
     ArgumentParser,
+    add_logging_argument,
     add_model_argument,
     add_runtime_arguments,
+    configure_logging,
     engine_settings,
     positive_int,
 )
@@ -70,12 +72,13 @@ def parse_args():
         default=LIMITS.max_attention_tokens,
         help="source tokens of a sentence whose attention is asked (POST /attention)",
     )
+    add_logging_argument(parser)
     return parser.parse_args()
 
 
 def main() -> None:
     args = parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(args.log_level)
     try:
         engine = engine_settings(args)
     except ValueError as err:

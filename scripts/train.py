@@ -8,12 +8,17 @@ Examples:
     accelerate launch --multi_gpu --num_processes 8 scripts/train.py --config configs/wmt14-en-de-base.yaml
 """
 
-import logging
 import sys
 
 import transformers
 
-from hf_vanilla.cli import ArgumentParser, add_training_config_arguments, training_config
+from hf_vanilla.cli import (
+    ArgumentParser,
+    add_logging_argument,
+    add_training_config_arguments,
+    configure_logging,
+    training_config,
+)
 from hf_vanilla.training.settings import TrainingError
 from hf_vanilla.training.train import train
 from hf_vanilla.training.trainer import TrainingStopped
@@ -30,18 +35,14 @@ def build_parser():
         action="store_true",
         help="replace the run in output_dir (its checkpoints, log and config)",
     )
+    add_logging_argument(parser)
     return parser
 
 
 def main() -> None:
     args = build_parser().parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    # Each save would otherwise log accelerate's file list and a progress bar per weights file.
-    logging.getLogger("accelerate").setLevel(logging.WARNING)
-    logging.getLogger("accelerate.utils.other").setLevel(
-        logging.ERROR
-    )  # "Removed shared tensor": tied weights
-    transformers.utils.logging.disable_progress_bar()
+    configure_logging(args.log_level)
+    transformers.utils.logging.disable_progress_bar()  # a bar per weights file at each save
     try:
         train(training_config(args), resume=args.resume, overwrite_output_dir=args.overwrite_output_dir)
     except TrainingStopped as stopped:

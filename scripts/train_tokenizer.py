@@ -8,7 +8,6 @@ The folder records the languages and data it learned from; a training run of ano
         --vocab-size 37000 --tokenizer-sample-pairs 1000000 --output-dir outputs/wmt14-en-de-bpe37k
 """
 
-import logging
 import sys
 
 from transformers import AutoTokenizer
@@ -16,7 +15,9 @@ from transformers import AutoTokenizer
 from hf_vanilla.cli import (
     ArgumentParser,
     add_dataset_arguments,
+    add_logging_argument,
     add_tokenizer_sample_argument,
+    configure_logging,
     translation_data,
 )
 from hf_vanilla.corpus import CorpusError
@@ -39,8 +40,9 @@ def main() -> None:
     parser.add_argument("--min-frequency", type=int, default=2, help="merges need pairs seen this often")
     parser.add_argument("--output-dir", default="outputs/tokenizer", help="directory AutoTokenizer will load")
     add_tokenizer_sample_argument(parser)
+    add_logging_argument(parser)
     args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO)
+    configure_logging(args.log_level)
 
     data = translation_data(args)
     try:

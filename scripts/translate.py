@@ -14,7 +14,6 @@ With --rerank-with (models of the reverse direction) or --rerank-right-to-left (
 search's whole n-best list is reranked (README, "Reranking with the reverse direction").
 """
 
-import logging
 import signal
 import sys
 
@@ -22,11 +21,13 @@ from hf_vanilla.cli import (
     ArgumentParser,
     add_corpus_arguments,
     add_decoding_arguments,
+    add_logging_argument,
     add_model_argument,
     add_progress_argument,
     add_runtime_arguments,
     add_sampling_arguments,
     cache_kwargs,
+    configure_logging,
     corpus_settings,
     decoding_kwargs,
     runtime_kwargs,
@@ -57,8 +58,9 @@ def main() -> None:
     add_corpus_arguments(parser)
     add_research_arguments(parser)
     add_progress_argument(parser)
+    add_logging_argument(parser)
     args = parser.parse_args()
-    logging.basicConfig(level=logging.WARNING)
+    configure_logging(args.log_level)
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # stopped as by Ctrl-C: what is committed stays
 
     try:

@@ -1,6 +1,6 @@
 """Every script builds its flags from cli.py's groups, shows them in --help, and redefines none of them; every flag
 has a help line and both spellings, `--source-lang` and `--source_lang`; training flags override the config file;
-the quickstart names its recipes."""
+every script logs in one format at the level it is given; the quickstart names its recipes."""
 
 import argparse
 import re
@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, SCRIPTS
+from conftest import DE_EN, REPO, SCRIPTS, run_script
 
 from hf_vanilla import cli
 from hf_vanilla.cli import ArgumentParser, training_config
@@ -87,6 +87,21 @@ def test_every_script_shows_the_groups_it_adds_and_redefines_none_of_their_flags
     assert defined_here & owned <= OWN_FLAGS.get(script.name, set()), f"{script.name} redefines flags of cli.py"
 
 
+@pytest.mark.parametrize("script", SCRIPT_FILES, ids=lambda path: path.name)
+def test_every_script_takes_a_log_level_and_configures_logging_with_it(script, monkeypatch):
+    assert "--log-level" in option_helps(script_parser(script, monkeypatch))
+    assert "configure_logging(args.log_level)" in script.read_text() and "basicConfig" not in script.read_text()
+
+
+def test_log_lines_show_info_by_default_in_one_format_and_only_warnings_when_told(corpus_path, tmp_path):
+    flags = ("--dataset", corpus_path, *DE_EN, "--vocab-size", "300", "--output-dir", tmp_path / "bpe")
+    by_default = run_script("train_tokenizer.py", *flags, check=True).stderr
+    line = r"\d{4}-\d\d-\d\d [\d:,]+ INFO hf_vanilla\.tokenization: BPE: words counted"
+    assert re.search(line, by_default), by_default[-2000:]
+    quiet = run_script("train_tokenizer.py", *flags, "--log-level", "warning", check=True).stderr
+    assert "INFO" not in quiet and "BPE: words counted" not in quiet
+
+
 def test_underscores_in_a_flag_read_as_dashes_up_to_a_double_dash():
     parser = ArgumentParser()
     parser.add_argument("--source-lang")
@@ -112,6 +127,7 @@ def test_train_flags_override_the_config_file_in_either_spelling(monkeypatch, tm
         "config": None,
         "resume": False,
         "overwrite_output_dir": False,
+        "log_level": "info",
     }
     config_file = tmp_path / "config.yaml"
     config_file.write_text("right_to_left: true\ndropout: 0.3\n")

@@ -24,7 +24,13 @@ import numpy as np
 import torch
 from accelerate import PartialState
 
-from hf_vanilla.cli import ArgumentParser, add_training_config_arguments, training_config_overrides
+from hf_vanilla.cli import (
+    ArgumentParser,
+    add_logging_argument,
+    add_training_config_arguments,
+    configure_logging,
+    training_config_overrides,
+)
 from hf_vanilla.data import example_lengths
 from hf_vanilla.precision import matmul_peak_flops, resolve_precision
 from hf_vanilla.tools.benchmark import environment, save_results, training_flops
@@ -273,10 +279,12 @@ def main() -> None:
     assembling = commands.add_parser("assemble", help="report.json from what the parts left in OUT_DIR")
     assembling.add_argument("out_dir", type=Path)
     assembling.add_argument("--smoke", action="store_true", help="the parts ran at the smoke size")
+    add_logging_argument(parser)
     # The flags after "--" are train.py's, the same for every config: the data, the tokenizer, the model size.
     arguments = sys.argv[1:]
     split = arguments.index("--") if "--" in arguments else len(arguments)
     args = parser.parse_args(arguments[:split])
+    configure_logging(args.log_level)
     if args.command == "prepare":
         training_parser = ArgumentParser(prog=f"{parser.prog} prepare OUT_DIR CONFIG... --")
         add_training_config_arguments(training_parser)

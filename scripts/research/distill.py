@@ -10,16 +10,17 @@ Stopped, the same command goes on where it stopped: each model's translations ar
         --num-beams 4 --length-penalty 1.0 --keep-original --output-dir outputs/multi30k-en-de-diversified
 """
 
-import logging
 import sys
 
 from hf_vanilla.cli import (
     ArgumentParser,
     add_dataset_arguments,
     add_decoding_arguments,
+    add_logging_argument,
     add_progress_argument,
     add_runtime_arguments,
     cache_kwargs,
+    configure_logging,
     decoding_kwargs,
     runtime_kwargs,
     translation_data,
@@ -50,8 +51,9 @@ def main() -> None:
     add_decoding_arguments(parser)
     add_runtime_arguments(parser)
     add_progress_argument(parser)
+    add_logging_argument(parser)
     args = parser.parse_args()
-    logging.basicConfig(level=logging.WARNING)
+    configure_logging(args.log_level)
 
     try:
         provenance = distill_dataset(

@@ -7,7 +7,6 @@ of the paper's model).
         --source-lang de --target-lang en --output-dir outputs/language-model-en
 """
 
-import logging
 import sys
 
 from transformers import AutoTokenizer
@@ -16,7 +15,9 @@ from hf_vanilla.cli import (
     ArgumentParser,
     add_dataset_arguments,
     add_device_argument,
+    add_logging_argument,
     add_progress_argument,
+    configure_logging,
     positive_int,
     translation_data,
 )
@@ -42,8 +43,9 @@ def main() -> None:
     )
     add_device_argument(parser)
     add_progress_argument(parser)
+    add_logging_argument(parser)
     args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    configure_logging(args.log_level)
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)

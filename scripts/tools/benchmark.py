@@ -4,7 +4,13 @@ import sys
 
 import torch
 
-from hf_vanilla.cli import ArgumentParser, add_device_argument, add_dtype_argument
+from hf_vanilla.cli import (
+    ArgumentParser,
+    add_device_argument,
+    add_dtype_argument,
+    add_logging_argument,
+    configure_logging,
+)
 from hf_vanilla.tools.benchmark import (
     GENERATION_CACHES,
     BenchmarkSettings,
@@ -62,7 +68,9 @@ def main() -> None:
     )
     parser.add_argument("--quick", action="store_true", help="few tiny runs, to check that everything works")
     parser.add_argument("--output", default=None, help="JSON path (default outputs/benchmark-SIZE.json)")
+    add_logging_argument(parser)
     args = parser.parse_args()
+    configure_logging(args.log_level)
     if args.threads:
         torch.set_num_threads(args.threads)
 

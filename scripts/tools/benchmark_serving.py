@@ -33,9 +33,11 @@ from hf_vanilla.cli import (
     ArgumentParser,
     add_beam_arguments,
     add_dataset_arguments,
+    add_logging_argument,
     add_max_new_tokens_argument,
     add_max_tokens_argument,
     add_model_argument,
+    configure_logging,
     positive_int,
     translation_data,
 )
@@ -121,6 +123,7 @@ def parse_args():
         "--offline-only", action="store_true", help="decode offline only, no service (no request counts then)"
     )
     parser.add_argument("--output", default="docs/benchmarks/serving.json", help="the JSON report (the CPU named in it)")
+    add_logging_argument(parser)
     return parser.parse_args()
 
 
@@ -252,6 +255,7 @@ def offline(args, sentences: list[str], decoders: dict[str, Callable[[list], obj
 
 def main() -> None:
     args = parse_args()
+    configure_logging(args.log_level)
     data = translation_data(args)
     sentences = list(data.pairs(args.split)["source"])
     batched_flags = ("--max-tokens", str(args.max_tokens), "--max-wait-ms", str(args.max_wait_ms))

@@ -16,7 +16,9 @@ from hf_vanilla.cli import (
     ArgumentParser,
     add_dataset_arguments,
     add_device_argument,
+    add_logging_argument,
     add_model_argument,
+    configure_logging,
     translation_data,
 )
 from hf_vanilla.files import write_json
@@ -39,7 +41,9 @@ def main() -> None:
     parser.add_argument("--split", default="test", help="the split to decode")
     add_device_argument(parser)
     parser.add_argument("--output", required=True, help="the JSON report to write")
+    add_logging_argument(parser)
     args = parser.parse_args()
+    configure_logging(args.log_level)
     pairs = translation_data(args).pairs(args.split)
     sources, references = list(pairs["source"]), list(pairs["target"])
     report = {"model": args.model, "cpu": cpu_description(), "sentences": len(sources), "runs": {}}

@@ -3,7 +3,7 @@
 
 from transformers import MarianMTModel
 
-from hf_vanilla.cli import ArgumentParser
+from hf_vanilla.cli import ArgumentParser, add_logging_argument, configure_logging
 from hf_vanilla.ctranslate2_engine import convert_to_ctranslate2
 from hf_vanilla.tools.export import export_to_marian, load_vanilla, max_logit_difference
 
@@ -23,7 +23,9 @@ def main() -> None:
         "--quantization", default=None, help="CTranslate2 weight type: int8, int8_float32, float32..."
     )
     parser.add_argument("--overwrite", action="store_true", help="replace existing output directories")
+    add_logging_argument(parser)
     args = parser.parse_args()
+    configure_logging(args.log_level)
 
     try:
         model = load_vanilla(args.model_dir)

@@ -10,7 +10,14 @@ The target side is --target when given (teacher-forced), else the model's own gr
 
 import sys
 
-from hf_vanilla.cli import ArgumentParser, add_device_argument, add_dtype_argument, add_model_argument
+from hf_vanilla.cli import (
+    ArgumentParser,
+    add_device_argument,
+    add_dtype_argument,
+    add_logging_argument,
+    add_model_argument,
+    configure_logging,
+)
 from hf_vanilla.tools.attention_plots import ATTENTION_KINDS, save_attention_plots, sentence_attentions
 from hf_vanilla.translation import load_model_and_tokenizer
 
@@ -33,7 +40,9 @@ def main() -> None:
     add_device_argument(parser)
     add_dtype_argument(parser)
     parser.add_argument("--dpi", type=int, default=120, help="resolution of the PNGs")
+    add_logging_argument(parser)
     args = parser.parse_args()
+    configure_logging(args.log_level)
 
     try:
         model, tokenizer = load_model_and_tokenizer(
