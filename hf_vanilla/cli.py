@@ -1,12 +1,21 @@
-"""The command-line options the scripts share, spelled as Hugging Face users type them.
+"""The command-line option groups every script builds its parser from, spelled as Hugging Face users type them.
 
-Every `--a-b` flag also answers to `--a_b` (as `HfArgumentParser` does), and every flag shows its default.
+Each `add_*_arguments` adds one group of flags (a section of --help), and each `add_*_argument` one flag that
+several groups or scripts share; a reader beside each turns the parsed flags into the package's settings. Every
+`--a-b` flag also answers to `--a_b` (as `HfArgumentParser` does), and every flag shows its default.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import logging
+import sys
+import typing
+from collections.abc import Sequence
 from typing import Any
+
+import yaml
 
 from hf_vanilla.model.decoding import (
     DEFAULT_MAX_TOKENS,
@@ -14,12 +23,15 @@ from hf_vanilla.model.decoding import (
     PAPER_GENERATION_KWARGS,
     beam_settings,
 )
-from hf_vanilla.training.settings import PUBLIC_MULTI30K
+from hf_vanilla.training.settings import PUBLIC_MULTI30K, TrainingConfig, load_training_config
 
 from .corpus import ACCEPTED_FORMS, COMPRESSION_SUFFIXES, dataset_spec
 from .corpus_translation import DEFAULT_CHUNK_LINES, ERROR_HANDLERS, OUTPUT_FORMATS, CorpusSettings
+from .evaluation.scoring import TranslationData
 from .precision import DTYPE_NAMES
 from .translation import COMPUTE_TYPES, ENGINES, TRANSFORMERS, EngineSettings
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -27,154 +39,184 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescript
 
 
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse whose dashed long flags also take underscores: `--source-lang` and `--source_lang`."""
+    """argparse whose dashed long flags also take underscores: `--source_lang` is read as `--source-lang`."""
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("formatter_class", HelpFormatter)
         super().__init__(*args, **kwargs)
 
-    def add_argument(self, *names, **kwargs):
-        underscored = [
-            "--" + name[2:].replace("-", "_") for name in names if name.startswith("--") and "-" in name[2:]
-        ]
-        return super().add_argument(*names, *underscored, **kwargs)
+    def parse_known_args(self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None):
+        return super().parse_known_args(dashed_flags(sys.argv[1:] if args is None else args), namespace)
+
+
+def dashed_flags(arguments: Sequence[str]) -> list[str]:
+    """`arguments` with each long flag's underscores as dashes (`--max_steps=3` -> `--max-steps=3`), up to a `--`,
+    after which nothing is a flag."""
+    arguments = list(arguments)
+    end = arguments.index("--") if "--" in arguments else len(arguments)
+    return [_dashed(argument) for argument in arguments[:end]] + arguments[end:]
+
+
+def _dashed(argument: str) -> str:
+    if not argument.startswith("--"):
+        return argument  # a value or a short flag
+    flag, equals, value = argument.partition("=")
+    return flag.replace("_", "-") + equals + value
+
+
+def add_logging_argument(parser: argparse.ArgumentParser) -> None:
+    """`--log-level` of every script; set it with `configure_logging(args.log_level)` right after parsing."""
+    parser.add_argument(
+        "--log-level",
+        choices=LOG_LEVELS,
+        default="info",
+        help="the least severe log lines written to stderr: info includes progress (training, evaluation, the "
+        "precision and engine chosen); warning only what needs attention",
+    )
+
+
+def configure_logging(level: str = "info") -> None:
+    """Every script's logging: lines of `level` and above to stderr, each as `time LEVEL logger: message`.
+
+    accelerate's notes at each save (its file lists; "Removed shared tensor" for the tied weights) stay quiet.
+    """
+    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("accelerate").setLevel(logging.WARNING)
+    logging.getLogger("accelerate.utils.other").setLevel(logging.ERROR)
+
+
+def add_training_config_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--config FILE` and a flag for every `TrainingConfig` field, with the field's help, that overrides the
+    file's value; read them back with `training_config`.
+
+    A flag left out is absent from the parsed namespace (not set to the field's default), so that the file's value
+    stands; values are read as YAML ("null", "1e-3", "{d_model: 128}"), which `load_training_config` checks. A
+    yes/no field's flag alone means yes (`--right-to-left`, or `--right-to-left false`); `--no-FIELD` turns off
+    one that is on by default.
+    """
+    group = parser.add_argument_group("training config (TrainingConfig keys, configs/*.yaml)")
+    group.add_argument("--config", help="YAML file of TrainingConfig keys; the flags below override its values")
+    defaults, types_of = TrainingConfig(), typing.get_type_hints(TrainingConfig)
+    for field in dataclasses.fields(TrainingConfig):
+        flag, kind, default = "--" + field.name.replace("_", "-"), types_of[field.name], getattr(defaults, field.name)
+        described = f"{field.metadata['help']} (default: {default!r})"
+        if kind is bool:
+            group.add_argument(
+                flag, nargs="?", const=True, type=yaml.safe_load, default=argparse.SUPPRESS, help=described
+            )
+            if default:
+                off = f"--no-{flag[2:]}"
+                group.add_argument(
+                    off, dest=field.name, action="store_false", default=argparse.SUPPRESS, help=f"turn off {flag}"
+                )
+            continue
+        group.add_argument(
+            flag,
+            nargs="+" if field.name == "dataset" else None,  # a file a split, as --dataset of the other scripts
+            type=str if kind is str else yaml.safe_load,
+            metavar=field.name.upper(),
+            default=argparse.SUPPRESS,
+            help=described,
+        )
+
+
+def training_config_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The `TrainingConfig` keys given as flags of `add_training_config_arguments`, by name."""
+    names = {field.name for field in dataclasses.fields(TrainingConfig)}
+    return {name: value for name, value in vars(args).items() if name in names}
+
+
+def training_config(args: argparse.Namespace, **overrides) -> TrainingConfig:
+    """The `TrainingConfig` of `--config` with the flags of `add_training_config_arguments` over its values, and
+    `overrides` over theirs (TrainingError for a bad file, key or value)."""
+    return load_training_config(args.config, **{**training_config_overrides(args), **overrides})
+
+
+def add_model_argument(parser: argparse.ArgumentParser) -> None:
+    """The `model` the script loads."""
+    parser.add_argument("model", help="saved model directory (with its tokenizer) or Hub id")
+
+
+def add_beam_arguments(parser: argparse.ArgumentParser, several: bool = False) -> None:
+    """Beam size and length penalty, the paper's by default (one value each, or with `several` lists of values to
+    try); read them back with `beam_kwargs`."""
+    _add_beam_flags(parser.add_argument_group("beam search"), several)
+
+
+def _add_beam_flags(group, several: bool = False) -> None:
+    tried, nargs = ("; each is tried", "+") if several else ("", None)
+
+    def paper(name: str):
+        return [PAPER_GENERATION_KWARGS[name]] if several else PAPER_GENERATION_KWARGS[name]
+
+    group.add_argument(
+        "--num-beams", type=positive_int, nargs=nargs, default=paper("num_beams"), help=f"beam size; 1: greedy{tried}"
+    )
+    group.add_argument(
+        "--length-penalty",
+        type=float,
+        nargs=nargs,
+        default=paper("length_penalty"),
+        help=f"beam search divides a hypothesis' log-probability by length**this{tried}",
+    )
+
+
+def beam_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """`generate` kwargs from one beam size and length penalty (`beam_settings`: greedy search has no length
+    penalty)."""
+    return beam_settings(args.num_beams, args.length_penalty)
 
 
 def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of the translating scripts; read them back with `decoding_kwargs` and `runtime_kwargs`."""
-    parser.add_argument("model", help="saved model directory (with its tokenizer) or Hub id")
-    add_generation_arguments(parser)
-
-
-def add_generation_arguments(parser: argparse.ArgumentParser) -> None:
-    """`add_decoding_arguments` without the model, for a script that names its models otherwise."""
-    add_beam_arguments(parser)
-    parser.add_argument(
-        "--max-new-tokens",
-        type=positive_int,
-        default=None,
-        help=f"fixed output limit (default: each sentence its source length + {PAPER_EXTRA_OUTPUT_TOKENS})",
-    )
-    parser.add_argument(
+    """How translations are searched: beam size, length penalty, output limit and lines too long for the model;
+    read them back with `decoding_kwargs`."""
+    group = parser.add_argument_group("decoding (the paper's, section 6.1, unless told)")
+    _add_beam_flags(group)
+    add_max_new_tokens_argument(group)
+    group.add_argument(
         "--skip-long-lines",
         action="store_true",
         help="leave a line longer than the model's positions blank (default: translate its first tokens); "
         "either way a warning names such lines",
     )
-    add_runtime_arguments(parser)
 
 
-def add_beam_arguments(parser: argparse.ArgumentParser) -> None:
-    """Beam size and length penalty (the paper's by default); read them back with `beam_kwargs`."""
-    parser.add_argument(
-        "--num-beams",
-        type=positive_int,
-        default=PAPER_GENERATION_KWARGS["num_beams"],
-        help="beam size; 1: greedy",
-    )
-    parser.add_argument(
-        "--length-penalty",
-        type=float,
-        default=PAPER_GENERATION_KWARGS["length_penalty"],
-        help="beam search divides a hypothesis' log-probability by length**this",
-    )
-
-
-def beam_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """`generate` kwargs from `add_beam_arguments` (`beam_settings`: greedy search has no length penalty)."""
-    return beam_settings(args.num_beams, args.length_penalty)
-
-
-def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
-    """Batch size, engine, device, dtype and cache options of the translating scripts."""
-    parser.add_argument(
-        "--max-tokens", type=positive_int, default=DEFAULT_MAX_TOKENS, help="source tokens per batch"
-    )
-    add_engine_arguments(parser)
-    parser.add_argument(
-        "--cache-implementation",
-        choices=["dynamic", "static"],
-        default="dynamic",
-        help="generate's key/value cache; static preallocates it, and on a GPU generate then compiles the "
-        "decoding step (CUDA graphs) once per batch shape: measured on an H100 at one repeated shape, 3.1-3.4x "
-        "faster greedy, 0.7x with beam search (docs/training.md); the same tokens in float32",
-    )
-
-
-def runtime_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """`max_tokens` and `engine` (evaluation's `Runtime`) from the options of `add_runtime_arguments`."""
-    return {"max_tokens": args.max_tokens, "engine": engine_settings(args)}
-
-
-def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
-    """The engine that decodes, with its device and precision: `--engine`, `--device`, `--dtype` (the transformers
-    engine's), `--compute-type` and `--ctranslate2-dir` (the ctranslate2 engine's); read them back with
-    `engine_settings`."""
-    parser.add_argument(
-        "--engine",
-        choices=ENGINES,
-        default=TRANSFORMERS,
-        help="transformers: generate, the reference; ctranslate2: the same decoding, faster (converted from the "
-        "checkpoint on first use; pip install 'hf_vanilla[ct2]'; docs/speed.md says what it cannot do)",
-    )
-    parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:1... (auto: the GPU if present)")
-    parser.add_argument(
-        "--dtype",
-        default="float32",
-        choices=["auto", *DTYPE_NAMES],
-        help="the transformers engine's weights and activations; auto: bfloat16 where the GPU or CPU runs it "
-        "natively, float16 on a GPU without bfloat16, float32 otherwise",
-    )
-    parser.add_argument(
-        "--compute-type",
-        default="auto",
-        choices=COMPUTE_TYPES,
-        help="the ctranslate2 engine's weights_activations; auto: CTranslate2's fastest on the device (int8 "
-        "weights where it has int8 kernels), logged",
-    )
-    parser.add_argument(
-        "--ctranslate2-dir",
-        default=None,
-        help="where the ctranslate2 engine caches converted models, by checkpoint digest (default: "
-        "$HF_HOME/hf_vanilla/ctranslate2, never the checkpoint's directory)",
-    )
-
-
-def engine_settings(args: argparse.Namespace) -> EngineSettings:
-    """The `EngineSettings` of the options of `add_engine_arguments`."""
-    return EngineSettings(args.engine, args.device, args.dtype, args.compute_type, args.ctranslate2_dir)
-
-
-def cache_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """The `generate` kwarg of `--cache-implementation` (none for the dynamic cache, generate's default)."""
-    return {"cache_implementation": "static"} if args.cache_implementation == "static" else {}
+def decoding_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """`translate_sentences` keywords (`generate` kwargs and skip_long_lines) from `add_decoding_arguments`."""
+    kwargs = beam_kwargs(args)
+    if args.max_new_tokens is not None:
+        kwargs["max_new_tokens"] = args.max_new_tokens
+    if args.skip_long_lines:
+        kwargs["skip_long_lines"] = True
+    return kwargs
 
 
 def add_sampling_arguments(parser: argparse.ArgumentParser) -> None:
     """Sampling instead of beam search (back-translation's); read them back with `sampling_kwargs`."""
-    parser.add_argument(
+    group = parser.add_argument_group("sampling")
+    group.add_argument(
         "--sampling",
         action="store_true",
         help="draw each translation token by token from the model's distribution instead of beam search "
         "(num_beams becomes 1), as back-translation does; reproducible with --seed",
     )
-    parser.add_argument(
+    group.add_argument(
         "--top-k", type=int, default=0, help="with --sampling, draw from the k likeliest tokens only; 0: all"
     )
-    parser.add_argument(
+    group.add_argument(
         "--top-p",
         type=float,
         default=1.0,
         help="with --sampling, draw from the fewest likeliest tokens whose probabilities sum to p (nucleus)",
     )
-    parser.add_argument(
+    group.add_argument(
         "--temperature", type=float, default=1.0, help="with --sampling, divide the logits by this to draw"
     )
 
 
 def sampling_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """`generate` kwargs from `add_sampling_arguments`, over `beam_kwargs`' (one beam, so no length penalty, which
-    generate would warn of): none without --sampling."""
+    """`generate` kwargs from `add_sampling_arguments`, over `decoding_kwargs`' (one beam, so no length penalty,
+    which generate would warn of): none without --sampling."""
     if not args.sampling:
         return {}
     return {
@@ -187,46 +229,138 @@ def sampling_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
+    """How fast the translations come, not what they are: tokens per batch, the engine that decodes with its
+    device and precision, and generate's cache; read them back with `runtime_kwargs`, `engine_settings` and
+    `cache_kwargs`."""
+    group = parser.add_argument_group("runtime (speed; the transformers engine in float32 is the reference)")
+    add_max_tokens_argument(group)
+    group.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default=TRANSFORMERS,
+        help="transformers: generate, the reference; ctranslate2: the same decoding, faster (converted from the "
+        "checkpoint on first use; pip install 'hf_vanilla[ct2]'; docs/speed.md says what it cannot do)",
+    )
+    add_device_argument(group)
+    add_dtype_argument(group)
+    group.add_argument(
+        "--compute-type",
+        default="auto",
+        choices=COMPUTE_TYPES,
+        help="the ctranslate2 engine's weights_activations; auto: CTranslate2's fastest on the device (int8 "
+        "weights where it has int8 kernels), logged",
+    )
+    group.add_argument(
+        "--ctranslate2-dir",
+        default=None,
+        help="where the ctranslate2 engine caches converted models, by checkpoint digest (default: "
+        "$HF_HOME/hf_vanilla/ctranslate2, never the checkpoint's directory)",
+    )
+    group.add_argument(
+        "--cache-implementation",
+        choices=["dynamic", "static"],
+        default="dynamic",
+        help="generate's key/value cache; static preallocates it, and on a GPU generate then compiles the "
+        "decoding step once per batch shape (docs/speed.md: faster greedy, slower beam search); the same tokens",
+    )
+
+
+def runtime_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """`max_tokens` and `engine` (evaluation's `Runtime`) from the options of `add_runtime_arguments`."""
+    return {"max_tokens": args.max_tokens, "engine": engine_settings(args)}
+
+
+def engine_settings(args: argparse.Namespace) -> EngineSettings:
+    """The `EngineSettings` of the options of `add_runtime_arguments`."""
+    return EngineSettings(args.engine, args.device, args.dtype, args.compute_type, args.ctranslate2_dir)
+
+
+def cache_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """The `generate` kwarg of `--cache-implementation` (none for the dynamic cache, generate's default)."""
+    return {"cache_implementation": "static"} if args.cache_implementation == "static" else {}
+
+
+def add_max_tokens_argument(parser) -> None:
+    """`--max-tokens`, the source tokens of a decoding batch, to `parser` or one of its groups."""
+    parser.add_argument(
+        "--max-tokens",
+        type=positive_int,
+        default=DEFAULT_MAX_TOKENS,
+        help="source tokens a batch (sentences * longest source); 1 decodes each sentence alone",
+    )
+
+
+def add_max_new_tokens_argument(parser) -> None:
+    """`--max-new-tokens`, one output limit for every sentence, to `parser` or one of its groups."""
+    parser.add_argument(
+        "--max-new-tokens",
+        type=positive_int,
+        default=None,
+        help=f"fixed output limit (default: each sentence its source length + {PAPER_EXTRA_OUTPUT_TOKENS})",
+    )
+
+
+def add_device_argument(parser) -> None:
+    """`--device`, to `parser` or one of its groups."""
+    parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:1... (auto: the GPU if present)")
+
+
+def add_dtype_argument(parser, several: bool = False) -> None:
+    """`--dtype` of the weights and activations (one, or with `several` a list to measure), to `parser` or one
+    of its groups."""
+    parser.add_argument(
+        "--dtype",
+        nargs="+" if several else None,
+        default=["float32"] if several else "float32",
+        choices=["auto", *DTYPE_NAMES],
+        help="weights and activations (the ctranslate2 engine takes --compute-type); auto: bfloat16 where the GPU "
+        "or CPU runs it natively, float16 on a GPU without bfloat16, float32 otherwise"
+        + ("; each is measured" if several else ""),
+    )
+
+
 def add_corpus_arguments(parser: argparse.ArgumentParser) -> None:
     """The input, the output and how a corpus goes between them; read them back with `corpus_settings`."""
-    parser.add_argument(
+    group = parser.add_argument_group("corpus (input and output)")
+    group.add_argument(
         "--input",
         default="-",
         help=f"text file, one sentence a line, or compressed ({'/'.join(COMPRESSION_SUFFIXES)}); -: stdin",
     )
-    parser.add_argument(
+    group.add_argument(
         "--output",
         default="-",
         help="file to write atomically; from an --input file, its finished chunks are committed beside it "
         "(OUTPUT.chunks) so that the same command continues after a crash; -: stdout",
     )
-    parser.add_argument(
+    group.add_argument(
         "--chunk-lines",
         type=positive_int,
         default=DEFAULT_CHUNK_LINES,
         help="lines read, translated and committed at a time: memory and the work a crash loses grow with it",
     )
-    parser.add_argument(
+    group.add_argument(
         "--errors",
         choices=ERROR_HANDLERS,
         default="strict",
         help="a line that is not UTF-8: strict stops the run naming it; replace translates it with "
         "replacement characters",
     )
-    parser.add_argument(
+    group.add_argument(
         "--output-format",
         choices=OUTPUT_FORMATS,
         default="text",
         help="text: a line a translation; jsonl: a JSON object a translation, with its source line's index "
         "(from 0), rank and beam search's score",
     )
-    parser.add_argument(
+    group.add_argument(
         "--nbest",
         type=positive_int,
         default=1,
         help="write each line's N best translations (needs --num-beams N or more); in text, N lines a line",
     )
-    parser.add_argument(
+    group.add_argument(
         "--seed",
         type=int,
         default=0,
@@ -247,10 +381,27 @@ def corpus_settings(args: argparse.Namespace) -> CorpusSettings:
 
 
 def add_dataset_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options that name a translation dataset and its direction; read them back with `dataset_kwargs`."""
-    add_language_arguments(parser)
-    parser.add_argument(
-        "--max-sentences", type=positive_int, default=None, help="the first N pairs of each split only"
+    """The dataset (Hub name or local copy) and its config, the translation direction, and how many of each
+    split's pairs; read them back with `translation_data`."""
+    group = parser.add_argument_group("dataset")
+    group.add_argument(
+        "--dataset",
+        nargs="+",
+        default=[PUBLIC_MULTI30K],
+        help="the data: " + ACCEPTED_FORMS + " (e.g. corpus.{lang}.gz validation=dev.tsv test=test.jsonl)",
+    )
+    group.add_argument("--dataset-config", default=None, help="Hub dataset config, e.g. de-en for wmt14")
+    group.add_argument("--source-lang", required=True, help="source language code (a column or translation key)")
+    group.add_argument("--target-lang", required=True, help="target language code")
+    group.add_argument(
+        "--first-pairs", type=positive_int, default=None, help="the first N pairs of each split only (default: all)"
+    )
+
+
+def translation_data(args: argparse.Namespace) -> TranslationData:
+    """The dataset, direction and pairs of `add_dataset_arguments`."""
+    return TranslationData(
+        dataset_spec(args.dataset), args.source_lang, args.target_lang, args.dataset_config, args.first_pairs
     )
 
 
@@ -264,38 +415,20 @@ def add_tokenized_bleu_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_language_arguments(parser: argparse.ArgumentParser) -> None:
-    """The dataset (Hub name or local copy), its config and the translation direction."""
+def add_tokenizer_sample_argument(parser: argparse.ArgumentParser) -> None:
+    """`--tokenizer-sample-pairs`: how many random training pairs a new tokenizer learns from."""
     parser.add_argument(
-        "--dataset",
-        nargs="+",
-        default=[PUBLIC_MULTI30K],
-        help="the data: " + ACCEPTED_FORMS + " (e.g. corpus.{lang}.gz validation=dev.tsv test=test.jsonl)",
+        "--tokenizer-sample-pairs",
+        type=positive_int,
+        default=None,
+        help="a tokenizer trained here learns from this many random training pairs, and the log says how long "
+        "all would take (default: all)",
     )
-    parser.add_argument("--dataset-config", default=None, help="Hub dataset config, e.g. de-en for wmt14")
-    parser.add_argument("--source-lang", required=True, help="source language code (a column or translation key)")
-    parser.add_argument("--target-lang", required=True, help="target language code")
 
 
-def dataset_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """The dataset, direction and sentence-limit keywords of evaluation's `TranslationData`."""
-    return {
-        "dataset": dataset_spec(args.dataset),
-        "source_lang": args.source_lang,
-        "target_lang": args.target_lang,
-        "config_name": args.dataset_config,
-        "max_sentences": args.max_sentences,
-    }
-
-
-def decoding_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """`translate_sentences` keywords (`generate` kwargs and skip_long_lines) from `add_decoding_arguments`."""
-    kwargs = beam_kwargs(args)
-    if args.max_new_tokens is not None:
-        kwargs["max_new_tokens"] = args.max_new_tokens
-    if args.skip_long_lines:
-        kwargs["skip_long_lines"] = True
-    return {**kwargs, **cache_kwargs(args)}
+def add_progress_argument(parser: argparse.ArgumentParser) -> None:
+    """`--quiet`: no progress bar."""
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
 def positive_int(text: str) -> int:

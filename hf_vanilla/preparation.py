@@ -23,9 +23,9 @@ from hf_vanilla.training.train import load_inputs, pairs_source, training_pairs
 logger = logging.getLogger(__name__)
 
 def prepare_training_data(
-    config: TrainingConfig, tokenizer_max_sentences: int | None = None, state: PartialState | None = None
+    config: TrainingConfig, tokenizer_sample_pairs: int | None = None, state: PartialState | None = None
 ) -> dict[str, Any]:
-    """Train the tokenizer if `config.tokenizer` is missing (on a random `tokenizer_max_sentences` pairs when
+    """Train the tokenizer if `config.tokenizer` is missing (on a random `tokenizer_sample_pairs` pairs when
     given), then clean and tokenize the training and validation splits into datasets' cache, as a training run
     with `config` would. Returns a report: the tokenizer's training (when it was trained), pairs and tokens
     kept, the cache files, the seconds. Raises TrainingError in one line for bad input (a language or config
@@ -44,7 +44,7 @@ def prepare_training_data(
                     config.tokenizer,
                     config.tokenizer_vocab_size,
                     pairs_source(config),
-                    tokenizer_max_sentences,
+                    tokenizer_sample_pairs,
                 )
                 logger.info(describe_tokenizer_training(training))
                 report["tokenizer_training"] = training

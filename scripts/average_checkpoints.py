@@ -3,7 +3,7 @@
 import sys
 from pathlib import Path
 
-from hf_vanilla.cli import ArgumentParser
+from hf_vanilla.cli import ArgumentParser, add_logging_argument, configure_logging
 from hf_vanilla.training.run_directory import average_run_checkpoints
 from hf_vanilla.training.settings import TrainingError
 
@@ -15,7 +15,9 @@ def main() -> None:
         "-n", "--last", type=int, default=5, help="how many of the latest checkpoints (base: 5, big: 20)"
     )
     parser.add_argument("--output", help="directory to write (default: RUN/checkpoint_average)")
+    add_logging_argument(parser)
     args = parser.parse_args()
+    configure_logging(args.log_level)
     run = Path(args.run)
     if not run.is_dir():
         sys.exit(f"error: {run} is not a directory")

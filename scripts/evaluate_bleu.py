@@ -11,27 +11,33 @@ tensor2tensor's get_ende_bleu.sh, Moses-tokenized, compounds split, cased ("bleu
 """
 
 import json
-import logging
 import sys
 
 from hf_vanilla.cli import (
     ArgumentParser,
     add_dataset_arguments,
     add_decoding_arguments,
+    add_logging_argument,
+    add_model_argument,
+    add_runtime_arguments,
     add_tokenized_bleu_argument,
-    dataset_kwargs,
+    cache_kwargs,
+    configure_logging,
     decoding_kwargs,
     runtime_kwargs,
+    translation_data,
 )
 from hf_vanilla.evaluation.paper_bleu import PAPER_BLEU_KEY
-from hf_vanilla.evaluation.scoring import Runtime, ScoreOptions, TranslationData, evaluate_bleu
+from hf_vanilla.evaluation.scoring import Runtime, ScoreOptions, evaluate_bleu
 from hf_vanilla.research.cli import add_research_arguments, research_decoder
 
 
 def main() -> None:
     parser = ArgumentParser(description=__doc__)
-    add_decoding_arguments(parser)
+    add_model_argument(parser)
     add_dataset_arguments(parser)
+    add_decoding_arguments(parser)
+    add_runtime_arguments(parser)
     parser.add_argument("--split", default="test", help="split to translate and score")
     parser.add_argument("--ter", action="store_true", help="also compute TER")
     add_tokenized_bleu_argument(parser)
@@ -40,13 +46,14 @@ def main() -> None:
     parser.add_argument(
         "--output-dir", default="outputs/evaluation", help="where the hypotheses and report go"
     )
+    add_logging_argument(parser)
     args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO)
+    configure_logging(args.log_level)
 
     try:
         report = evaluate_bleu(
             args.model,
-            TranslationData(**dataset_kwargs(args)),
+            translation_data(args),
             args.output_dir,
             args.split,
             Runtime(**runtime_kwargs(args)),
@@ -54,6 +61,7 @@ def main() -> None:
             research_decoder(args),
             seed=args.seed,
             **decoding_kwargs(args),
+            **cache_kwargs(args),
         )
     except (ValueError, FileNotFoundError, ImportError) as err:
         sys.exit(f"error: {err}")

@@ -4,35 +4,36 @@ Reads the same config as scripts/train.py and writes what its run would prepare 
 datasets' cache (HF_DATASETS_CACHE), which that run, every process of it and every later run then read. On
 several nodes without a shared file system, run it on each node, or let the training run do it: each node's
 first process prepares while the others wait. The tokenizer, when missing, is trained first (on a random sample
-with --tokenizer-max-sentences, which also says how long the whole corpus would take).
+with --tokenizer-sample-pairs, which also says how long the whole corpus would take).
 
     python scripts/prepare_data.py --config configs/wmt14-en-de-base.yaml
-    python scripts/prepare_data.py --config configs/wmt14-en-de-base.yaml --tokenizer-max-sentences 1000000
+    python scripts/prepare_data.py --config configs/wmt14-en-de-base.yaml --tokenizer-sample-pairs 1000000
 """
 
 import json
-import logging
 import sys
 
-from hf_vanilla.cli import HelpFormatter, positive_int
+from hf_vanilla.cli import (
+    ArgumentParser,
+    add_logging_argument,
+    add_tokenizer_sample_argument,
+    add_training_config_arguments,
+    configure_logging,
+    training_config,
+)
 from hf_vanilla.preparation import prepare_training_data
-from hf_vanilla.training.settings import TrainingError, load_training_config, training_argument_parser
+from hf_vanilla.training.settings import TrainingError
 
 
 def main() -> None:
-    parser = training_argument_parser(description=__doc__, formatter_class=HelpFormatter)
-    parser.add_argument("--config", help="YAML file of TrainingConfig keys (a training config); flags override it")
-    parser.add_argument(
-        "--tokenizer-max-sentences",
-        "--tokenizer_max_sentences",
-        type=positive_int,
-        help="train a missing tokenizer on this many random training pairs, not all (default: all)",
-    )
-    args = vars(parser.parse_args())
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    config_path, max_sentences = args.pop("config"), args.pop("tokenizer_max_sentences")
+    parser = ArgumentParser(description=__doc__)
+    add_training_config_arguments(parser)
+    add_tokenizer_sample_argument(parser)
+    add_logging_argument(parser)
+    args = parser.parse_args()
+    configure_logging(args.log_level)
     try:
-        report = prepare_training_data(load_training_config(config_path, **args), max_sentences)
+        report = prepare_training_data(training_config(args), args.tokenizer_sample_pairs)
     except TrainingError as err:
         sys.exit(f"error: {err}")
     print(json.dumps(report, indent=2))

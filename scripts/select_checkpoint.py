@@ -10,23 +10,23 @@ chosen beam size and length penalty the chosen checkpoint's decoding defaults (i
         --num-beams 4 8 --length-penalty 0.6 1.0 --output-dir outputs/multi30k-small-de-en/evaluation
 """
 
-import logging
 import sys
 
 from hf_vanilla.cli import (
     ArgumentParser,
+    add_beam_arguments,
     add_dataset_arguments,
+    add_logging_argument,
     add_runtime_arguments,
     add_tokenized_bleu_argument,
     cache_kwargs,
-    dataset_kwargs,
-    positive_int,
+    configure_logging,
     runtime_kwargs,
+    translation_data,
 )
 from hf_vanilla.evaluation.paper_bleu import PAPER_BLEU_KEY, PAPER_BLEU_NAME
-from hf_vanilla.evaluation.scoring import Runtime, ScoreOptions, TranslationData
+from hf_vanilla.evaluation.scoring import Runtime, ScoreOptions
 from hf_vanilla.evaluation.selection import SelectionGrid, select_on_validation
-from hf_vanilla.model.decoding import PAPER_GENERATION_KWARGS
 from hf_vanilla.publishing import decoding_label
 from hf_vanilla.research.cli import add_research_arguments, research_decoder
 from hf_vanilla.research.reranking import (
@@ -49,20 +49,7 @@ def main() -> None:
     parser.add_argument(
         "models", nargs="+", help="saved model directories, or run directories (their best, last and average)"
     )
-    parser.add_argument(
-        "--num-beams",
-        type=positive_int,
-        nargs="+",
-        default=[PAPER_GENERATION_KWARGS["num_beams"]],
-        help="beam sizes to try (1: greedy)",
-    )
-    parser.add_argument(
-        "--length-penalty",
-        type=float,
-        nargs="+",
-        default=[PAPER_GENERATION_KWARGS["length_penalty"]],
-        help="length penalties to try with each beam size above 1",
-    )
+    add_beam_arguments(parser, several=True)
     add_dataset_arguments(parser)
     parser.add_argument("--validation-split", default="validation", help="the split the choice is made on")
     parser.add_argument(
@@ -74,13 +61,14 @@ def main() -> None:
     parser.add_argument(
         "--output-dir", default="outputs/selection", help="where selection.json and the reports go"
     )
+    add_logging_argument(parser)
     args = parser.parse_args()
-    logging.basicConfig(level=logging.WARNING)
+    configure_logging(args.log_level)
 
     try:
         selection = select_on_validation(
             args.models,
-            TranslationData(**dataset_kwargs(args)),
+            translation_data(args),
             args.output_dir,
             SelectionGrid(args.num_beams, args.length_penalty, args.validation_split, args.report_split),
             Runtime(**runtime_kwargs(args)),

@@ -18,7 +18,15 @@ import sys
 
 import uvicorn
 
-from hf_vanilla.cli import ArgumentParser, add_engine_arguments, engine_settings, positive_int
+from hf_vanilla.cli import (
+    ArgumentParser,
+    add_logging_argument,
+    add_model_argument,
+    add_runtime_arguments,
+    configure_logging,
+    engine_settings,
+    positive_int,
+)
 from hf_vanilla.serving import BatchingSettings, RequestLimits, create_app
 
 BATCHING, LIMITS = BatchingSettings(), RequestLimits()
@@ -26,72 +34,63 @@ BATCHING, LIMITS = BatchingSettings(), RequestLimits()
 
 def parse_args():
     parser = ArgumentParser(description=__doc__)
-    parser.add_argument("model", help="saved model directory (with its tokenizer)")
+    add_model_argument(parser)
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
     parser.add_argument("--port", type=int, default=8000, help="port to listen on")
-    add_engine_arguments(parser)
     parser.add_argument(
-        "--cache-implementation",
-        choices=["dynamic", "static"],
-        default="dynamic",
-        help="generate's key/value cache",
+        "--access-log", action="store_true", help="a log line a request (default: a line a batch)"
     )
-    parser.add_argument(
-        "--max-batch-tokens",
-        type=positive_int,
-        default=BATCHING.max_tokens,
-        help="source tokens a batch (sentences * longest source); 1 decodes each sentence alone",
-    )
-    parser.add_argument(
+    add_runtime_arguments(parser)
+    batching = parser.add_argument_group("batching (--max-tokens above: source tokens a batch)")
+    batching.add_argument(
         "--max-wait-ms",
         type=float,
         default=BATCHING.max_wait_ms,
         help="how long the oldest waiting sentence waits for others before its batch goes",
     )
-    parser.add_argument(
+    batching.add_argument(
         "--max-queued-sentences",
         type=positive_int,
         default=BATCHING.max_queued_sentences,
         help="sentences that may wait; more are refused at once (503, Retry-After)",
     )
-    parser.add_argument("--max-sentences", type=positive_int, default=LIMITS.max_sentences, help="a request")
-    parser.add_argument(
-        "--max-characters", type=positive_int, default=LIMITS.max_characters, help="a request"
+    limits = parser.add_argument_group("request limits (the most one request may ask)")
+    limits.add_argument("--request-max-sentences", type=positive_int, default=LIMITS.max_sentences, help="sentences")
+    limits.add_argument(
+        "--request-max-characters", type=positive_int, default=LIMITS.max_characters, help="characters, all texts together"
     )
-    parser.add_argument("--max-beams", type=positive_int, default=LIMITS.max_beams, help="a request")
-    parser.add_argument(
-        "--max-new-tokens",
+    limits.add_argument("--request-max-beams", type=positive_int, default=LIMITS.max_beams, help="num_beams")
+    limits.add_argument(
+        "--request-max-new-tokens",
         type=positive_int,
         default=None,
-        help="a request (default: the decoder's positions)",
+        help="max_new_tokens (default: the decoder's positions)",
     )
-    parser.add_argument(
-        "--max-attention-tokens",
+    limits.add_argument(
+        "--request-max-attention-tokens",
         type=positive_int,
         default=LIMITS.max_attention_tokens,
-        help="source tokens of a sentence whose attention a request asks (POST /attention)",
+        help="source tokens of a sentence whose attention is asked (POST /attention)",
     )
-    parser.add_argument(
-        "--access-log", action="store_true", help="a log line a request (default: a line a batch)"
-    )
+    add_logging_argument(parser)
     return parser.parse_args()
 
 
 def main() -> None:
     args = parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(args.log_level)
     try:
         engine = engine_settings(args)
         app = create_app(
             args.model,
             engine,
-            BatchingSettings(args.max_batch_tokens, args.max_wait_ms, args.max_queued_sentences),
+            BatchingSettings(args.max_tokens, args.max_wait_ms, args.max_queued_sentences),
             RequestLimits(
-                args.max_sentences,
-                args.max_characters,
-                args.max_beams,
-                args.max_new_tokens,
-                args.max_attention_tokens,
+                args.request_max_sentences,
+                args.request_max_characters,
+                args.request_max_beams,
+                args.request_max_new_tokens,
+                args.request_max_attention_tokens,
             ),
             "static" if args.cache_implementation == "static" else None,
         )

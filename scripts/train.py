@@ -8,44 +8,43 @@ Examples:
     accelerate launch --multi_gpu --num_processes 8 scripts/train.py --config configs/wmt14-en-de-base.yaml
 """
 
-import logging
 import sys
 
 import transformers
 
-from hf_vanilla.cli import HelpFormatter
-from hf_vanilla.training.settings import TrainingError, load_training_config, training_argument_parser
+from hf_vanilla.cli import (
+    ArgumentParser,
+    add_logging_argument,
+    add_training_config_arguments,
+    configure_logging,
+    training_config,
+)
+from hf_vanilla.training.settings import TrainingError
 from hf_vanilla.training.train import train
 from hf_vanilla.training.trainer import TrainingStopped
 
 
 def build_parser():
-    parser = training_argument_parser(description=__doc__, formatter_class=HelpFormatter)
-    parser.add_argument("--config", help="YAML file of TrainingConfig keys; flags override its values")
+    parser = ArgumentParser(description=__doc__)
+    add_training_config_arguments(parser)
     parser.add_argument(
         "--resume", action="store_true", help="continue the run in output_dir from checkpoint_last"
     )
     parser.add_argument(
         "--overwrite-output-dir",
-        "--overwrite_output_dir",
         action="store_true",
         help="replace the run in output_dir (its checkpoints, log and config)",
     )
+    add_logging_argument(parser)
     return parser
 
 
 def main() -> None:
-    args = vars(build_parser().parse_args())
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    # Each save would otherwise log accelerate's file list and a progress bar per weights file.
-    logging.getLogger("accelerate").setLevel(logging.WARNING)
-    logging.getLogger("accelerate.utils.other").setLevel(
-        logging.ERROR
-    )  # "Removed shared tensor": tied weights
-    transformers.utils.logging.disable_progress_bar()
-    config_path, resume, overwrite = args.pop("config"), args.pop("resume"), args.pop("overwrite_output_dir")
+    args = build_parser().parse_args()
+    configure_logging(args.log_level)
+    transformers.utils.logging.disable_progress_bar()  # a bar per weights file at each save
     try:
-        train(load_training_config(config_path, **args), resume=resume, overwrite_output_dir=overwrite)
+        train(training_config(args), resume=args.resume, overwrite_output_dir=args.overwrite_output_dir)
     except TrainingStopped as stopped:
         print(stopped, file=sys.stderr)
         sys.exit(stopped.exit_code)

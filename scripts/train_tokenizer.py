@@ -1,19 +1,26 @@
 """Train the joint source/target BPE tokenizer on a translation dataset and save it for AutoTokenizer.
 
-Shows its progress; --max-sentences N learns from a random N pairs and says how long the whole corpus would take.
+Shows its progress; --tokenizer-sample-pairs N learns from a random N pairs and says how long the whole corpus
+would take.
 The folder records the languages and data it learned from; a training run of another pair refuses it.
 
     python scripts/train_tokenizer.py --dataset wmt/wmt14 --dataset-config de-en --source-lang en --target-lang de \
-        --vocab-size 37000 --max-sentences 1000000 --output-dir outputs/wmt14-en-de-bpe37k
+        --vocab-size 37000 --tokenizer-sample-pairs 1000000 --output-dir outputs/wmt14-en-de-bpe37k
 """
 
-import logging
 import sys
 
 from transformers import AutoTokenizer
 
-from hf_vanilla.cli import ArgumentParser, add_language_arguments, dataset_kwargs, positive_int
-from hf_vanilla.corpus import CorpusError, load_translation_split
+from hf_vanilla.cli import (
+    ArgumentParser,
+    add_dataset_arguments,
+    add_logging_argument,
+    add_tokenizer_sample_argument,
+    configure_logging,
+    translation_data,
+)
+from hf_vanilla.corpus import CorpusError
 from hf_vanilla.tokenization import (
     DEFAULT_VOCAB_SIZE,
     PairsSource,
@@ -26,30 +33,25 @@ from hf_vanilla.tokenization import (
 
 def main() -> None:
     parser = ArgumentParser(description=__doc__)
-    add_language_arguments(parser)
+    add_dataset_arguments(parser)
     parser.add_argument("--split", default="train", help="split to train on")
     parser.add_argument("--report-split", default="validation", help="split to measure the tokenizer on")
     parser.add_argument("--vocab-size", type=int, default=DEFAULT_VOCAB_SIZE, help="tokens in the vocabulary")
     parser.add_argument("--min-frequency", type=int, default=2, help="merges need pairs seen this often")
     parser.add_argument("--output-dir", default="outputs/tokenizer", help="directory AutoTokenizer will load")
-    parser.add_argument(
-        "--max-sentences", type=positive_int, help="learn from this many random pairs of the split (default: all)"
-    )
+    add_tokenizer_sample_argument(parser)
+    add_logging_argument(parser)
     args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO)
+    configure_logging(args.log_level)
 
-    dataset = dataset_kwargs(args)["dataset"]
-
-    def load(split):
-        return load_translation_split(dataset, args.source_lang, args.target_lang, split, args.dataset_config)
-
+    data = translation_data(args)
     try:
-        pairs, report_pairs = load(args.split), load(args.report_split)
+        pairs, report_pairs = data.pairs(args.split), data.pairs(args.report_split)
     except CorpusError as err:
         sys.exit(f"error: {err}")
-    source = PairsSource((args.source_lang, args.target_lang), dataset, args.split)
+    source = PairsSource((args.source_lang, args.target_lang), data.dataset, args.split)
     training = train_tokenizer_on_pairs(
-        pairs, args.output_dir, args.vocab_size, source, args.max_sentences, args.min_frequency
+        pairs, args.output_dir, args.vocab_size, source, args.tokenizer_sample_pairs, args.min_frequency
     )
     print(f"saved {describe_tokenizer_training(training)}")
     tokenizer = AutoTokenizer.from_pretrained(args.output_dir)

@@ -14,7 +14,6 @@ With --rerank-with (models of the reverse direction) or --rerank-right-to-left (
 search's whole n-best list is reranked (docs/research/extras.md, "Reranking with the reverse direction").
 """
 
-import logging
 import signal
 import sys
 
@@ -22,7 +21,13 @@ from hf_vanilla.cli import (
     ArgumentParser,
     add_corpus_arguments,
     add_decoding_arguments,
+    add_logging_argument,
+    add_model_argument,
+    add_progress_argument,
+    add_runtime_arguments,
     add_sampling_arguments,
+    cache_kwargs,
+    configure_logging,
     corpus_settings,
     decoding_kwargs,
     runtime_kwargs,
@@ -46,13 +51,16 @@ from hf_vanilla.translation import load_engine
 
 def main() -> None:
     parser = ArgumentParser(description=__doc__)
+    add_model_argument(parser)
     add_decoding_arguments(parser)
     add_sampling_arguments(parser)
+    add_runtime_arguments(parser)
     add_corpus_arguments(parser)
     add_research_arguments(parser)
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_progress_argument(parser)
+    add_logging_argument(parser)
     args = parser.parse_args()
-    logging.basicConfig(level=logging.WARNING)
+    configure_logging(args.log_level)
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # stopped as by Ctrl-C: what is committed stays
 
     try:
@@ -62,7 +70,7 @@ def main() -> None:
         decoder = research_decoder(args)
         settings = corpus_settings(args)
         runtime = Runtime(**runtime_kwargs(args), show_progress=False)
-        generate_kwargs = {**decoding_kwargs(args), **sampling_kwargs(args)}
+        generate_kwargs = {**decoding_kwargs(args), **cache_kwargs(args), **sampling_kwargs(args)}
         options = runtime.decoding(generate_kwargs)
         engine = load_engine(args.model, runtime.engine)
         if not decoder.extra_models:

@@ -59,7 +59,7 @@ def run_script(script: str, *args, stdin: str = "", check: bool = False) -> subp
     stdout, stderr = io.StringIO(), io.StringIO()
     root, threads = logging.getLogger(), torch.get_num_threads()
     saved = root.handlers[:], root.level, sys.argv, sys.stdin
-    # Without handlers, the script's logging.basicConfig writes to the stderr captured here, at its level.
+    # Without handlers, the script's cli.configure_logging writes to the stderr captured here, at its level.
     root.handlers, sys.argv = [], argv
     sys.stdin = io.TextIOWrapper(io.BytesIO(stdin.encode()), encoding="utf-8")
     try:

@@ -1,16 +1,30 @@
-"""Every flag of every script has a help line and both spellings, `--source-lang` and `--source_lang`; the
-quickstart names its recipes."""
+"""Every script builds its flags from cli.py's groups, shows them in --help, and redefines none of them; every flag
+has a help line and both spellings, `--source-lang` and `--source_lang`; training flags override the config file;
+every script logs in one format at the level it is given; the quickstart names its recipes."""
 
 import argparse
+import re
 import runpy
 import subprocess
 import sys
 
 import pytest
-from conftest import SCRIPTS
+from conftest import DE_EN, REPO, SCRIPTS, run_script
 
+from hf_vanilla import cli
+from hf_vanilla.cli import ArgumentParser, training_config
+from hf_vanilla.research.cli import add_research_arguments
+
+# The scripts and the package's one entry point with a parser of its own.
 # Modules named _* beside the scripts are what scripts import, not scripts.
-SCRIPT_FILES = sorted(path for path in SCRIPTS.rglob("*.py") if not path.name.startswith("_"))
+SCRIPT_FILES = [*sorted(p for p in SCRIPTS.rglob("*.py") if not p.name.startswith("_")), REPO / "hf_vanilla" / "tools" / "gpu_report.py"]
+GROUPS = {name: getattr(cli, name) for name in dir(cli) if re.fullmatch(r"add_\w+_arguments?", name)}
+GROUPS["add_research_arguments"] = add_research_arguments
+# Flags a script defines for what a group's flag means elsewhere, on purpose.
+OWN_FLAGS = {
+    "run_tries.py": {"--dataset"},  # handed on to each try's train.py, one for every try
+    "benchmark_data.py": {"--max-tokens"},  # the training config's max_tokens, several values to time
+}
 
 
 class Captured(Exception):
@@ -28,18 +42,74 @@ def script_parser(script, monkeypatch) -> argparse.ArgumentParser:
     return captured.value.args[0]
 
 
+def option_helps(parser: argparse.ArgumentParser) -> dict[str, str]:
+    """Each option of `parser`'s --help (its long spelling) and its help text without the default."""
+    entries = re.split(r"\n  (?=-)", parser.format_help().split("\n\n", 1)[1])[1:]
+    helps = {}
+    for entry in entries:
+        flags, _, text = re.split(r"\n\n", entry)[0].partition("  ")
+        spellings = re.findall(r"(?:^|, )(-[\w-]+)", flags)
+        helps[next((flag for flag in spellings if flag.startswith("--")), spellings[0])] = re.sub(r"\(default: [^)]*\)", "", " ".join(text.split())).strip()
+    return helps
+
+
 @pytest.mark.parametrize("script", SCRIPT_FILES, ids=lambda path: path.name)
-def test_every_flag_has_help_and_an_underscore_spelling(script, monkeypatch):
+def test_every_flag_has_a_help_line(script, monkeypatch):
+    helps = option_helps(script_parser(script, monkeypatch))
+    assert "--help" in helps
+    assert [flag for flag, text in helps.items() if not text] == [], script.name
+
+
+def sections(parser: argparse.ArgumentParser) -> set[str]:
+    """The titles of `parser`'s --help sections."""
+    return {line[:-1] for line in parser.format_help().splitlines() if re.fullmatch(r"\S.*:", line)}
+
+
+def flags_of(add_group) -> set[str]:
+    """The long flags a group function of cli.py adds."""
+    parser = ArgumentParser(add_help=False)
+    add_group(parser)
+    return set(option_helps(parser))
+
+
+@pytest.mark.parametrize("script", SCRIPT_FILES, ids=lambda path: path.name)
+def test_every_script_shows_the_groups_it_adds_and_redefines_none_of_their_flags(script, monkeypatch):
     parser = script_parser(script, monkeypatch)
-    for action in parser._actions:
-        if isinstance(action, argparse._HelpAction):
-            continue
-        assert action.help and action.help != argparse.SUPPRESS, (
-            f"{script.name}: {action.option_strings or action.dest}"
-        )
-        for flag in action.option_strings:
-            if flag.startswith("--") and "-" in flag[2:]:
-                assert "--" + flag[2:].replace("-", "_") in action.option_strings, f"{script.name}: {flag}"
+    source = script.read_text()
+    for name in set(re.findall(r"\b(add_\w+_arguments?)\(parser\b", source)) & set(GROUPS):
+        group_parser = ArgumentParser(add_help=False)
+        GROUPS[name](group_parser)
+        assert sections(group_parser) <= sections(parser), f"{script.name}: {name}"
+    # The training config's keys and the corpus' --input/--output/--seed are words other tools use for their own
+    # files and seeds; the flags of the other groups each mean one thing wherever they appear.
+    shared = [add for name, add in GROUPS.items() if name not in ("add_training_config_arguments", "add_corpus_arguments")]
+    owned = set().union(*(flags_of(add_group) for add_group in shared))
+    defined_here = set(re.findall(r"add_argument\(\s*\"(--[\w-]+)\"", source))
+    assert defined_here & owned <= OWN_FLAGS.get(script.name, set()), f"{script.name} redefines flags of cli.py"
+
+
+@pytest.mark.parametrize("script", SCRIPT_FILES, ids=lambda path: path.name)
+def test_every_script_takes_a_log_level_and_configures_logging_with_it(script, monkeypatch):
+    assert "--log-level" in option_helps(script_parser(script, monkeypatch))
+    assert "configure_logging(args.log_level)" in script.read_text() and "basicConfig" not in script.read_text()
+
+
+def test_log_lines_show_info_by_default_in_one_format_and_only_warnings_when_told(corpus_path, tmp_path):
+    flags = ("--dataset", corpus_path, *DE_EN, "--vocab-size", "300", "--output-dir", tmp_path / "bpe")
+    by_default = run_script("train_tokenizer.py", *flags, check=True).stderr
+    line = r"\d{4}-\d\d-\d\d [\d:,]+ INFO hf_vanilla\.tokenization: BPE: words counted"
+    assert re.search(line, by_default), by_default[-2000:]
+    quiet = run_script("train_tokenizer.py", *flags, "--log-level", "warning", check=True).stderr
+    assert "INFO" not in quiet and "BPE: words counted" not in quiet
+
+
+def test_underscores_in_a_flag_read_as_dashes_up_to_a_double_dash():
+    parser = ArgumentParser()
+    parser.add_argument("--source-lang")
+    parser.add_argument("--max-new-tokens", type=int)
+    parser.add_argument("rest", nargs="*")
+    parsed = parser.parse_args(["--source_lang", "de_DE", "--max_new_tokens=3", "--", "--keep_this"])
+    assert vars(parsed) == {"source_lang": "de_DE", "max_new_tokens": 3, "rest": ["--keep_this"]}
 
 
 def test_train_flags_override_the_config_file_in_either_spelling(monkeypatch, tmp_path):
@@ -58,7 +128,13 @@ def test_train_flags_override_the_config_file_in_either_spelling(monkeypatch, tm
         "config": None,
         "resume": False,
         "overwrite_output_dir": False,
+        "log_level": "info",
     }
+    config_file = tmp_path / "config.yaml"
+    config_file.write_text("right_to_left: true\ndropout: 0.3\n")
+    for flags, right_to_left in ((["--right-to-left"], True), (["--right_to_left", "false"], False), ([], True)):
+        config = training_config(parser.parse_args(["--config", str(config_file), *flags]))
+        assert (config.right_to_left, config.dropout) == (right_to_left, 0.3)
 
 
 def test_quickstart_refuses_an_unknown_recipe_before_installing_anything():

@@ -278,7 +278,7 @@ def test_translate_evaluate_and_select_decode_with_either_engine(paper_engines, 
         for flags in ((), ctranslate2_flags)
     ]
     assert translations[0] == translations[1] and translations[1].split("\n")[1] == ""
-    data = ("--dataset", corpus_path, *DE_EN, "--max-sentences", "4")
+    data = ("--dataset", corpus_path, *DE_EN, "--first-pairs", "4")
     run_script("evaluate_bleu.py", directory, *data, "--output-dir", tmp_path, *ctranslate2_flags, check=True)
     report = json.loads((tmp_path / "test.de-en.json").read_text())
     assert (report["engine"], report["compute_type"], report["sentences"]) == ("ctranslate2", "float32", 4)

@@ -32,7 +32,7 @@ def test_prepares_once_then_reads_the_cache(corpus_path, tmp_path):
     corpus = shutil.copytree(corpus_path, tmp_path / "corpus")
     flags = [
         f"--dataset={corpus}", "--source-lang=en", "--target-lang=de", f"--tokenizer={tmp_path / 'bpe'}",
-        "--tokenizer-vocab-size=300", "--tokenizer-max-sentences=200", "--model-preset=tiny",
+        "--tokenizer-vocab-size=300", "--tokenizer-sample-pairs=200", "--model-preset=tiny",
     ]  # fmt: skip
     first = prepare(*flags, cache=tmp_path / "cache")
     assert first.returncode == 0, first.stderr[-3000:]
@@ -95,7 +95,7 @@ def test_tokenizer_from_a_sample_estimates_the_whole_corpus_linearly(corpus_path
 def test_train_tokenizer_script_learns_from_a_sample_and_estimates_the_whole(corpus_path, tmp_path):
     trained = subprocess.run(
         [sys.executable, str(SCRIPTS / "train_tokenizer.py"), f"--dataset={corpus_path}", "--source-lang=en",
-         "--target-lang=de", "--vocab-size=300", "--max-sentences=100", f"--output-dir={tmp_path / 'bpe'}"],
+         "--target-lang=de", "--vocab-size=300", "--tokenizer-sample-pairs=100", f"--output-dir={tmp_path / 'bpe'}"],
         capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=300,
     )  # fmt: skip
     assert trained.returncode == 0, trained.stderr[-3000:]

@@ -54,7 +54,8 @@ RERANKING_ROLES = (
 def add_research_arguments(parser: argparse.ArgumentParser, several_weights: bool = False) -> None:
     """`--ensemble`, each of RERANKING_ROLES' models and weight options (one weight each, or with `several_weights`
     lists to choose from on validation) and `--word-bonus`; read them back with `research_decoder`."""
-    parser.add_argument(
+    group = parser.add_argument_group("research (departures from the paper's decoding)")
+    group.add_argument(
         "--ensemble",
         nargs="+",
         default=[],
@@ -64,21 +65,21 @@ def add_research_arguments(parser: argparse.ArgumentParser, several_weights: boo
     )
     tried = "; each is tried, 0 keeps beam search's choice" if several_weights else ""
     for models, weight, weights, default, what, scored in RERANKING_ROLES:
-        parser.add_argument(
+        group.add_argument(
             f"--{models.replace('_', '-')}",
             nargs="+",
             default=[],
             metavar="MODEL",
             help=f"{what} (a departure from the paper's beam search; default: none)",
         )
-        parser.add_argument(
+        group.add_argument(
             f"--{weight.replace('_', '-')}",
             type=float,
             nargs="+" if several_weights else None,
             default=list(weights) if several_weights else default,
             help=f"weight of {scored} beside beam search's score{tried}",
         )
-    parser.add_argument(
+    group.add_argument(
         "--word-bonus",
         type=float,
         nargs="+" if several_weights else None,
@@ -91,7 +92,7 @@ def add_research_arguments(parser: argparse.ArgumentParser, several_weights: boo
 def research_decoder(args: argparse.Namespace) -> ResearchDecoder:
     """The decoder the options of `add_research_arguments` ask for, its models loaded on `args.device` in
     `args.dtype`: plain beam search without them. A word bonus without a reranking model, or research models with
-    an engine other than transformers (`add_engine_arguments`), is a ValueError raised before any model loads."""
+    an engine other than transformers (`cli.add_runtime_arguments`), is a ValueError raised before any model loads."""
 
     def tried(weight: float | list[float] | None) -> list[float] | None:
         return weight if weight is None or isinstance(weight, list) else [weight]

@@ -46,16 +46,12 @@ import yaml
 from accelerate import PartialState
 from tqdm.auto import tqdm
 
+from hf_vanilla.cli import ArgumentParser, add_training_config_arguments, training_config
 from hf_vanilla.evaluation.selection import RUN_CANDIDATES, weights_digest
 from hf_vanilla.files import write_json, write_text_atomic
 from hf_vanilla.tools.benchmark import describe_environment, environment
 from hf_vanilla.training.run_directory import AVERAGE, LAST, RETIRED_LAST, read_training_log
-from hf_vanilla.training.settings import (
-    TrainingConfig,
-    TrainingError,
-    load_training_config,
-    training_argument_parser,
-)
+from hf_vanilla.training.settings import TrainingConfig, TrainingError
 from hf_vanilla.training.train import load_or_train_tokenizer
 
 TRIES_JSON, TRIES_TABLE, LOGS, SELECTION = "tries.json", "tries.md", "logs", "selection"
@@ -155,17 +151,16 @@ def load_tries(
 
 def _training_config(name: str, arguments: Sequence[str]) -> TrainingConfig:
     """The try's TrainingConfig, parsed and checked as train.py would, so a bad flag costs no machine time."""
-    parser = training_argument_parser(exit_on_error=False)
-    parser.add_argument("--config")
+    parser = ArgumentParser(exit_on_error=False)
+    add_training_config_arguments(parser)
     try:
-        parsed, unknown = parser.parse_known_args(list(arguments))
+        parsed, unknown = parser.parse_known_args(arguments)
     except (argparse.ArgumentError, yaml.YAMLError) as err:
         raise TriesError(f"try {name}: {err}") from err
     if unknown:
         raise TriesError(f"try {name}: train.py has no flags {unknown}")
-    values = vars(parsed)
     try:
-        config = load_training_config(values.pop("config", None), **values, output_dir=name)
+        config = training_config(parsed, output_dir=name)
         config.check()
     except TrainingError as err:
         raise TriesError(f"try {name}: {err}") from err

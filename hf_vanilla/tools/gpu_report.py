@@ -12,7 +12,6 @@ decoding benchmark's JSON read into one report.json, MFU included. docs/speed.md
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import subprocess
@@ -25,11 +24,18 @@ import numpy as np
 import torch
 from accelerate import PartialState
 
+from hf_vanilla.cli import (
+    ArgumentParser,
+    add_logging_argument,
+    add_training_config_arguments,
+    configure_logging,
+    training_config_overrides,
+)
 from hf_vanilla.data import example_lengths
 from hf_vanilla.precision import matmul_peak_flops, resolve_precision
 from hf_vanilla.tools.benchmark import environment, save_results, training_flops
 from hf_vanilla.training.run_directory import LOG_FILE, read_training_log
-from hf_vanilla.training.settings import load_training_config, training_argument_parser
+from hf_vanilla.training.settings import load_training_config
 from hf_vanilla.training.train import load_inputs
 
 PREPARED_FILE = "prepared.json"
@@ -264,9 +270,7 @@ def summary_lines(report: dict) -> list[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = ArgumentParser(description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     preparing = commands.add_parser(
         "prepare", help="the machine, the matmul peak, each config's data and FLOPs"
@@ -277,12 +281,16 @@ def main() -> None:
     assembling = commands.add_parser("assemble", help="report.json from what the parts left in OUT_DIR")
     assembling.add_argument("out_dir", type=Path)
     assembling.add_argument("--smoke", action="store_true", help="the parts ran at the smoke size")
+    add_logging_argument(parser)
     # The flags after "--" are train.py's, the same for every config: the data, the tokenizer, the model size.
     arguments = sys.argv[1:]
     split = arguments.index("--") if "--" in arguments else len(arguments)
     args = parser.parse_args(arguments[:split])
+    configure_logging(args.log_level)
     if args.command == "prepare":
-        overrides = vars(training_argument_parser().parse_args(arguments[split + 1 :]))
+        training_parser = ArgumentParser(prog=f"{parser.prog} prepare OUT_DIR CONFIG... --")
+        add_training_config_arguments(training_parser)
+        overrides = training_config_overrides(training_parser.parse_args(arguments[split + 1 :]))
         save_results(prepare(args.configs, overrides, args.peak_seconds), args.out_dir / PREPARED_FILE)
         return
     report = assemble(args.out_dir, args.smoke)

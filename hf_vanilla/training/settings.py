@@ -1,13 +1,12 @@
 """`TrainingConfig`: every setting of a training run, with its help text, read from YAML and command-line flags.
 
 Defaults are the paper's recipe (section 5) for the base model on the public Multi30k (`bentrevett/multi30k`);
-configs/*.yaml set the rest. Flags are built by transformers' `HfArgumentParser` from the fields below, so each
-has its help line and both spellings (`--source-lang` and `--source_lang`).
+configs/*.yaml set the rest. Each field is also a flag of the training scripts, with its help line
+(`cli.add_training_config_arguments`).
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import types
 import typing
@@ -15,7 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
-from transformers import HfArgumentParser
 
 from hf_vanilla.corpus import dataset_spec
 from hf_vanilla.precision import MIXED_PRECISION_DTYPES
@@ -28,7 +26,7 @@ class TrainingError(Exception):
 
 
 def setting(default, help: str):
-    """A dataclass field whose help text `HfArgumentParser` shows for its flag."""
+    """A dataclass field whose help text its flag shows (`cli.add_training_config_arguments`)."""
     if isinstance(default, dict):
         return field(default_factory=lambda: dict(default), metadata={"help": help})
     return field(default=default, metadata={"help": help})
@@ -289,27 +287,3 @@ def _coerce(name: str, value, annotation):
         return kind(value)
     except (TypeError, ValueError):
         raise TrainingError(f"{name} must be {kind.__name__}, got {value!r}") from None
-
-
-def training_argument_parser(**parser_kwargs) -> HfArgumentParser:
-    """Flags for every TrainingConfig field (help from the field, `--a-b` and `--a_b`) that override a YAML file.
-
-    A flag left out is absent from the parsed namespace (not set to the field's default), so that the YAML
-    file's value stands; values other than strings are read as YAML ("null", "1e-3", "{d_model: 128}").
-    """
-    parser = HfArgumentParser(TrainingConfig, **parser_kwargs)
-    types_of = typing.get_type_hints(TrainingConfig)
-    for action in parser._actions:
-        if action.dest not in types_of:
-            continue
-        action.default = argparse.SUPPRESS
-        if action.dest == "dataset":
-            action.nargs = "+"
-        if types_of[action.dest] is not bool:
-            action.type = str if types_of[action.dest] is str else yaml.safe_load
-            action.metavar = action.dest.upper()
-        if isinstance(action, argparse._StoreFalseAction):
-            action.help = f"turn off: {action.help}"
-        else:
-            action.help += f" (default: {getattr(TrainingConfig(), action.dest)!r})"
-    return parser

@@ -10,18 +10,22 @@ Stopped, the same command goes on where it stopped: each model's translations ar
         --num-beams 4 --length-penalty 1.0 --keep-original --output-dir outputs/multi30k-en-de-diversified
 """
 
-import logging
 import sys
 
 from hf_vanilla.cli import (
     ArgumentParser,
-    add_generation_arguments,
-    add_language_arguments,
+    add_dataset_arguments,
+    add_decoding_arguments,
+    add_logging_argument,
+    add_progress_argument,
+    add_runtime_arguments,
+    cache_kwargs,
+    configure_logging,
     decoding_kwargs,
     runtime_kwargs,
+    translation_data,
 )
-from hf_vanilla.corpus import dataset_spec
-from hf_vanilla.evaluation.scoring import Runtime, TranslationData
+from hf_vanilla.evaluation.scoring import Runtime
 from hf_vanilla.research.distillation import SavedTranslations, Teachers, distill_dataset
 
 
@@ -31,7 +35,7 @@ def main() -> None:
         "--forward", nargs="+", default=[], help="source -> target models (directories or Hub ids)"
     )
     parser.add_argument("--backward", nargs="+", default=[], help="target -> source models")
-    add_language_arguments(parser)
+    add_dataset_arguments(parser)
     parser.add_argument("--train-split", default="train", help="the split the models translate")
     parser.add_argument("--keep-original", action="store_true", help="keep the original pairs too")
     parser.add_argument("--output-dir", required=True, help="dataset directory to write")
@@ -44,14 +48,16 @@ def main() -> None:
         "on where it stopped and a run asking the same model for the same sentences with the same settings reads "
         "them (default: a hidden directory beside --output-dir, removed once the dataset is written)",
     )
-    add_generation_arguments(parser)
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_decoding_arguments(parser)
+    add_runtime_arguments(parser)
+    add_progress_argument(parser)
+    add_logging_argument(parser)
     args = parser.parse_args()
-    logging.basicConfig(level=logging.WARNING)
+    configure_logging(args.log_level)
 
     try:
         provenance = distill_dataset(
-            TranslationData(dataset_spec(args.dataset), args.source_lang, args.target_lang, args.dataset_config),
+            translation_data(args),
             args.output_dir,
             Teachers(args.forward, args.backward, args.keep_original),
             Runtime(**runtime_kwargs(args), show_progress=not args.quiet),
@@ -59,6 +65,7 @@ def main() -> None:
             overwrite=args.overwrite,
             train_split=args.train_split,
             **decoding_kwargs(args),
+            **cache_kwargs(args),
         )
     except (ValueError, FileNotFoundError, FileExistsError) as err:
         sys.exit(f"error: {err}")

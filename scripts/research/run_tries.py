@@ -17,7 +17,7 @@ import signal
 import sys
 from pathlib import Path
 
-from hf_vanilla.cli import ArgumentParser, positive_int
+from hf_vanilla.cli import ArgumentParser, add_logging_argument, configure_logging, positive_int
 from hf_vanilla.research.tries import TRIES_TABLE, TriesError, load_tries, run_tries
 
 SCRIPTS = Path(__file__).resolve().parents[1]  # train.py and select_checkpoint.py, which each try runs
@@ -42,7 +42,9 @@ def main() -> None:
     parser.add_argument(
         "--check", action="store_true", help="check the tries and print their commands; run none"
     )
+    add_logging_argument(parser)
     args = parser.parse_args()
+    configure_logging(args.log_level)
     try:
         if args.check:
             tries, select = load_tries(args.tries_file, args.dataset, args.minutes, args.only)

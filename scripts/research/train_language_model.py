@@ -7,12 +7,19 @@ of the paper's model).
         --source-lang de --target-lang en --output-dir outputs/language-model-en
 """
 
-import logging
 import sys
 
 from hf_vanilla.checkpoints import TOKENIZER_FILES, load_tokenizer
-from hf_vanilla.cli import ArgumentParser, add_language_arguments, positive_int
-from hf_vanilla.corpus import dataset_spec, load_translation_split
+from hf_vanilla.cli import (
+    ArgumentParser,
+    add_dataset_arguments,
+    add_device_argument,
+    add_logging_argument,
+    add_progress_argument,
+    configure_logging,
+    positive_int,
+    translation_data,
+)
 from hf_vanilla.research.language_model import RECORD_FILE, LanguageModelTraining, train_language_model
 
 
@@ -23,7 +30,7 @@ def main() -> None:
         required=True,
         help="the translation models' tokenizer (a saved model or tokenizer directory)",
     )
-    add_language_arguments(parser)
+    add_dataset_arguments(parser)
     parser.add_argument(
         "--output-dir", required=True, help="where the model, its tokenizer and its record go"
     )
@@ -33,19 +40,16 @@ def main() -> None:
     parser.add_argument(
         "--precision", default="auto", help="auto, no, bf16 or fp16 (auto: what the device runs natively)"
     )
-    parser.add_argument("--device", default="auto", help="cpu or cuda (auto: the GPU if present)")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_device_argument(parser)
+    add_progress_argument(parser)
+    add_logging_argument(parser)
     args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    configure_logging(args.log_level)
 
     try:
         tokenizer = load_tokenizer(args.tokenizer, needed_files=TOKENIZER_FILES)
-        splits = {
-            split: load_translation_split(
-                dataset_spec(args.dataset), args.source_lang, args.target_lang, split, args.dataset_config
-            )["target"]
-            for split in ("train", "validation")
-        }
+        data = translation_data(args)
+        splits = {split: data.pairs(split)["target"] for split in ("train", "validation")}
         record = train_language_model(
             splits["train"],
             tokenizer,

@@ -1,8 +1,17 @@
 """Benchmark our model against a MarianMTModel of identical shape: training, generation, CTranslate2, memory."""
 
+import sys
+
 import torch
 
-from hf_vanilla.cli import ArgumentParser
+from hf_vanilla.cli import (
+    ArgumentParser,
+    add_device_argument,
+    add_dtype_argument,
+    add_logging_argument,
+    configure_logging,
+)
+from hf_vanilla.precision import resolve_device
 from hf_vanilla.tools.benchmark import (
     GENERATION_CACHES,
     BenchmarkSettings,
@@ -24,19 +33,9 @@ def main() -> None:
         "--target-tokens", type=int, default=4096, help="labelled target tokens a training batch"
     )
     parser.add_argument("--new-tokens", type=int, default=30, help="tokens generated a sentence")
-    parser.add_argument(
-        "--dtypes",
-        nargs="+",
-        default=["auto"],
-        choices=["auto", "float32", "bfloat16", "float16"],
-        help="auto: bf16 where the CPU or GPU runs it natively, else fp32 (fp16 on a GPU without bf16)",
-    )
-    parser.add_argument(
-        "--device",
-        default="cuda" if torch.cuda.is_available() else "cpu",
-        choices=["cpu", "cuda"],
-        help="default: cuda when there is a GPU",
-    )
+    add_device_argument(parser)
+    add_dtype_argument(parser, several=True)
+    parser.set_defaults(dtype=list(BenchmarkSettings.dtypes))  # each model at its fastest, not the reference
     parser.add_argument(
         "--attn",
         nargs="+",
@@ -69,7 +68,9 @@ def main() -> None:
     )
     parser.add_argument("--quick", action="store_true", help="few tiny runs, to check that everything works")
     parser.add_argument("--output", default=None, help="JSON path (default outputs/benchmark-SIZE.json)")
+    add_logging_argument(parser)
     args = parser.parse_args()
+    configure_logging(args.log_level)
     if args.threads:
         torch.set_num_threads(args.threads)
 
@@ -78,7 +79,7 @@ def main() -> None:
         "repeats": args.repeats,
         "target_tokens": args.target_tokens,
         "new_tokens": args.new_tokens,
-        "dtypes": tuple(args.dtypes),
+        "dtypes": tuple(args.dtype),
         "attn_implementations": tuple(args.attn),
         "generation_batch_sizes": tuple(args.generation_batch_sizes),
         "generation_caches": tuple(args.generation_cache),
@@ -91,7 +92,11 @@ def main() -> None:
         settings.update(
             repeats=1, target_tokens=128, new_tokens=3, generation_batch_sizes=(4, 1), peak_seconds=0.05
         )
-    results = run_benchmark(BenchmarkSettings(**settings))
+    try:
+        settings["device"] = str(resolve_device(args.device))
+        results = run_benchmark(BenchmarkSettings(**settings))
+    except ValueError as err:
+        sys.exit(f"error: {err}")
     print(format_table(results))
     print(f"saved {save_results(results, args.output or f'outputs/benchmark-{args.size}.json')}")
 

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from hf_vanilla import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-from hf_vanilla.cli import ArgumentParser, positive_int
+from hf_vanilla.cli import ArgumentParser, add_logging_argument, configure_logging, positive_int
 from hf_vanilla.tokenization import config_kwargs_from_tokenizer, save_tokenizer, train_tokenizer
 from hf_vanilla.tools.benchmark import environment, save_results
 
@@ -136,7 +136,9 @@ def main() -> None:
     parser.add_argument(
         "--output", default=None, help="JSON file to write after each run (default: print only)"
     )
+    add_logging_argument(parser)
     args = parser.parse_args()
+    configure_logging(args.log_level)
 
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="corpus-translation-"))
     work.mkdir(parents=True, exist_ok=True)

@@ -37,7 +37,7 @@ from accelerate import PartialState
 from torch.utils.data import DataLoader
 from transformers import DataCollatorForSeq2Seq
 
-from hf_vanilla.cli import ArgumentParser, positive_int
+from hf_vanilla.cli import ArgumentParser, add_logging_argument, configure_logging, positive_int
 from hf_vanilla.data import TokenizedRows, UpdateBatchSampler, example_lengths, make_collator
 from hf_vanilla.tools.benchmark import environment, save_results
 from hf_vanilla.training.settings import load_training_config
@@ -277,7 +277,9 @@ def main() -> None:
     parser.add_argument(
         "--time-loader", metavar="OVERRIDES", help="(internal) time the loader of this config"
     )
+    add_logging_argument(parser)
     args = parser.parse_args()
+    configure_logging(args.log_level)
     if args.time_loader:
         config = load_training_config(args.config, **json.loads(args.time_loader))
         paces = [

@@ -1,13 +1,13 @@
 """Load benchmark of the translation service: N concurrent clients on 127.0.0.1 send a dataset's source sentences,
 one sentence a request, for a fixed count of requests; sentences/s, latency percentiles and errors, on each engine
-of --engine, against
+of --engines, against
 
   (a) the transformers service with batching off (each sentence its own `generate` call),
   (b) offline decoding of the same sentences by each engine, in length-sorted batches (the service's ceiling),
   (c) CTranslate2's own `translate_batch` on the converted model, in each compute type (our engine's ceiling).
 
     python scripts/tools/benchmark_serving.py outputs/multi30k-small-de-en/checkpoint_best --requests 10000 \\
-        --clients 32 --engine transformers ctranslate2:float32 ctranslate2:int8
+        --clients 32 --engines transformers ctranslate2:float32 ctranslate2:int8
 
 Writes a JSON report (the command, the CPU, the settings, each run) to --output.
 """
@@ -31,10 +31,19 @@ import torch
 from _server_process import ServerProcess  # beside this script
 
 from hf_vanilla.checkpoints import load_tokenizer
-from hf_vanilla.cli import ArgumentParser, add_language_arguments, positive_int
-from hf_vanilla.corpus import dataset_spec, load_translation_split
+from hf_vanilla.cli import (
+    ArgumentParser,
+    add_beam_arguments,
+    add_dataset_arguments,
+    add_logging_argument,
+    add_max_new_tokens_argument,
+    add_max_tokens_argument,
+    add_model_argument,
+    configure_logging,
+    positive_int,
+    translation_data,
+)
 from hf_vanilla.files import write_json
-from hf_vanilla.model.decoding import PAPER_GENERATION_KWARGS
 from hf_vanilla.precision import cpu_description
 from hf_vanilla.serving.batching import DEFAULT_BATCHING
 from hf_vanilla.tools.benchmark import interleaved_seconds
@@ -47,7 +56,7 @@ from hf_vanilla.translation import (
 )
 
 STARTUP_SECONDS = 300
-UNBATCHED = ("--max-batch-tokens", "1", "--max-wait-ms", "0")  # each sentence alone
+UNBATCHED = ("--max-tokens", "1", "--max-wait-ms", "0")  # each sentence alone
 
 
 def decoding(args) -> dict:
@@ -78,10 +87,9 @@ def engine_flags(settings: EngineSettings, workdir: Path) -> tuple[str, ...]:
 
 def parse_args():
     parser = ArgumentParser(description=__doc__)
-    parser.add_argument("model", help="saved model directory (with its tokenizer)")
-    add_language_arguments(parser)
+    add_model_argument(parser)
+    add_dataset_arguments(parser)
     parser.add_argument("--split", default="test", help="the split whose sources the clients send")
-    parser.add_argument("--sentences", type=positive_int, default=None, help="the split's first N only")
     parser.add_argument(
         "--requests", type=positive_int, default=10_000, help="requests to the batching service"
     )
@@ -92,41 +100,22 @@ def parse_args():
         help="requests to the service with batching off",
     )
     parser.add_argument("--clients", type=positive_int, default=32, help="concurrent clients")
-    parser.add_argument(
-        "--num-beams", type=positive_int, default=PAPER_GENERATION_KWARGS["num_beams"], help="every request's beam size"
-    )
-    parser.add_argument(
-        "--length-penalty",
-        type=float,
-        default=PAPER_GENERATION_KWARGS["length_penalty"],
-        help="every request's length penalty",
-    )
+    add_beam_arguments(parser)
     parser.add_argument(
         "--threads", type=positive_int, default=2, help="torch threads of the server and offline"
     )
-    parser.add_argument(
-        "--max-batch-tokens",
-        type=positive_int,
-        default=DEFAULT_BATCHING.max_tokens,
-        help="the service's and offline's",
-    )
+    add_max_tokens_argument(parser)
     parser.add_argument(
         "--max-wait-ms", type=float, default=DEFAULT_BATCHING.max_wait_ms, help="the batching service's"
     )
     parser.add_argument(
-        "--engine",
+        "--engines",
         nargs="+",
         type=engine_choice,
         default=[engine_choice(name) for name in (TRANSFORMERS, "ctranslate2:float32", "ctranslate2:int8")],
         help="the engines to serve and decode offline with: transformers, or ctranslate2:COMPUTE_TYPE",
     )
-    parser.add_argument(
-        "--max-new-tokens",
-        type=positive_int,
-        default=None,
-        help="one output limit for every run (default: each sentence its source length + 50, translate_batch 256); "
-        "an untrained model runs to its limit, so this sets the work of every run alike",
-    )
+    add_max_new_tokens_argument(parser)  # translate_batch's default is 256; an untrained model runs to its limit
     parser.add_argument(
         "--repeats", type=positive_int, default=3, help="timings of each offline decoding, taken in turn"
     )
@@ -134,6 +123,7 @@ def parse_args():
         "--offline-only", action="store_true", help="decode offline only, no service (no request counts then)"
     )
     parser.add_argument("--output", default="docs/benchmarks/serving.json", help="the JSON report (the CPU named in it)")
+    add_logging_argument(parser)
     return parser.parse_args()
 
 
@@ -216,7 +206,7 @@ def serve_and_load(
 def offline_decoding(args, settings: EngineSettings, workdir: Path) -> Callable[[list], object]:
     """The engine's translation of sentences, all at once, in length-sorted batches."""
     engine = load_engine(args.model, replace(settings, ctranslate2_dir=workdir))
-    options = DecodingOptions(max_tokens=args.max_batch_tokens, show_progress=False).replace(**decoding(args))
+    options = DecodingOptions(max_tokens=args.max_tokens, show_progress=False).replace(**decoding(args))
     return lambda batch: engine.translate(batch, options)
 
 
@@ -239,7 +229,7 @@ def raw_translate_batch(args, compute_type: str, workdir: Path) -> Callable[[lis
 
     def translate(batch: list[str]) -> object:
         tokens = [tokenizer.convert_ids_to_tokens(ids) for ids in tokenizer(batch)["input_ids"]]
-        return translator.translate_batch(tokens, max_batch_size=args.max_batch_tokens, **options)
+        return translator.translate_batch(tokens, max_batch_size=args.max_tokens, **options)
 
     return translate
 
@@ -265,17 +255,17 @@ def offline(args, sentences: list[str], decoders: dict[str, Callable[[list], obj
 
 def main() -> None:
     args = parse_args()
-    dataset = dataset_spec(args.dataset)
-    split = load_translation_split(dataset, args.source_lang, args.target_lang, args.split, args.dataset_config)
-    sentences = list(split["source"])[: args.sentences]
-    batched_flags = ("--max-batch-tokens", str(args.max_batch_tokens), "--max-wait-ms", str(args.max_wait_ms))
-    names = [engine_name(settings) for settings in args.engine]
-    compute_types = [settings.compute_type for settings in args.engine if settings.engine == CTRANSLATE2]
+    configure_logging(args.log_level)
+    data = translation_data(args)
+    sentences = list(data.pairs(args.split)["source"])
+    batched_flags = ("--max-tokens", str(args.max_tokens), "--max-wait-ms", str(args.max_wait_ms))
+    names = [engine_name(settings) for settings in args.engines]
+    compute_types = [settings.compute_type for settings in args.engines if settings.engine == CTRANSLATE2]
     runs = {}
     with tempfile.TemporaryDirectory() as scratch:
         workdir = Path(scratch)
         if not args.offline_only:
-            for name, settings in zip(names, args.engine, strict=True):
+            for name, settings in zip(names, args.engines, strict=True):
                 flags = (*batched_flags, *engine_flags(settings, workdir))
                 runs[f"service {name}"] = serve_and_load(args, sentences, flags, args.requests, workdir, name)
             runs["service transformers, batching off"] = serve_and_load(
@@ -284,7 +274,7 @@ def main() -> None:
         decoders = {
             **{
                 f"offline {name}": offline_decoding(args, settings, workdir)
-                for name, settings in zip(names, args.engine, strict=True)
+                for name, settings in zip(names, args.engines, strict=True)
             },
             **{f"translate_batch {kind}": raw_translate_batch(args, kind, workdir) for kind in compute_types},
         }
@@ -302,7 +292,7 @@ def main() -> None:
         "threads": args.threads,
         "clients": args.clients,
         "num_beams": args.num_beams,
-        "dataset": f"{dataset} {args.split} ({args.source_lang}), {len(sentences)} sentences",
+        "dataset": f"{data.dataset} {args.split} ({args.source_lang}), {len(sentences)} sentences",
         "ratios": {
             f"{over} / {under}": round(rate[over] / rate[under], 2)
             for over, under in ratios

@@ -12,8 +12,15 @@ import time
 
 import sacrebleu
 
-from hf_vanilla.cli import ArgumentParser, add_language_arguments
-from hf_vanilla.corpus import dataset_spec, load_translation_split
+from hf_vanilla.cli import (
+    ArgumentParser,
+    add_dataset_arguments,
+    add_device_argument,
+    add_logging_argument,
+    add_model_argument,
+    configure_logging,
+    translation_data,
+)
 from hf_vanilla.files import write_json
 from hf_vanilla.model.decoding import PAPER_GENERATION_KWARGS
 from hf_vanilla.precision import cpu_description
@@ -29,13 +36,15 @@ ENGINES = {
 
 def main() -> None:
     parser = ArgumentParser(description=__doc__)
-    parser.add_argument("model", help="saved model directory (with its tokenizer)")
-    add_language_arguments(parser)
+    add_model_argument(parser)
+    add_dataset_arguments(parser)
     parser.add_argument("--split", default="test", help="the split to decode")
-    parser.add_argument("--device", default="cpu", help="cpu, cuda...")
+    add_device_argument(parser)
     parser.add_argument("--output", required=True, help="the JSON report to write")
+    add_logging_argument(parser)
     args = parser.parse_args()
-    pairs = load_translation_split(dataset_spec(args.dataset), args.source_lang, args.target_lang, args.split)
+    configure_logging(args.log_level)
+    pairs = translation_data(args).pairs(args.split)
     sources, references = list(pairs["source"]), list(pairs["target"])
     report = {"model": args.model, "cpu": cpu_description(), "sentences": len(sources), "runs": {}}
     reference_outputs = {}

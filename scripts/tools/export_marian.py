@@ -3,7 +3,7 @@
 
 from transformers import MarianMTModel
 
-from hf_vanilla.cli import ArgumentParser
+from hf_vanilla.cli import ArgumentParser, add_logging_argument, configure_logging
 from hf_vanilla.ctranslate2_engine import convert_to_ctranslate2
 from hf_vanilla.tools.export import export_to_marian, load_vanilla, max_logit_difference
 
@@ -14,7 +14,7 @@ def main() -> None:
     parser.add_argument("output_dir", help="where the MarianMTModel directory goes")
     parser.add_argument("--tokenizer", default=None, help="tokenizer directory (default: model_dir)")
     parser.add_argument(
-        "--ctranslate2-dir",
+        "--ctranslate2-output-dir",
         default=None,
         help="also convert model_dir (with its own tokenizer) to CTranslate2 here; the ctranslate2 engine "
         "(--engine ctranslate2) converts and caches on its own",
@@ -23,7 +23,9 @@ def main() -> None:
         "--quantization", default=None, help="CTranslate2 weight type: int8, int8_float32, float32..."
     )
     parser.add_argument("--overwrite", action="store_true", help="replace existing output directories")
+    add_logging_argument(parser)
     args = parser.parse_args()
+    configure_logging(args.log_level)
 
     try:
         model, tokenizer = load_vanilla(args.model_dir)
@@ -32,8 +34,8 @@ def main() -> None:
         parser.error(str(error))
     difference = max_logit_difference(model, MarianMTModel.from_pretrained(marian_dir))
     print(f"saved {marian_dir}: max |logit difference| to the original on random inputs {difference:.2e}")
-    if args.ctranslate2_dir:
-        path = convert_to_ctranslate2(args.model_dir, args.ctranslate2_dir, args.quantization, args.overwrite)
+    if args.ctranslate2_output_dir:
+        path = convert_to_ctranslate2(args.model_dir, args.ctranslate2_output_dir, args.quantization, args.overwrite)
         print(f"saved {path} (CTranslate2, {args.quantization or 'weights as saved'})")
 
 

@@ -11,14 +11,20 @@ The target side is --target when given (teacher-forced), else the model's own gr
 import sys
 
 from hf_vanilla.checkpoints import load_model_and_tokenizer
-from hf_vanilla.cli import ArgumentParser
-from hf_vanilla.precision import DTYPE_NAMES
+from hf_vanilla.cli import (
+    ArgumentParser,
+    add_device_argument,
+    add_dtype_argument,
+    add_logging_argument,
+    add_model_argument,
+    configure_logging,
+)
 from hf_vanilla.tools.attention_plots import ATTENTION_KINDS, save_attention_plots, sentence_attentions
 
 
 def main() -> None:
     parser = ArgumentParser(description=__doc__)
-    parser.add_argument("model", help="saved model directory (with its tokenizer) or Hub id")
+    add_model_argument(parser)
     parser.add_argument("--source", required=True, help="source sentence")
     parser.add_argument(
         "--target", default=None, help="reference translation (default: the model's greedy one)"
@@ -31,12 +37,12 @@ def main() -> None:
         help="which attentions to draw",
     )
     parser.add_argument("--output-dir", default="outputs/attention", help="where the PNGs go")
-    parser.add_argument("--device", default="cpu", help="cpu, cuda, auto...")
-    parser.add_argument(
-        "--dtype", default="float32", choices=["auto", *DTYPE_NAMES], help="weights and activations"
-    )
+    add_device_argument(parser)
+    add_dtype_argument(parser)
     parser.add_argument("--dpi", type=int, default=120, help="resolution of the PNGs")
+    add_logging_argument(parser)
     args = parser.parse_args()
+    configure_logging(args.log_level)
 
     try:
         model, tokenizer = load_model_and_tokenizer(

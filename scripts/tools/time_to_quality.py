@@ -9,20 +9,21 @@ runs made side by side on one machine:
     python scripts/tools/time_to_quality.py RUN --peer PEER --source-lang de --target-lang en
 """
 
-import logging
 import sys
 
 from hf_vanilla.cli import (
     ArgumentParser,
     add_beam_arguments,
     add_dataset_arguments,
+    add_logging_argument,
     add_runtime_arguments,
     beam_kwargs,
     cache_kwargs,
-    dataset_kwargs,
+    configure_logging,
     runtime_kwargs,
+    translation_data,
 )
-from hf_vanilla.evaluation.scoring import Runtime, TranslationData
+from hf_vanilla.evaluation.scoring import Runtime
 from hf_vanilla.tools.time_to_quality import QualityTarget, time_to_quality
 
 
@@ -38,12 +39,13 @@ def main() -> None:
     add_beam_arguments(parser)
     add_runtime_arguments(parser)
     parser.add_argument("--output-dir", help="where the report and plot go (default: the run directory)")
+    add_logging_argument(parser)
     args = parser.parse_args()
-    logging.basicConfig(level=logging.WARNING)
+    configure_logging(args.log_level)
     try:
         report = time_to_quality(
             args.run,
-            TranslationData(**dataset_kwargs(args)),
+            translation_data(args),
             args.split,
             QualityTarget(peer=args.peer, bleu=args.target_bleu),
             Runtime(**runtime_kwargs(args), show_progress=False),

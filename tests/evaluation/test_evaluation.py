@@ -519,7 +519,7 @@ def test_selection_names_a_directory_that_holds_no_model(tmp_path, corpus_path):
 def test_select_checkpoint_script_prints_the_validation_table(tiny_model_copy, corpus_path, tmp_path):
     completed = run_script(
         "select_checkpoint.py", tiny_model_copy, "--dataset", corpus_path, *DE_EN, "--num-beams", "1", "2",
-        "--max-sentences", "3", "--report-split", "--device", "cpu", "--output-dir", tmp_path, check=True,
+        "--first-pairs", "3", "--report-split", "--device", "cpu", "--output-dir", tmp_path, check=True,
     )  # fmt: skip
     table = completed.stdout.splitlines()
     assert table[0].startswith("validation (3 sentences), nrefs:1|case:mixed")
@@ -533,7 +533,7 @@ def test_select_checkpoint_script_prints_the_validation_table(tiny_model_copy, c
 def test_select_checkpoint_script_prints_tokenized_bleu_beside_sacrebleu(tiny_model_copy, corpus_path, tmp_path):
     completed = run_script(
         "select_checkpoint.py", tiny_model_copy, "--dataset", corpus_path, *DE_EN, "--num-beams", "1",
-        "--max-sentences", "3", "--device", "cpu", "--tokenized-bleu", "--output-dir", tmp_path, check=True,
+        "--first-pairs", "3", "--device", "cpu", "--tokenized-bleu", "--output-dir", tmp_path, check=True,
     )  # fmt: skip
     report = json.loads((tmp_path / "test.de-en.json").read_text())
     assert completed.stdout.splitlines()[-2] == (
@@ -597,7 +597,7 @@ def test_scripts_reject_a_beam_size_below_one_in_one_line(script, beams, tiny_mo
     completed = run_script(script, tiny_model_dir, "--num-beams", beams)
     assert completed.returncode == 2
     assert completed.stderr.splitlines()[-1] == (
-        f"{script}: error: argument --num-beams/--num_beams: must be at least 1, got {beams}"
+        f"{script}: error: argument --num-beams: must be at least 1, got {beams}"
     )
     assert "Traceback" not in completed.stderr
 

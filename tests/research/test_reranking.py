@@ -291,7 +291,7 @@ def test_select_script_names_a_reranking_model_that_does_not_load(tiny_model_dir
     missing = tmp_path / "no-such-model"
     completed = run_script(
         "select_checkpoint.py", tiny_model_dir, "--rerank-with", missing, "--dataset", corpus_path, *DE_EN,
-        "--max-sentences", "2", "--device", "cpu", "--output-dir", tmp_path,
+        "--first-pairs", "2", "--device", "cpu", "--output-dir", tmp_path,
     )  # fmt: skip
     assert completed.returncode == 1
     assert completed.stderr.splitlines()[-1].startswith(f"error: reranking model {missing}: ")
@@ -306,7 +306,7 @@ def test_select_script_prints_a_column_for_each_kind_of_reranking_weight(
         "--rerank-right-to-left", right_to_left_dir, "--right-to-left-weight", "0", "0.5",
         "--rerank-language-model", language_model_dir, "--language-model-weight", "0.5",
         "--word-bonus", "-0.1", "0.1",
-        "--num-beams", "2", "--report-split", "--dataset", corpus_path, *DE_EN, "--max-sentences", "2",
+        "--num-beams", "2", "--report-split", "--dataset", corpus_path, *DE_EN, "--first-pairs", "2",
         "--device", "cpu", "--output-dir", tmp_path,
     )  # fmt: skip
     assert completed.returncode == 0, completed.stderr

@@ -50,7 +50,7 @@ def test_tries_run_side_by_side_and_every_one_is_listed(tiny_config_file, tmp_pa
         tmp_path / "tries.yaml",
         config=str(tiny_config_file),
         train="--max-steps 6 --average-last 2",
-        select="--num-beams 1 --max-sentences 8",
+        select="--num-beams 1 --first-pairs 8",
         tries={"seed2": "--seed 2", "no-french": "--source-lang fr"},
     )
     rows = run_tries(tries_file, tmp_path / "out", SCRIPTS, parallel=2)
@@ -103,7 +103,7 @@ def test_tries_run_side_by_side_and_every_one_is_listed(tiny_config_file, tmp_pa
 
     # Other selection flags choose again; the same flags and weights keep the selection.
     write_tries(
-        tries_file, **{**yaml.safe_load(tries_file.read_text()), "select": "--num-beams 2 --max-sentences 8"}
+        tries_file, **{**yaml.safe_load(tries_file.read_text()), "select": "--num-beams 2 --first-pairs 8"}
     )
     (beam2,) = run_tries(tries_file, tmp_path / "out", SCRIPTS, parallel=2, only=["seed2"])
     assert beam2["chosen"]["num_beams"] == 2 and select_log.read_text().count(": kept") == 1

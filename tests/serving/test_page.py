@@ -42,7 +42,7 @@ def page_server(served_model_dir, tmp_path_factory):
     server = Server(
         served_model_dir,
         tmp_path_factory.mktemp("page") / "server.log",
-        "--max-characters",
+        "--request-max-characters",
         str(MAX_CHARACTERS),
     )
     try:

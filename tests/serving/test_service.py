@@ -32,9 +32,9 @@ pytest.importorskip("uvicorn", reason="the service needs pip install 'hf_vanilla
 import huggingface_hub  # noqa: E402
 from huggingface_hub import InferenceClient  # noqa: E402
 
-PATIENT = ["--max-wait-ms", "3000", "--max-queued-sentences", "6", "--max-sentences", "4"]
-PATIENT += ["--max-characters", "300", "--max-beams", "4", "--max-new-tokens", "16"]
-PATIENT += ["--max-attention-tokens", "12"]
+PATIENT = ["--max-wait-ms", "3000", "--max-queued-sentences", "6", "--request-max-sentences", "4"]
+PATIENT += ["--request-max-characters", "300", "--request-max-beams", "4", "--request-max-new-tokens", "16"]
+PATIENT += ["--request-max-attention-tokens", "12"]
 
 
 @pytest.fixture(scope="module")

@@ -146,7 +146,7 @@ def test_peak_memory_sees_a_temporary_tensor():
 
 def test_script_quick_mode_writes_json(tmp_path):
     output = tmp_path / "bench.json"
-    command = [sys.executable, "scripts/tools/benchmark.py", "--size", "tiny", "--quick", "--dtypes", "float32"]
+    command = [sys.executable, "scripts/tools/benchmark.py", "--size", "tiny", "--quick", "--dtype", "float32"]
     command += ["--attn", "sdpa", "--generation-batch-sizes", "1", "--ctranslate2", "--output", str(output)]
     command += ["--clock", "cpu", "--threads", "1"]
     this_checkout = {**os.environ, "PYTHONPATH": str(REPO)}  # not an installed copy elsewhere

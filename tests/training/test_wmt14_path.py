@@ -57,7 +57,7 @@ def test_prepare_train_on_two_processes_average_and_score_both_ways(corpus_path,
          "--output", str(tmp_path / "averaged")], environment)  # fmt: skip
     scored = run_in_session(
         [sys.executable, str(SCRIPTS / "evaluate_bleu.py"), str(tmp_path / "averaged"), f"--dataset={corpus_path}",
-         "--source-lang=en", "--target-lang=de", "--split=test", "--max-sentences=8",
+         "--source-lang=en", "--target-lang=de", "--split=test", "--first-pairs=8",
          f"--output-dir={tmp_path / 'scores'}"],
         environment,
     )  # fmt: skip
