@@ -225,7 +225,7 @@ def http_error_message(err: HTTPException) -> str:
 class BodyTooLarge(HTTPException):
     def __init__(self, max_bytes: int):
         super().__init__(
-            413, f"the request body is over this server's {max_bytes} bytes (from max_characters and max_sentences)"
+            413, f"the request body is over this server's {max_bytes} bytes (from --request-max-characters and --request-max-sentences)"
         )
 
 
@@ -301,14 +301,14 @@ def request_options(
     num_beams = settings.get("num_beams", base.num_beams)
     if num_beams > limits.max_beams:
         raise RequestRefused(
-            422, f"num_beams {num_beams} is over this server's limit of {limits.max_beams} (max_beams)"
+            422, f"num_beams {num_beams} is over this server's limit of {limits.max_beams} (--request-max-beams)"
         )
     most_new_tokens = min(limits.max_new_tokens or room, room)
     if settings.get("max_new_tokens", 0) > most_new_tokens:
         raise RequestRefused(
             422,
             f"max_new_tokens {settings['max_new_tokens']} is over this server's limit of {most_new_tokens} "
-            "(max_new_tokens)",
+            "(--request-max-new-tokens)",
         )
     beam = beam_settings(num_beams, settings.get("length_penalty", base.length_penalty))
     return base.replace(**{**settings, "length_penalty": None, **beam})
@@ -320,14 +320,14 @@ def check_request_size(texts: list[str], limits: RequestLimits) -> None:
         raise RequestRefused(
             413,
             f"{len(texts)} sentences in one request, this server takes at most {limits.max_sentences} "
-            "(max_sentences)",
+            "(--request-max-sentences)",
         )
     characters = sum(map(len, texts))
     if characters > limits.max_characters:
         raise RequestRefused(
             413,
             f"{characters} characters in one request, this server takes at most {limits.max_characters} "
-            "(max_characters)",
+            "(--request-max-characters)",
         )
 
 
@@ -374,8 +374,8 @@ def create_app(
     converted on first use) on the worker thread once the server runs."""
     if limits.max_sentences > batching.max_queued_sentences:
         raise ValueError(
-            f"max_sentences {limits.max_sentences} is more than the queue holds ({batching.max_queued_sentences}):"
-            " such a request could never be taken"
+            f"--request-max-sentences {limits.max_sentences} is more than the queue holds "
+            f"({batching.max_queued_sentences}): such a request could never be taken"
         )
     base = server_options(checkpoint, batching, cache_implementation)
     config = load_config(checkpoint)

@@ -41,7 +41,7 @@ class AttentionQuery:
             raise RequestRefused(
                 422,
                 f"inputs is {tokens} tokens, over the {self.max_tokens} this server shows attention for "
-                "(max_attention_tokens): send a shorter sentence",
+                "(--request-max-attention-tokens): send a shorter sentence",
             )
         return attention_json(attention(self.text, self.options), self.heads)
 

@@ -169,7 +169,7 @@ def test_a_refused_request_shows_its_error_line_as_a_sentence(page):
     characters = len(too_long)
     assert page.find_element("id", "error").text == (
         f"The server refused the request (413): {characters} characters in one request, this server takes at "
-        f"most {MAX_CHARACTERS} (max_characters)."
+        f"most {MAX_CHARACTERS} (--request-max-characters)."
     )
     translate_on(page, SOURCES[0])
     assert page.find_element("id", "error").text == ""

@@ -114,7 +114,7 @@ BAD_REQUESTS = [
     (b'{"inputs": "x", "parameters": {"generate_parameters": {"length_penalty": NaN}}}', 400, "length_penalty"),
     (b'{"inputs": "x", "parameters": {"generate_parameters": {"length_penalty": -Infinity}}}', 400, "length"),
     ({"inputs": "x", "parameters": {"generate_parameters": {"length_penalty": 1e308}}}, 400, "less than or"),
-    ({"inputs": "x", "parameters": {"generate_parameters": {"num_beams": 10**20}}}, 422, "(max_beams)"),
+    ({"inputs": "x", "parameters": {"generate_parameters": {"num_beams": 10**20}}}, 422, "(--request-max-beams)"),
     (b"[" * 100_000 + b"]" * 100_000, 413, "the request body is over this server's 7708 bytes"),
     (b'{"inputs": ' + b"[" * 1500 + b"]" * 1500 + b"}", 400, "malformed JSON: nested too deeply"),
     (b'{"inputs": "caf\xe9"}', 400, "malformed JSON: the body is not UTF-8"),
@@ -131,7 +131,7 @@ BAD_REQUESTS = [
     (
         {"inputs": "x", "parameters": {"generate_parameters": {"num_beams": 5}}},
         422,
-        "limit of 4 (max_beams)",
+        "limit of 4 (--request-max-beams)",
     ),
     (
         {"inputs": "x", "parameters": {"generate_parameters": {"max_new_tokens": 17}}},
@@ -145,11 +145,11 @@ BAD_ATTENTION_REQUESTS = [
     (b'{"inputs": "tea \\ud800 cup"}', 400, "inputs holds a lone surrogate"),
     ({"inputs": "x", "parameters": {"heads": "yes"}}, 400, "parameters.heads: Input should be a valid"),
     ({"inputs": "x" * 301}, 413, "301 characters in one request, this server takes at most 300"),
-    ({"inputs": "x", "parameters": {"generate_parameters": {"num_beams": 5}}}, 422, "limit of 4 (max_beams)"),
+    ({"inputs": "x", "parameters": {"generate_parameters": {"num_beams": 5}}}, 422, "limit of 4 (--request-max-beams)"),
     (
         {"inputs": "Zwei junge Männer stehen am Ufer eines breiten Flusses."},
         422,
-        "over the 12 this server shows attention for (max_attention_tokens): send a shorter sentence",
+        "over the 12 this server shows attention for (--request-max-attention-tokens): send a shorter sentence",
     ),
 ]
 
@@ -446,7 +446,7 @@ def test_the_ctranslate2_engine_serves_what_generate_answers_batched_and_drains_
         assert [item["translation_text"] for item in defaults.json()] == offline(sentences[:2], **BEAM)
         assert [item["translation_text"] for item in greedy.json()] == offline(sentences[:2], num_beams=1)
         over = server.translate("Ein Hund.", num_beams=8)
-        assert over.status_code == 422 and list(over.json()) == ["error"] and "max_beams" in over.json()["error"]
+        assert over.status_code == 422 and list(over.json()) == ["error"] and "--request-max-beams" in over.json()["error"]
         no_attention = server.attention("Ein Hund.")  # CTranslate2 gives no attention weights
         assert no_attention.status_code == 501 and "gives no attention weights" in no_attention.json()["error"]
         with ThreadPoolExecutor(2) as pool:
