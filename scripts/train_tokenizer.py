@@ -10,8 +10,7 @@ The folder records the languages and data it learned from; a training run of ano
 
 import sys
 
-from transformers import AutoTokenizer
-
+from hf_vanilla.checkpoints import TOKENIZER_FILES, load_tokenizer
 from hf_vanilla.cli import (
     ArgumentParser,
     add_dataset_arguments,
@@ -54,7 +53,7 @@ def main() -> None:
         pairs, args.output_dir, args.vocab_size, source, args.tokenizer_sample_pairs, args.min_frequency
     )
     print(f"saved {describe_tokenizer_training(training)}")
-    tokenizer = AutoTokenizer.from_pretrained(args.output_dir)
+    tokenizer = load_tokenizer(args.output_dir, needed_files=TOKENIZER_FILES)
     for lang, column in ((args.source_lang, "source"), (args.target_lang, "target")):
         texts = list(report_pairs[column])
         print(

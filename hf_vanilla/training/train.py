@@ -637,7 +637,7 @@ def _prepare_output_dir(
         accelerator.wait_for_everyone()
         if not (last / TRAINING_STATE).is_dir():
             raise TrainingError(f"nothing to resume: {last / TRAINING_STATE} does not exist")
-        saved = VanillaTransformerConfig.from_pretrained(last)
+        saved = load_config(last)
         try:
             check_tokenizer_matches_model(tokenizer, saved)
         except ValueError as err:
