@@ -30,9 +30,9 @@ def label_smoothed_cross_entropy(
 def loss_block_rows(logits: torch.Tensor) -> int:
     """How many rows of logits (N, V) the loss over the vocabulary takes at once.
 
-    On CPU, float32 blocks of 1 MiB, whose log-probabilities and gradients stay in cache: 1.5-3x faster than one
-    call over 4k x 8k logits, for the same per-token values and gradients. Elsewhere, or compiled (inductor fuses
-    it all), every row at once.
+    On CPU, float32 blocks of 1 MiB, whose log-probabilities and gradients stay in cache (measured in
+    docs/training.md, "The loss in row blocks on a CPU"). Elsewhere, or compiled (inductor fuses it all), every
+    row at once.
     """
     if logits.device.type == "cpu" and not is_torchdynamo_compiling():
         return max(1, (1 << 18) // logits.shape[-1])
@@ -65,8 +65,7 @@ def label_smoothed_loss(
 
 def symmetric_kl(first: torch.Tensor, second: torch.Tensor, kept: torch.Tensor) -> torch.Tensor:
     """KL(p||q) + KL(q||p) between the predictions of logits (N, V) `first` and `second`, summed over the `kept`
-    rows (N,), in the row blocks of `loss_block_rows` (on CPU 2-2.6x faster than all rows at once for 1,900 x 5,000
-    logits, AVX512-bf16 and AVX2 alike)."""
+    rows (N,), in the row blocks of `loss_block_rows`."""
     rows = loss_block_rows(first)
     total = 0
     for first_block, second_block, kept_block in zip(
