@@ -12,6 +12,7 @@ SIGTERM stops accepting, answers every accepted request and exits 0 (docs/servin
 load or the worker stop, the service answers 500, drains and exits 1, for its supervisor to restart it.
 """
 
+import dataclasses
 import logging
 import signal
 import sys
@@ -29,7 +30,14 @@ from hf_vanilla.cli import (
 )
 from hf_vanilla.serving import BatchingSettings, RequestLimits, create_app
 
-BATCHING, LIMITS = BatchingSettings(), RequestLimits()
+BATCHING = BatchingSettings()
+LIMIT_HELP = {
+    "max_sentences": "sentences",
+    "max_characters": "characters, all texts together",
+    "max_beams": "num_beams",
+    "max_new_tokens": "max_new_tokens (default: the decoder's positions)",
+    "max_attention_tokens": "source tokens of a sentence whose attention is asked (POST /attention)",
+}
 
 
 def parse_args():
@@ -55,23 +63,14 @@ def parse_args():
         help="sentences that may wait; more are refused at once (503, Retry-After)",
     )
     limits = parser.add_argument_group("request limits (the most one request may ask)")
-    limits.add_argument("--request-max-sentences", type=positive_int, default=LIMITS.max_sentences, help="sentences")
-    limits.add_argument(
-        "--request-max-characters", type=positive_int, default=LIMITS.max_characters, help="characters, all texts together"
-    )
-    limits.add_argument("--request-max-beams", type=positive_int, default=LIMITS.max_beams, help="num_beams")
-    limits.add_argument(
-        "--request-max-new-tokens",
-        type=positive_int,
-        default=None,
-        help="max_new_tokens (default: the decoder's positions)",
-    )
-    limits.add_argument(
-        "--request-max-attention-tokens",
-        type=positive_int,
-        default=LIMITS.max_attention_tokens,
-        help="source tokens of a sentence whose attention is asked (POST /attention)",
-    )
+    # --request-max-sentences sets RequestLimits.max_sentences, and so on for each field
+    for field in dataclasses.fields(RequestLimits):
+        limits.add_argument(
+            f"--request-{field.name.replace('_', '-')}",
+            type=positive_int,
+            default=field.default,
+            help=LIMIT_HELP[field.name],
+        )
     add_logging_argument(parser)
     return parser.parse_args()
 
@@ -86,11 +85,10 @@ def main() -> None:
             engine,
             BatchingSettings(args.max_tokens, args.max_wait_ms, args.max_queued_sentences),
             RequestLimits(
-                args.request_max_sentences,
-                args.request_max_characters,
-                args.request_max_beams,
-                args.request_max_new_tokens,
-                args.request_max_attention_tokens,
+                **{
+                    field.name: getattr(args, f"request_{field.name}")
+                    for field in dataclasses.fields(RequestLimits)
+                }
             ),
             "static" if args.cache_implementation == "static" else None,
         )
@@ -101,7 +99,9 @@ def main() -> None:
     for stop in (signal.SIGTERM, signal.SIGINT):
         signal.signal(stop, lambda signum, frame: logging.info("stopped by %s", signal.Signals(signum).name))
     server = uvicorn.Server(
-        uvicorn.Config(app, host=args.host, port=args.port, access_log=args.access_log, timeout_graceful_shutdown=None)
+        uvicorn.Config(
+            app, host=args.host, port=args.port, access_log=args.access_log, timeout_graceful_shutdown=None
+        )
     )
     batcher = app.state.batcher
     batcher.on_failure = lambda: setattr(server, "should_exit", True)
