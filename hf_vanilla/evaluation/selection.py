@@ -75,13 +75,15 @@ def decoding_grid(num_beams: Sequence[int], length_penalties: Sequence[float]) -
 
 @dataclass(frozen=True)
 class SelectionGrid:
-    """What selection tries on `validation_split`: every beam size of `num_beams` with every length penalty
-    (`decoding_grid`); the winner alone is then decoded on each of `report_splits`."""
+    """What selection tries on `validation_split` (its first `validation_pairs` pairs where given): every beam size
+    of `num_beams` with every length penalty (`decoding_grid`); the winner alone is then decoded on each of
+    `report_splits`, whole."""
 
     num_beams: Sequence[int] = (PAPER_GENERATION_KWARGS["num_beams"],)
     length_penalties: Sequence[float] = (PAPER_GENERATION_KWARGS["length_penalty"],)
     validation_split: str = "validation"
     report_splits: Sequence[str] = ("test",)
+    validation_pairs: int | None = None
 
 
 def _validation_rows(candidates, settings, pairs, target_lang, runtime, decoder):
@@ -127,6 +129,8 @@ def select_on_validation(
         {**setting, **generate_kwargs} for setting in decoding_grid(grid.num_beams, grid.length_penalties)
     ]
     pairs = data.pairs(grid.validation_split)
+    if grid.validation_pairs is not None:
+        pairs = pairs.select(range(min(grid.validation_pairs, len(pairs))))
     quiet = replace(runtime, show_progress=False)  # one bar counts the validation decodings
     rows, signature = _validation_rows(candidates, settings, pairs, data.target_lang, quiet, decoder)
     chosen = max(rows, key=lambda row: row["bleu"])  # the first of equals: models and settings in given order

@@ -8,6 +8,7 @@ import sacrebleu
 import torch
 from conftest import DE_EN, run_script, with_another_vocabulary_of_the_same_size, with_truncated_weights
 from huggingface_hub import ModelCard
+from synthetic_corpus import SPLIT_SIZES
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
 
 from hf_vanilla.checkpoints import load_model_and_tokenizer
@@ -426,6 +427,15 @@ def test_selection_makes_its_choice_what_generate_decodes_with(tiny_model_copy, 
     select_on_validation([tiny_model_copy], data, tmp_path / "out", greedy, QUIET)
     saved = json.loads((tiny_model_copy / "generation_config.json").read_text())
     assert saved["num_beams"] == 1 and "length_penalty" not in saved  # greedy search takes no length penalty
+
+
+def test_selection_on_the_first_validation_pairs_still_reports_the_whole_test_split(
+    tiny_model_copy, corpus_path, tmp_path
+):
+    data, grid = TranslationData(corpus_path, "de", "en"), SelectionGrid(num_beams=[1], validation_pairs=2)
+    selection = select_on_validation([tiny_model_copy], data, tmp_path, grid, QUIET)
+    test_report = json.loads((tmp_path / "test.de-en.json").read_text())
+    assert (selection["validation_sentences"], test_report["sentences"]) == (2, SPLIT_SIZES["test"])
 
 
 def test_selection_writes_the_test_scores_into_the_chosen_checkpoints_card(tiny_model_copy, corpus_path, tmp_path):
