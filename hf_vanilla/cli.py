@@ -8,6 +8,7 @@ several groups or scripts share; a reader beside each turns the parsed flags int
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import logging
 import sys
@@ -28,6 +29,7 @@ from hf_vanilla.training.settings import PUBLIC_MULTI30K, TrainingConfig, load_t
 from .corpus import ACCEPTED_FORMS, COMPRESSION_SUFFIXES, dataset_spec
 from .corpus_translation import DEFAULT_CHUNK_LINES, ERROR_HANDLERS, OUTPUT_FORMATS, CorpusSettings
 from .evaluation.scoring import TranslationData
+from .extras import MissingExtra
 from .precision import DTYPE_NAMES
 from .translation import COMPUTE_TYPES, ENGINES, TRANSFORMERS, EngineSettings
 
@@ -83,6 +85,20 @@ def configure_logging(level: str = "info") -> None:
     logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("accelerate").setLevel(logging.WARNING)
     logging.getLogger("accelerate.utils.other").setLevel(logging.ERROR)
+
+
+MISSING_EXTRA_STATUS = 2  # as argparse exits for a bad command line: the command cannot run as installed
+
+
+@contextlib.contextmanager
+def exits_on_missing_extra():
+    """A missing optional dependency inside ends the script as one `error:` line naming the pip extra that installs
+    it (`extras.require`), with exit status 2, instead of a traceback."""
+    try:
+        yield
+    except MissingExtra as missing:
+        print(f"error: {missing}", file=sys.stderr)
+        sys.exit(MISSING_EXTRA_STATUS)
 
 
 def add_training_config_arguments(parser: argparse.ArgumentParser) -> None:

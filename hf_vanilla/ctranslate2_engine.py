@@ -47,6 +47,7 @@ from .checkpoints import (
     load_model_and_tokenizer,
     load_tokenizer,
 )
+from .extras import require
 from .files import atomic_directory, refuse_existing
 from .tokenization import check_tokenizer_matches_model
 from .translation import (
@@ -69,15 +70,6 @@ EQUIVALENT_KEYWORDS = {"min_new_tokens": "min_decoding_length"}
 GENERATE_DEFAULTS = GenerationConfig._get_default_generation_params()
 
 
-def import_ctranslate2():
-    """The ctranslate2 module, or an ImportError of one line naming the extra that installs it."""
-    try:
-        import ctranslate2
-    except ImportError as err:
-        raise ImportError("the ctranslate2 engine needs CTranslate2: pip install 'hf_vanilla[ct2]'") from err
-    return ctranslate2
-
-
 def vocabulary(tokenizer: PreTrainedTokenizerBase, config: PreTrainedConfig) -> list[str]:
     """The tokenizer's token strings by id, which is how CTranslate2 takes and gives tokens."""
     tokens = tokenizer.convert_ids_to_tokens(list(range(config.vocab_size)))
@@ -92,7 +84,7 @@ def vocabulary(tokenizer: PreTrainedTokenizerBase, config: PreTrainedConfig) -> 
 def transformer_spec(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase):
     """CTranslate2's `TransformerSpec` holding `model`'s weights: post-LN or pre-LN (with the final LayerNorms),
     one embedding matrix for both inputs, the output projection tied or not, our sinusoid table and epsilon."""
-    specs = import_ctranslate2().specs
+    specs = require("ctranslate2", extra="ct2").specs
     config = model.config
     spec = specs.TransformerSpec.from_config(
         (config.encoder_layers, config.decoder_layers),
@@ -211,7 +203,7 @@ def cached_conversion(model_dir: Path, cache_dir: str | os.PathLike | None = Non
 
 def ctranslate2_device(device: str | None) -> tuple[str, int]:
     """CTranslate2's device and device index for ours: None or "auto" the GPU where CTranslate2 sees one."""
-    ctranslate2 = import_ctranslate2()
+    ctranslate2 = require("ctranslate2", extra="ct2")
     if device in (None, "auto"):
         return ("cuda" if ctranslate2.get_cuda_device_count() else "cpu"), 0
     kind, _, index = str(device).partition(":")
@@ -224,7 +216,7 @@ def ctranslate2_device(device: str | None) -> tuple[str, int]:
 
 def check_compute_type(compute_type: str, device: str) -> None:
     """A ValueError naming what the device runs, for a compute type it does not."""
-    supported = import_ctranslate2().get_supported_compute_types(device)
+    supported = require("ctranslate2", extra="ct2").get_supported_compute_types(device)
     if compute_type != "auto" and compute_type not in supported:
         raise ValueError(
             f"compute type {compute_type} is not supported on this {device} by CTranslate2; choose auto or one of "
@@ -235,7 +227,7 @@ def check_compute_type(compute_type: str, device: str) -> None:
 def load_translator(converted: Path, settings: EngineSettings):
     """A `ctranslate2.Translator` over a converted model, on the device and in the compute type `settings` ask for
     ("auto": CTranslate2's fastest there, logged), with torch's thread count on a CPU."""
-    ctranslate2 = import_ctranslate2()
+    ctranslate2 = require("ctranslate2", extra="ct2")
     device, index = ctranslate2_device(settings.device)
     check_compute_type(settings.compute_type, device)
     translator = ctranslate2.Translator(
@@ -389,7 +381,7 @@ class CTranslate2Engine:
 def load_ctranslate2_engine(model_name_or_path: str | os.PathLike, settings: EngineSettings) -> CTranslate2Engine:
     """The CTranslate2 engine of a saved model directory (or Hub id), converted on first use (`cached_conversion`);
     a cached copy that does not load is converted again."""
-    import_ctranslate2()
+    require("ctranslate2", extra="ct2")  # before anything is read or converted
     model_dir = local_model_dir(model_name_or_path)
     tokenizer, config = load_tokenizer(model_dir), load_config(model_dir)
     if config.model_type != VanillaTransformerConfig.model_type:

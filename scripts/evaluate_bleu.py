@@ -24,6 +24,7 @@ from hf_vanilla.cli import (
     cache_kwargs,
     configure_logging,
     decoding_kwargs,
+    exits_on_missing_extra,
     runtime_kwargs,
     translation_data,
 )
@@ -63,7 +64,7 @@ def main() -> None:
             **decoding_kwargs(args),
             **cache_kwargs(args),
         )
-    except (ValueError, FileNotFoundError, ImportError) as err:
+    except (ValueError, FileNotFoundError) as err:
         sys.exit(f"error: {err}")
     print(json.dumps(report, indent=2, ensure_ascii=False))
     for case in ("cased", "lowercased"):
@@ -77,4 +78,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with exits_on_missing_extra():
+        main()

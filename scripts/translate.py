@@ -30,6 +30,7 @@ from hf_vanilla.cli import (
     configure_logging,
     corpus_settings,
     decoding_kwargs,
+    exits_on_missing_extra,
     runtime_kwargs,
     sampling_kwargs,
 )
@@ -89,11 +90,12 @@ def main() -> None:
             args.input, args.output, settings, {"model": model_digest(args.model), "decoding": decoding}
         )
         translate_corpus(translate_chunk, job, show_progress=not args.quiet)
-    except (ValueError, FileNotFoundError, ImportError) as err:
+    except (ValueError, FileNotFoundError) as err:
         sys.exit(f"error: {err}")
     except KeyboardInterrupt:
         sys.exit(130)
 
 
 if __name__ == "__main__":
-    main()
+    with exits_on_missing_extra():
+        main()

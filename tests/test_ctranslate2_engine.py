@@ -6,7 +6,6 @@ peaked, so that float rounding cannot flip a close call; an untrained model also
 import json
 import logging
 import multiprocessing
-import sys
 
 import pytest
 import torch
@@ -19,7 +18,7 @@ from hf_vanilla.files import atomic_directory
 from hf_vanilla.translation import DecodingOptions, EngineSettings, load_engine
 
 ctranslate2 = pytest.importorskip("ctranslate2")
-from hf_vanilla.ctranslate2_engine import cached_conversion, checkpoint_digest, import_ctranslate2  # noqa: E402
+from hf_vanilla.ctranslate2_engine import cached_conversion, checkpoint_digest  # noqa: E402
 
 VARIANTS = {
     "post-LN, tied (the paper)": {},
@@ -260,12 +259,6 @@ def test_a_directory_published_first_is_kept(tmp_path):
             (staging / "weights").write_text(content)
     assert (tmp_path / "model" / "weights").read_text() == "first"
     assert [path.name for path in tmp_path.iterdir()] == ["model"]
-
-
-def test_without_ctranslate2_the_error_names_the_extra(monkeypatch):
-    monkeypatch.setitem(sys.modules, "ctranslate2", None)
-    with pytest.raises(ImportError, match=r"pip install 'hf_vanilla\[ct2\]'"):
-        import_ctranslate2()
 
 
 

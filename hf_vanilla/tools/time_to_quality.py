@@ -21,6 +21,7 @@ from hf_vanilla.evaluation.scoring import Runtime, TranslationData, score_model
 from hf_vanilla.files import atomic_file, write_json
 from hf_vanilla.model.decoding import PAPER_GENERATION_KWARGS, beam_settings
 from hf_vanilla.precision import cpu_description
+from hf_vanilla.tools.plotting import pyplot
 from hf_vanilla.training.run_directory import (
     LOG_FILE,
     checkpoint_step,
@@ -133,11 +134,7 @@ def time_to_quality(
 
 def plot_time_to_quality(report: dict[str, Any], output_path: str | os.PathLike) -> Path:
     """A PNG of cased BLEU against minutes of training, the target as a horizontal line."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     points = report["checkpoints"]
     figure, axes = plt.subplots(figsize=(7, 4))
     axes.plot(

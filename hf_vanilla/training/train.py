@@ -27,7 +27,6 @@ from accelerate.logging import get_logger
 from accelerate.utils import (
     RNG_STATE_NAME,
     broadcast_object_list,
-    is_tensorboard_available,
     parse_flag_from_env,
     set_seed,
 )
@@ -46,6 +45,7 @@ from hf_vanilla.data import (
     make_collator,
 )
 from hf_vanilla.evaluation.scoring import TEST_SPLIT, bleu_metric
+from hf_vanilla.extras import MissingExtra, require
 from hf_vanilla.files import write_text_atomic
 from hf_vanilla.model.attention_kernels import AUTO_ATTENTION
 from hf_vanilla.model.configuration_vanilla import SIZE_FIELDS, VanillaTransformerConfig
@@ -279,23 +279,26 @@ def _run_lock(output_dir: Path, accelerator: Accelerator):
             lock.unlink(missing_ok=True)
 
 
+def _tensorboard_installed(output_dir: Path) -> bool:
+    """Whether tensorboard is installed; where it is not, a warning naming the extra: training goes on without."""
+    try:
+        require("tensorboard", extra="tensorboard")
+    except MissingExtra as missing:
+        logger.warning("TensorBoard logging is off (%s); the log is in %s", missing, output_dir / LOG_FILE)
+        return False
+    return True
+
+
 def _make_accelerator(config: TrainingConfig, output_dir: Path) -> Accelerator:
     """accelerate's Accelerator in the precision chosen for the device, with the run's accumulation steps."""
     # The device accelerate will train on (ACCELERATE_USE_CPU, as Accelerator reads it, keeps a GPU machine on CPU).
     device_type = PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU")).device.type
     precision = resolve_precision(config.mixed_precision, device_type)
-    tensorboard = config.tensorboard and is_tensorboard_available()
-    if config.tensorboard and not tensorboard:
-        logger.warning(
-            "TensorBoard logging is off: the tensorboard package is not installed (pip install tensorboard); "
-            "the log is in %s",
-            output_dir / LOG_FILE,
-        )
     accelerator = Accelerator(
         mixed_precision=precision.mixed_precision,
         # Our batches are already global per update: one scheduler step per optimizer step, not one per process.
         dataloader_config=DataLoaderConfiguration(split_batches=True),
-        log_with="tensorboard" if tensorboard else None,
+        log_with="tensorboard" if config.tensorboard and _tensorboard_installed(output_dir) else None,
         project_dir=str(output_dir),
     )
     logger.info(

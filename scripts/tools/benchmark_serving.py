@@ -40,9 +40,11 @@ from hf_vanilla.cli import (
     add_max_tokens_argument,
     add_model_argument,
     configure_logging,
+    exits_on_missing_extra,
     positive_int,
     translation_data,
 )
+from hf_vanilla.extras import require
 from hf_vanilla.files import write_json
 from hf_vanilla.precision import cpu_description
 from hf_vanilla.serving.batching import DEFAULT_BATCHING
@@ -213,9 +215,9 @@ def offline_decoding(args, settings: EngineSettings, workdir: Path) -> Callable[
 def raw_translate_batch(args, compute_type: str, workdir: Path) -> Callable[[list], object]:
     """CTranslate2's `translate_batch` alone on the converted model: sentences as token strings in batches of the
     same token budget, one limit for all (256, its default), none of our batching or texts."""
-    import ctranslate2
-
     from hf_vanilla.ctranslate2_engine import cached_conversion
+
+    ctranslate2 = require("ctranslate2", extra="ct2")
 
     translator = ctranslate2.Translator(
         str(cached_conversion(Path(args.model), workdir)),
@@ -304,4 +306,5 @@ def main() -> None:
     print(json.dumps(report, indent=2))
 
 if __name__ == "__main__":
-    main()
+    with exits_on_missing_extra():
+        main()

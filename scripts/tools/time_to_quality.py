@@ -20,6 +20,7 @@ from hf_vanilla.cli import (
     beam_kwargs,
     cache_kwargs,
     configure_logging,
+    exits_on_missing_extra,
     runtime_kwargs,
     translation_data,
 )
@@ -69,4 +70,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with exits_on_missing_extra():
+        main()

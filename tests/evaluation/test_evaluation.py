@@ -1,6 +1,6 @@
-import importlib.util
 import json
 import shutil
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -501,12 +501,7 @@ def test_selection_reports_tokenized_bleu_of_the_test_hypotheses(tiny_model_copy
 def test_tokenized_bleu_without_sacremoses_is_refused_before_any_decoding(
     tiny_model_dir, corpus_path, tmp_path, monkeypatch
 ):
-    find_spec = importlib.util.find_spec
-    monkeypatch.setattr(
-        importlib.util,
-        "find_spec",
-        lambda name, *args: None if name == "sacremoses" else find_spec(name, *args),
-    )
+    monkeypatch.setitem(sys.modules, "sacremoses", None)  # as if not installed
 
     def no_decoding(*args, **kwargs):
         raise AssertionError("decoded before the missing tokenizer was named")
