@@ -146,5 +146,5 @@ def test_quickstart_refuses_an_unknown_recipe_before_installing_anything():
     )
     assert finished.returncode == 2
     assert "no recipe 'fastest'" in finished.stderr
-    assert finished.stderr.split("the recipes are:")[1].split() == ["base", "best", "small"]
+    assert finished.stderr.split("the recipes are:")[1].split() == ["base", "best", "small", "smoke"]
     assert "pip" not in finished.stdout + finished.stderr
