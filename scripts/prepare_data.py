@@ -25,12 +25,16 @@ from hf_vanilla.preparation import prepare_training_data
 from hf_vanilla.training.settings import TrainingError
 
 
-def main() -> None:
+def build_parser() -> ArgumentParser:
     parser = ArgumentParser(description=__doc__)
     add_training_config_arguments(parser)
     add_tokenizer_sample_argument(parser)
     add_logging_argument(parser)
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = build_parser().parse_args()
     configure_logging(args.log_level)
     try:
         report = prepare_training_data(training_config(args), args.tokenizer_sample_pairs)
