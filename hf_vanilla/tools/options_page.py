@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import runpy
+import sys
 from pathlib import Path
 
 # The scripts a user runs, in the order a run needs them; their paths are relative to the repository root.
@@ -26,8 +27,13 @@ REGENERATE = "python scripts/tools/write_options_doc.py"
 
 
 def script_parser(script: str | Path) -> argparse.ArgumentParser:
-    """The parser the script at `script` builds (its `build_parser()`), without running the script."""
-    return runpy.run_path(str(script), run_name="build_parser")["build_parser"]()
+    """The parser the script at `script` builds (its `build_parser()`), without running the script; its folder is
+    first on the import path meanwhile, as when it runs (scripts import the modules beside them)."""
+    sys.path.insert(0, str(Path(script).parent))
+    try:
+        return runpy.run_path(str(script), run_name="build_parser")["build_parser"]()
+    finally:
+        sys.path.remove(str(Path(script).parent))
 
 
 def options_page(repository: str | Path) -> str:
