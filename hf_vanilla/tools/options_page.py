@@ -6,20 +6,21 @@
 from __future__ import annotations
 
 import argparse
+import re
 import runpy
 import sys
 from pathlib import Path
 
-# The scripts a user runs, in the order a run needs them; their paths are relative to the repository root.
+# The scripts a user runs, the everyday ones first; their paths are relative to the repository root.
 USER_SCRIPTS = (
+    "scripts/train.py",
+    "scripts/translate.py",
+    "scripts/evaluate_bleu.py",
+    "scripts/select_checkpoint.py",
+    "scripts/serve.py",
     "scripts/prepare_data.py",
     "scripts/train_tokenizer.py",
-    "scripts/train.py",
     "scripts/average_checkpoints.py",
-    "scripts/select_checkpoint.py",
-    "scripts/evaluate_bleu.py",
-    "scripts/translate.py",
-    "scripts/serve.py",
     "scripts/tools/export_marian.py",
 )
 
@@ -38,63 +39,71 @@ def script_parser(script: str | Path) -> argparse.ArgumentParser:
 
 def options_page(repository: str | Path) -> str:
     """docs/options.md of the scripts in `repository`: a section a script, a table a --help section."""
+    names = [Path(script).name for script in USER_SCRIPTS]
     parts = [
         "# Options of the scripts",
         "",
-        f"Every flag of the scripts below, as `--help` shows it, by section. Generated from the scripts' parsers by "
-        f"`{REGENERATE}`; a test fails when this page and the parsers differ. Each `--a-b` flag also answers to "
-        "`--a_b`.",
+        "Every flag of the scripts below, by the sections of their `--help`, with its default; each `--a-b` flag also",
+        "answers to `--a_b`. Generated from the scripts' parsers by",
+        f"`{REGENERATE}`; a test fails when this page and the parsers differ.",
+        "",
+        " · ".join(f"[{name}](#{name.replace('.', '')})" for name in names),
     ]
     for script in USER_SCRIPTS:
-        parts += ["", *_script_section(script, script_parser(Path(repository) / script))]
+        parts += ["", *script_section(script, script_parser(Path(repository) / script))]
     return "\n".join(parts) + "\n"
 
 
-def _script_section(script: str, parser: argparse.ArgumentParser) -> list[str]:
-    description = (parser.description or "").strip().split("\n\n")[0]
-    lines = [f"## {Path(script).name}", "", " ".join(description.split()), "", "```", _usage(script, parser), "```"]
-    for group in parser._action_groups:  # argparse keeps --help's sections only here
-        actions = [action for action in group._group_actions if action.help != argparse.SUPPRESS]
+def script_section(script: str, parser: argparse.ArgumentParser) -> list[str]:
+    description = " ".join((parser.description or "").strip().split("\n\n")[0].split())
+    lines = [f"## {Path(script).name}", "", description, "", f"`{_synopsis(script, parser)}`"]
+    for group in parser._action_groups:  # argparse keeps --help's sections only in private fields
+        actions = [action for action in group._group_actions if not isinstance(action, argparse._HelpAction)]
         if actions:
-            lines += ["", f"**{group.title}**", "", "| option | default | what |", "|---|---|---|"]
-            lines += [_row(action) for action in actions]
+            lines += ["", f"**{group.title}**" + (f": {group.description}" if group.description else ""), ""]
+            lines += ["| option | default | what |", "|---|---|---|", *map(_row, actions)]
     return lines
 
 
-def _usage(script: str, parser: argparse.ArgumentParser) -> str:
-    usage = parser.format_usage().removeprefix("usage: ").strip()
-    return "python " + script + usage[usage.index(" ") :] if " " in usage else "python " + script
+def _synopsis(script: str, parser: argparse.ArgumentParser) -> str:
+    """`python SCRIPT POSITIONAL... [options]`: argparse's own usage line wraps at the terminal's width."""
+    positionals = [_metavar(action) for action in parser._actions if not action.option_strings]
+    return " ".join(["python", script, *positionals, "[options]"])
 
 
 def _row(action: argparse.Action) -> str:
-    return f"| {_spellings(action)} | {_default(action)} | {_cell(action.help or '')} |"
+    help_text, default = _help_and_default(action)
+    return f"| {_spellings(action)} | {_cell(default)} | {_cell(help_text)} |"
 
 
 def _spellings(action: argparse.Action) -> str:
     if not action.option_strings:
-        return f"`{action.metavar or action.dest}`"
+        return f"`{_metavar(action)}`"
     value = "" if action.nargs == 0 else " " + _metavar(action)
     return ", ".join(f"`{flag}{value}`" for flag in action.option_strings)
 
 
 def _metavar(action: argparse.Action) -> str:
-    if action.choices is not None:
-        name = "{" + ",".join(str(choice) for choice in action.choices) + "}"
+    if action.metavar:
+        name = action.metavar
+    elif action.choices is not None:
+        name = "{" + ",".join(map(str, action.choices)) + "}"
     else:
-        name = action.metavar or action.dest.upper()
-    if action.nargs == "?":
-        return f"[{name}]"
-    if action.nargs in ("+", "*"):
-        return f"{name}..."
-    return name
+        name = action.dest.upper() if action.option_strings else action.dest
+    return {"?": f"[{name}]", "+": f"{name}...", "*": f"[{name}...]"}.get(action.nargs, name)
 
 
-def _default(action: argparse.Action) -> str:
-    if action.default is argparse.SUPPRESS or action.required or isinstance(action, argparse._HelpAction):
-        return ""
-    if action.nargs == 0 and action.default is False:
-        return "off"
-    return _cell(f"`{action.default!r}`")
+def _help_and_default(action: argparse.Action) -> tuple[str, str]:
+    """The help without a default it states, and that default (a training setting's help states its own)."""
+    help_text = action.help or ""
+    stated = re.search(r"\s*\(default: (.*)\)$", help_text)
+    if stated:
+        return help_text[: stated.start()], stated.group(1)
+    if action.default is argparse.SUPPRESS:
+        return help_text, ""
+    if action.required:
+        return help_text, "required"
+    return help_text, "off" if action.nargs == 0 and action.default is False else repr(action.default)
 
 
 def _cell(text: str) -> str:
