@@ -38,8 +38,14 @@ class Command:
 
 
 def user_docs(repository: Path = REPO) -> list[Path]:
+    """The docs whose commands a person copies: not the research record, nor docs/options.md, whose synopses
+    (`python scripts/serve.py model [options]`) are written from the parsers themselves."""
     docs = [repository / "README.md", *sorted((repository / "docs").rglob("*.md"))]
-    return [path for path in docs if "research" not in path.relative_to(repository).parts]
+    return [
+        path
+        for path in docs
+        if "research" not in path.relative_to(repository).parts and path != repository / "docs" / "options.md"
+    ]
 
 
 def shell_blocks(text: str) -> list[tuple[int, str]]:
