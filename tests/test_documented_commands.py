@@ -37,15 +37,11 @@ class Command:
     environment: dict[str, str] = field(default_factory=dict)
 
 
-def user_docs(repository: Path = REPO) -> list[Path]:
+def user_docs() -> list[Path]:
     """The docs whose commands a person copies: not the research record, nor docs/options.md, whose synopses
     (`python scripts/serve.py model [options]`) are written from the parsers themselves."""
-    docs = [repository / "README.md", *sorted((repository / "docs").rglob("*.md"))]
-    return [
-        path
-        for path in docs
-        if "research" not in path.relative_to(repository).parts and path != repository / "docs" / "options.md"
-    ]
+    docs = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+    return [path for path in docs if "research" not in path.relative_to(REPO).parts and path.name != "options.md"]
 
 
 def shell_blocks(text: str) -> list[tuple[int, str]]:
@@ -136,7 +132,7 @@ def script_and_arguments(command: Command) -> tuple[str, list[str]] | None:
     return None
 
 
-def problems(command: Command, repository: Path = REPO) -> list[str]:
+def problems(command: Command) -> list[str]:
     """What is wrong with `command` as written: a missing script, or arguments its parser refuses."""
     called = script_and_arguments(command)
     if called is None:
@@ -145,14 +141,18 @@ def problems(command: Command, repository: Path = REPO) -> list[str]:
     arguments = [word for index, word in enumerate(arguments) if word != ELISION or _follows_a_flag(arguments, index)]
     if re.fullmatch(r"[A-Z_]+", Path(script).stem):
         return []  # a placeholder: `python3 scripts/NAME.py ARGS`
-    if not (repository / script).is_file():
+    if not (REPO / script).is_file():
         return [f"{command.where}: {script} does not exist"]
     if script.endswith(".py"):
-        refused = parser_refusal(repository / script, arguments)
+        refused = parser_refusal(REPO / script, arguments)
         return [f"{command.where}: {shlex.join(command.words)}: {refused}"] if refused else []
     if script == "scripts/quickstart.sh":
-        return [f"{command.where}: {problem}" for problem in quickstart_problems(arguments, command, repository)]
+        return [f"{command.where}: {problem}" for problem in quickstart_problems(arguments, command.environment)]
     return []
+
+
+class Refused(Exception):
+    """What a parser said of arguments it does not take."""
 
 
 def _follows_a_flag(arguments: list[str], index: int) -> bool:
@@ -164,38 +164,39 @@ def parser_refusal(script: Path, arguments: list[str]) -> str | None:
     parser = script_parser(script)
 
     def refuse(message):
-        raise ValueError(message)
+        raise Refused(message)
 
-    parser.error = refuse
+    parser.error = refuse  # argparse's error() prints the usage and exits
+    parser.allow_abbrev = False  # a doc spells flags out: an abbreviation breaks when a flag of the same start comes
     try:
         with contextlib.redirect_stdout(io.StringIO()):  # --help prints and exits 0: taken
             parser.parse_args(arguments)
-    except ValueError as refused:
+    except Refused as refused:
         return str(refused)
     except SystemExit as finished:
         return None if finished.code == 0 else f"exit status {finished.code}"
     return None
 
 
-def quickstart_problems(arguments: list[str], command: Command, repository: Path) -> list[str]:
+def quickstart_problems(arguments: list[str], environment: dict[str, str]) -> list[str]:
     """quickstart.sh takes SOURCE TARGET RECIPE: a config of its recipe, and Multi30k's languages (only two in the
     Hub's copy, four in a local one named by MULTI30K)."""
     found = []
-    languages = LOCAL_MULTI30K_LANGUAGES if "MULTI30K" in command.environment else HUB_MULTI30K_LANGUAGES
+    languages = LOCAL_MULTI30K_LANGUAGES if "MULTI30K" in environment else HUB_MULTI30K_LANGUAGES
     for language in arguments[:2]:
         if language not in languages:
             found.append(f"quickstart.sh: {language!r} is not a language of {sorted(languages)}")
-    if len(arguments) > 2 and not (repository / f"configs/multi30k-{arguments[2]}.yaml").is_file():
+    if len(arguments) > 2 and not (REPO / f"configs/multi30k-{arguments[2]}.yaml").is_file():
         found.append(f"quickstart.sh: no recipe {arguments[2]!r} (configs/multi30k-{arguments[2]}.yaml)")
     if len(arguments) > 3:
         found.append(f"quickstart.sh takes at most 3 words, got {arguments}")
     return found
 
 
-def documented_commands(repository: Path = REPO) -> list[Command]:
+def documented_commands() -> list[Command]:
     found = []
-    for path in user_docs(repository):
-        name = str(path.relative_to(repository))
+    for path in user_docs():
+        name = str(path.relative_to(REPO))
         text = path.read_text()
         for line, block in [*shell_blocks(text), *inline_commands(text)]:
             found += commands(name, line, block)
@@ -245,6 +246,7 @@ def test_inline_code_that_calls_a_script_is_a_command_and_other_code_is_not():
         ("python scripts/tools/export_marian.py CKPT OUT --ctranslate2-dir CT2", "unrecognized arguments: --ctranslate2-dir"),
         ("accelerate launch --num_processes 2 scripts/train.py --config c.yaml --max-stepz 3", "--max-stepz"),
         ("python scripts/translate.py CHECKPOINT --num-beams zero", "--num-beams"),
+        ("python scripts/train.py --config c.yaml --max-step 3", "unrecognized arguments: --max-step"),
         ("python scripts/evaluate_bleu.py CHECKPOINT --split test", "--source-lang"),  # a required flag left out
         ("python scripts/no_such_script.py --help", "scripts/no_such_script.py does not exist"),
         ("bash scripts/quickstart.sh de en fastest", "no recipe 'fastest'"),
