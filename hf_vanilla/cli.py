@@ -114,7 +114,7 @@ def add_training_config_arguments(parser: argparse.ArgumentParser, settings: Col
 
 def _add_setting_flag(group, field: dataclasses.Field) -> None:
     flag, kind = "--" + field.name.replace("_", "-"), typing.get_type_hints(TrainingConfig)[field.name]
-    default = getattr(TrainingConfig(), field.name)
+    default = field.default_factory() if field.default is dataclasses.MISSING else field.default
     described = f"{field.metadata['help']} (default: {default!r})"
     if kind is bool:
         group.add_argument(flag, nargs="?", const=True, type=yaml.safe_load, default=argparse.SUPPRESS, help=described)

@@ -31,6 +31,7 @@ PREPARATION_SETTINGS = frozenset(
     | {"tokenizer", "tokenizer_vocab_size", "init_from", "model_preset", "model_overrides", "seed"}
 )
 
+
 def prepare_training_data(
     config: TrainingConfig, tokenizer_sample_pairs: int | None = None, state: PartialState | None = None
 ) -> dict[str, Any]:
