@@ -22,6 +22,7 @@ INLINE_COMMAND = re.compile(r"([A-Z_]+=\S+ )*(python3? |bash |accelerate launch 
 SEPARATORS = {";", "&&", "||", "|", "&"}
 REDIRECTIONS = {"<", ">", ">>", "<<", "2>", "&>"}
 ENV_ASSIGNMENT = re.compile(r"[A-Za-z_]\w*=")
+PLACEHOLDER = re.compile(r"[A-Z][A-Z0-9_]*")  # CHECKPOINT, SRC: a word the reader fills in
 ELISION = "..."  # a flag's value after a flag (`--config ...`), otherwise the rest of the flags (`train.py ...`)
 # The languages of Multi30k: the Hub's bentrevett/multi30k has two, a local copy (MULTI30K=PATH) all four.
 HUB_MULTI30K_LANGUAGES = {"de", "en"}
@@ -139,7 +140,8 @@ def problems(command: Command) -> list[str]:
         return []
     script, arguments = called
     arguments = [word for index, word in enumerate(arguments) if word != ELISION or _follows_a_flag(arguments, index)]
-    if re.fullmatch(r"[A-Z_]+", Path(script).stem):
+    arguments = [re.sub(r"^\[(.*)\]$", r"\1", word) for word in arguments]  # a synopsis' optional `[best]`
+    if PLACEHOLDER.fullmatch(Path(script).stem):
         return []  # a placeholder: `python3 scripts/NAME.py ARGS`
     if not (REPO / script).is_file():
         return [f"{command.where}: {script} does not exist"]
@@ -184,7 +186,7 @@ def quickstart_problems(arguments: list[str], environment: dict[str, str]) -> li
     found = []
     languages = LOCAL_MULTI30K_LANGUAGES if "MULTI30K" in environment else HUB_MULTI30K_LANGUAGES
     for language in arguments[:2]:
-        if language not in languages:
+        if language not in languages and not PLACEHOLDER.fullmatch(language):
             found.append(f"quickstart.sh: {language!r} is not a language of {sorted(languages)}")
     if len(arguments) > 2 and not (REPO / f"configs/multi30k-{arguments[2]}.yaml").is_file():
         found.append(f"quickstart.sh: no recipe {arguments[2]!r} (configs/multi30k-{arguments[2]}.yaml)")
@@ -266,6 +268,7 @@ def test_a_wrong_command_is_reported_naming_what_is_wrong(line, problem):
         "ACCELERATE_USE_CPU=1 torchrun --standalone --nproc_per_node 2 scripts/train.py --config ...",
         "python scripts/average_checkpoints.py --help",
         "MULTI30K=/data/m30k bash scripts/quickstart.sh en fr best",
+        "bash scripts/quickstart.sh SRC TGT [best]",
     ],
 )
 def test_a_right_command_is_taken(line):
