@@ -132,7 +132,7 @@ def paper_engines(tiny_model_dir, tmp_path_factory, cache_dir):
         {"num_beams": 1, "max_new_tokens": 3},
         {"num_beams": 2, "extra_output_tokens": 2},  # each sentence its own source length + 2
         {"num_beams": 4, "early_stopping": True, "min_new_tokens": 4},
-        {"max_tokens": 40, "max_new_tokens": 12},  # small batches, and the generation config's beam 1
+        {"max_tokens": 40, "max_new_tokens": 12},  # small batches, and the paper's beam (none saved)
     ],
 )
 def test_each_option_means_what_it_means_to_generate(paper_engines, sources, settings):

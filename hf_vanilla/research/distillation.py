@@ -99,7 +99,7 @@ def distill_dataset(
     the wrong direction scores near 0), returned. Only the two languages are kept.
 
     The teachers are loaded one at a time as `runtime` says; `generate_kwargs` (num_beams, length_penalty...) go
-    to `translate_sentences`. An `output_dir` that exists and is not empty is refused unless `overwrite`; the
+    to `translate_sentences` (what they leave open: each teacher's generation config's, else the paper's). An `output_dir` that exists and is not empty is refused unless `overwrite`; the
     directory appears only once it is whole. Every teacher's config is read before any decoding, so a wrong name
     fails at once, not after the models before it have decoded.
 

@@ -49,7 +49,7 @@ from hf_vanilla.evaluation.scoring import TEST_SPLIT, bleu_metric
 from hf_vanilla.files import write_text_atomic
 from hf_vanilla.model.attention_kernels import AUTO_ATTENTION
 from hf_vanilla.model.configuration_vanilla import SIZE_FIELDS, VanillaTransformerConfig
-from hf_vanilla.model.decoding import beam_settings
+from hf_vanilla.model.decoding import resolve_decoding
 from hf_vanilla.model.modeling_vanilla import VanillaTransformerForConditionalGeneration
 from hf_vanilla.precision import resolve_precision
 from hf_vanilla.tokenization import (
@@ -580,7 +580,7 @@ def generation_config(config: TrainingConfig, model_config: VanillaTransformerCo
     fails before training, not at the first save.
     """
     generation = GenerationConfig(
-        **beam_settings(config.num_beams, config.length_penalty),
+        **resolve_decoding(None, {"num_beams": config.num_beams, "length_penalty": config.length_penalty}).generate_kwargs(),
         **{
             name: getattr(model_config, name)
             for name in ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id")

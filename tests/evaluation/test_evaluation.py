@@ -50,6 +50,7 @@ class EchoModel:
 
     def __init__(self):
         self.config = SimpleNamespace(max_position_embeddings=1024)
+        self.generation_config = GenerationConfig()
         self.device = torch.device("cpu")
         self.training = True
         self.calls = []
