@@ -422,7 +422,7 @@ def evaluate_bleu(
         "source_lang": data.source_lang,
         "target_lang": data.target_lang,
         **scored.report,
-        "generation": {**scored.report["generation"], "sources": dict(decoding.sources)},
+        "generation": {**scored.report["generation"], **decoding.report()},
         "seed": seed,
         "hypotheses_file": str(hypotheses_path),
     }

@@ -98,18 +98,17 @@ def paper_length_limit(
 
 
 # Where a resolved decoding value came from, first found first: the caller, the checkpoint's generation config,
-# the paper (section 6.1).
-GIVEN, CHECKPOINT, PAPER = "given", "checkpoint", "paper"
+# sampling (one draw a step, where neither sets a beam size), the paper (section 6.1).
+FROM_CALLER, FROM_CHECKPOINT, FROM_SAMPLING, FROM_PAPER = "given", "checkpoint", "sampling", "paper"
 DECODING_NAMES = ("num_beams", "length_penalty", "max_new_tokens")
-SAMPLING = "sampling"  # one draw a step: a sampling decoder's beam size where nothing else sets one
 
 
 @dataclass(frozen=True)
 class ResolvedDecoding:
-    """The beam size, length penalty and output limit a decoding uses, with where each came from (`sources`:
-    GIVEN, CHECKPOINT, PAPER or SAMPLING, by name). `length_penalty` is None for greedy search, which ranks no
-    finished hypotheses; `max_new_tokens` None is the paper's limit, each sentence its source length +
-    `PAPER_EXTRA_OUTPUT_TOKENS`."""
+    """The beam size, length penalty and output limit a decoding uses, with where each came from (`sources`, by
+    name: FROM_CALLER, FROM_CHECKPOINT, FROM_PAPER or FROM_SAMPLING). `length_penalty` is None for greedy search,
+    which ranks no finished hypotheses; `max_new_tokens` None is the paper's limit, each sentence its source
+    length + `PAPER_EXTRA_OUTPUT_TOKENS`."""
 
     num_beams: int
     length_penalty: float | None
@@ -158,12 +157,17 @@ def resolve_decoding(
     given = given or {}
     saved = generation_config.to_diff_dict() if generation_config is not None else {}
     sampling = {"num_beams": 1} if given.get("do_sample", saved.get("do_sample")) else {}
-    layers = ((GIVEN, given), (CHECKPOINT, saved), (SAMPLING, sampling), (PAPER, PAPER_GENERATION_KWARGS))
+    layers = (
+        (FROM_CALLER, given),
+        (FROM_CHECKPOINT, saved),
+        (FROM_SAMPLING, sampling),
+        (FROM_PAPER, PAPER_GENERATION_KWARGS),
+    )
     values, sources = {}, {}
     for name in DECODING_NAMES:
         # The paper's output limit is no one number (None: each sentence its own), so it is what is left.
         values[name], sources[name] = next(
-            ((chosen[name], source) for source, chosen in layers if chosen.get(name) is not None), (None, PAPER)
+            ((chosen[name], source) for source, chosen in layers if chosen.get(name) is not None), (None, FROM_PAPER)
         )
     if values["num_beams"] == 1:
         values["length_penalty"] = None

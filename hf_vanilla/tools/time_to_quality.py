@@ -118,7 +118,7 @@ def time_to_quality(
         "split": split,
         "sentences": len(pairs),
         "direction": f"{data.source_lang}-{data.target_lang}",
-        "decoding": {**decoding, "sources": dict(resolved.sources)},
+        "decoding": {**decoding, **resolved.report()},
         "engine": runtime.engine.engine,
         "dtype": runtime.engine.precision,
         "cpu": cpu_description(),

@@ -6,7 +6,13 @@ import json
 import pytest
 from transformers import GenerationConfig
 
-from hf_vanilla.model.decoding import CHECKPOINT, GIVEN, PAPER, SAMPLING, resolve_decoding
+from hf_vanilla.model.decoding import (
+    FROM_CALLER,
+    FROM_CHECKPOINT,
+    FROM_PAPER,
+    FROM_SAMPLING,
+    resolve_decoding,
+)
 
 
 def saved(directory, **values) -> GenerationConfig:
@@ -19,7 +25,8 @@ def saved(directory, **values) -> GenerationConfig:
 def test_a_bare_generation_config_leaves_everything_to_the_paper(bare):
     decoding = resolve_decoding(bare)
     assert (decoding.num_beams, decoding.length_penalty, decoding.max_new_tokens) == (4, 0.6, None)
-    assert decoding.sources == {"num_beams": PAPER, "length_penalty": PAPER, "max_new_tokens": PAPER}
+    assert set(decoding.sources) == {"num_beams", "length_penalty", "max_new_tokens"}
+    assert set(decoding.sources.values()) == {FROM_PAPER}
     assert decoding.describe() == (
         "num_beams 4 (paper), length_penalty 0.6 (paper), max_new_tokens source length + 50 (paper)"
     )
@@ -29,20 +36,29 @@ def test_the_checkpoints_saved_values_come_before_the_papers_and_given_ones_befo
     checkpoint = saved(tmp_path, num_beams=2, length_penalty=1.0, max_new_tokens=9)
     decoding = resolve_decoding(checkpoint)
     assert decoding.generate_kwargs() == {"num_beams": 2, "length_penalty": 1.0, "max_new_tokens": 9}
-    assert set(decoding.sources.values()) == {CHECKPOINT}
+    assert set(decoding.sources.values()) == {FROM_CHECKPOINT}
     decoding = resolve_decoding(checkpoint, {"num_beams": 5, "length_penalty": None, "max_new_tokens": 3})
     assert decoding.report() == {
         "num_beams": 5,
         "length_penalty": 1.0,
         "max_new_tokens": 3,
-        "sources": {"num_beams": GIVEN, "length_penalty": CHECKPOINT, "max_new_tokens": GIVEN},
+        "sources": {
+            "num_beams": FROM_CALLER,
+            "length_penalty": FROM_CHECKPOINT,
+            "max_new_tokens": FROM_CALLER,
+        },
     }
 
 
 def test_each_value_falls_back_on_its_own(tmp_path):
     decoding = resolve_decoding(saved(tmp_path, num_beams=6), {"max_new_tokens": 7})
     assert decoding.generate_kwargs() == {"num_beams": 6, "length_penalty": 0.6, "max_new_tokens": 7}
-    assert decoding.sources == {"num_beams": CHECKPOINT, "length_penalty": PAPER, "max_new_tokens": GIVEN}
+    sources = decoding.sources
+    assert (sources["num_beams"], sources["length_penalty"], sources["max_new_tokens"]) == (
+        FROM_CHECKPOINT,
+        FROM_PAPER,
+        FROM_CALLER,
+    )
 
 
 @pytest.mark.parametrize(
@@ -62,11 +78,12 @@ def test_greedy_search_takes_no_length_penalty_whoever_set_one(tmp_path, checkpo
 
 def test_a_greedy_checkpoint_asked_for_beams_takes_the_papers_length_penalty(tmp_path):
     decoding = resolve_decoding(saved(tmp_path, num_beams=1), {"num_beams": 3})
-    assert (decoding.num_beams, decoding.length_penalty, decoding.sources["length_penalty"]) == (3, 0.6, PAPER)
+    assert (decoding.num_beams, decoding.length_penalty) == (3, 0.6)
+    assert decoding.sources["length_penalty"] == FROM_PAPER
 
 
 def test_sampling_without_a_beam_size_draws_with_one(tmp_path):
-    assert resolve_decoding(None, {"do_sample": True}).sources["num_beams"] == SAMPLING
+    assert resolve_decoding(None, {"do_sample": True}).sources["num_beams"] == FROM_SAMPLING
     assert resolve_decoding(saved(tmp_path, num_beams=2), {"do_sample": True}).num_beams == 2
 
 
