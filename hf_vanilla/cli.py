@@ -34,7 +34,13 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """The module docstring as written, and each flag's default after its help."""
+    """The module docstring as written, and each flag's default after its help where the help does not say it
+    (a flag whose default is "not given" says where the value then comes from)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if "(default: " in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -151,7 +157,7 @@ def _add_beam_flags(group, several: bool = False) -> None:
 
     def where(name: str) -> str:
         if several:
-            return f"; each is tried (default: the paper's {PAPER_GENERATION_KWARGS[name]})"
+            return f"; each is tried (default: the paper's {PAPER_GENERATION_KWARGS[name]}, not the checkpoint's)"
         return f" (default: the checkpoint's generation_config.json, else the paper's {PAPER_GENERATION_KWARGS[name]})"
 
     group.add_argument(
