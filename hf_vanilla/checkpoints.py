@@ -65,9 +65,12 @@ def generation_defaults(model_name_or_path: str | os.PathLike) -> GenerationConf
         return GenerationConfig.from_model_config(load_config(model_name_or_path))
 
 
-def decoding_for(model_name_or_path: str | os.PathLike, given: Mapping[str, Any] | None = None) -> ResolvedDecoding:
-    """The beam size, length penalty and output limit a saved model decodes with: `given`'s, else its generation
-    config's, else the paper's (`resolve_decoding`); logged in one line that names where each came from."""
+def decoding_for(
+    model_name_or_path: str | os.PathLike, given: Mapping[str, Any] | None = None
+) -> ResolvedDecoding:
+    """The beam size, length penalty and output limit a saved model decodes with: `given`'s, else its
+    generation config's, else the paper's (`resolve_decoding`); logged in one line that names where each came
+    from."""
     decoding = resolve_decoding(generation_defaults(model_name_or_path), given)
     logger.info("%s decodes with %s", model_name_or_path, decoding.describe())
     return decoding

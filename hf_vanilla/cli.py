@@ -156,9 +156,10 @@ def _add_beam_flags(group, several: bool = False) -> None:
         return [PAPER_GENERATION_KWARGS[name]] if several else None
 
     def where(name: str) -> str:
+        paper = PAPER_GENERATION_KWARGS[name]
         if several:
-            return f"; each is tried (default: the paper's {PAPER_GENERATION_KWARGS[name]}, not the checkpoint's)"
-        return f" (default: the checkpoint's generation_config.json, else the paper's {PAPER_GENERATION_KWARGS[name]})"
+            return f"; each is tried (default: the paper's {paper}, not the checkpoint's)"
+        return f" (default: the checkpoint's generation_config.json, else the paper's {paper})"
 
     group.add_argument(
         "--num-beams",
@@ -314,8 +315,8 @@ def add_max_new_tokens_argument(parser) -> None:
         "--max-new-tokens",
         type=positive_int,
         default=None,
-        help="fixed output limit (default: the checkpoint's generation_config.json, else each sentence its source "
-        f"length + {PAPER_EXTRA_OUTPUT_TOKENS}, the paper's)",
+        help="fixed output limit (default: the checkpoint's generation_config.json, else each sentence its "
+        f"source length + {PAPER_EXTRA_OUTPUT_TOKENS}, the paper's)",
     )
 
 

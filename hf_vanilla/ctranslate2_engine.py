@@ -280,7 +280,8 @@ class CTranslate2Engine:
 
     def _decode(self, sources: Sequence[str], options: DecodingOptions, nbest: bool) -> list[list[tuple[str, float]]]:
         """Each source's translations with their scores (one unless `nbest`; a blank source and greedy search
-        score 0, as `translate_nbest` scores them), in order, decoded with the options `generate` would resolve."""
+        score 0, as `translate_nbest` scores them), in order, decoded with the options `generate` would
+        resolve."""
         options = options.resolved(self.generation)
         keywords = self.translate_keywords(options, nbest)
         results = [[("", 0.0)] for _ in sources]
@@ -343,8 +344,8 @@ class CTranslate2Engine:
         }
 
     def translate_keywords(self, options: DecodingOptions, nbest: bool) -> dict[str, Any]:
-        """`translate_batch`'s keywords for resolved `options` (`DecodingOptions.resolved`); a ValueError naming
-        what CTranslate2 cannot do as `generate` does, before anything is decoded."""
+        """`translate_batch`'s keywords for resolved `options` (`DecodingOptions.resolved`); a ValueError
+        naming what CTranslate2 cannot do as `generate` does, before anything is decoded."""
         if options.cache_implementation is not None:
             raise ValueError(
                 f"cache_implementation {options.cache_implementation!r} is generate's; the ctranslate2 engine keeps "
@@ -368,8 +369,10 @@ class CTranslate2Engine:
         return {
             "beam_size": num_beams,
             "num_hypotheses": num_beams if nbest else 1,
-            # Greedy search has none (it ranks no finished hypotheses); CTranslate2 takes a number all the same.
-            "length_penalty": GREEDY_LENGTH_PENALTY if options.length_penalty is None else options.length_penalty,
+            # Greedy search has none (it ranks no finished hypotheses); CTranslate2 wants a number anyway.
+            "length_penalty": (
+                GREEDY_LENGTH_PENALTY if options.length_penalty is None else options.length_penalty
+            ),
             "return_scores": nbest and num_beams > 1,
             # Counted in the length that the length penalty divides by, as generate counts it.
             "return_end_token": True,

@@ -204,7 +204,10 @@ def decoding_defaults(generation: GenerationConfig) -> str:
         return "greedy search (num_beams 1)"
     beam_search = f"beam search with {decoding.num_beams} beams, length penalty {decoding.length_penalty}"
     if decoding.sources["num_beams"] == FROM_PAPER:
-        return f"none saved: the pipeline and the scripts use the paper's {beam_search}, a plain `generate` greedy search"
+        return (
+            f"none saved: the pipeline and the scripts use the paper's {beam_search}, "
+            "a plain `generate` greedy search"
+        )
     if decoding.sources["length_penalty"] == FROM_PAPER:
         return f"{beam_search} (the paper's penalty; a plain `generate` takes transformers' default)"
     return beam_search

@@ -57,8 +57,9 @@ class DecodingOptions:
     """How sentences are decoded and batched: the one object `translate_sentences`, evaluation and the service share.
 
     `num_beams`, `length_penalty`, `max_new_tokens` and `cache_implementation` go to `generate`; every engine
-    fills in the first three where None as `resolved` does (the model's generation config, else the paper's), and
-    the paper's `max_new_tokens` gives each sentence its source length + `extra_output_tokens` (section 6.1). `other_generate_kwargs`: any other `generate` keyword (do_sample...).
+    fills in the first three where None as `resolved` does (the model's generation config, else the paper's),
+    and the paper's `max_new_tokens` gives each sentence its source length + `extra_output_tokens` (section
+    6.1). `other_generate_kwargs`: any other `generate` keyword (do_sample...).
     `max_tokens`: source tokens a batch (sentences * longest source); `skip_long_lines`: translate a source longer
     than the model's positions to "" rather than cut it; `clean_up_tokenization_spaces`: detokenize with
     transformers' clean-up of spaces before punctuation. Frozen and hashable, so options can key batches."""
@@ -85,8 +86,8 @@ class DecodingOptions:
         )
 
     def resolved(self, generation_config: GenerationConfig | None) -> DecodingOptions:
-        """These options with the beam size, length penalty and output limit `resolve_decoding` gives them over a
-        model's `generation_config`: what every engine decodes with."""
+        """These options with the beam size, length penalty and output limit `resolve_decoding` gives them
+        over a model's `generation_config`: what every engine decodes with."""
         decoding = resolve_decoding(generation_config, self.generate_kwargs())
         return dataclasses.replace(
             self,
@@ -319,7 +320,7 @@ class TranslationEngine(Protocol):
         ...
 
     def translate_nbest(self, sources: Sequence[str], options: DecodingOptions) -> list[list[tuple[str, float]]]:
-        """`translate_nbest`'s contract, as many translations a source as the resolved `options` have beams."""
+        """`translate_nbest`'s contract, a translation a source for each beam of the resolved `options`."""
         ...
 
     @property

@@ -2,9 +2,10 @@
 
 Reads the input (a file, compressed or not, or stdin) a chunk of lines at a time, translates each chunk in
 length-sorted batches with the decoding the flags give, else the checkpoint's generation_config.json, else the
-paper's (beam 4, length penalty 0.6, source length + 50; logged), and writes its translations, blank lines kept blank, as soon as it is done. From --input FILE to
---output FILE the finished chunks are committed beside the output: the same command continues after a crash, and
-several processes share the chunks (docs/translating-corpora.md).
+paper's (beam 4, length penalty 0.6, source length + 50; logged), and writes its translations, blank lines
+kept blank, as soon as it is done. From --input FILE to --output FILE the finished chunks are committed beside
+the output: the same command continues after a crash, and several processes share the chunks
+(docs/translating-corpora.md).
 
     python scripts/translate.py outputs/multi30k-small-de-en/checkpoint_best < input.de > output.en
     python scripts/translate.py CHECKPOINT --input mono.de.gz --output mono.en --sampling --seed 1

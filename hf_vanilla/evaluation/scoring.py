@@ -347,10 +347,10 @@ def score_model(
     runtime: Runtime = Runtime(show_progress=False),
     decoder: Decoder = BEAM_SEARCH,
 ) -> list[dict[str, Any]]:
-    """A saved model decoded on `pairs` (`source` / `target`) by `decoder` with each of `settings`: one row for
-    each variant, with its settings, cased and lowercased BLEU, chrF, the BLEU signature and the seconds spent.
-    What a setting leaves open of the beam size, length penalty and output limit is the model's generation config's,
-    else the paper's (`resolve_decoding`), and its row names the values used."""
+    """A saved model decoded on `pairs` (`source` / `target`) by `decoder` with each of `settings`: one row
+    for each variant, with its settings, cased and lowercased BLEU, chrF, the BLEU signature and the seconds
+    spent. What a setting leaves open of the beam size, length penalty and output limit is the model's
+    generation config's, else the paper's (`resolve_decoding`), and its row names the values used."""
     engine = load_engine(model_name_or_path, runtime.engine)
     generation = generation_defaults(model_name_or_path)
     sources, references = pairs["source"], pairs["target"]
@@ -389,11 +389,12 @@ def evaluate_bleu(
     """Translate a dataset split with a saved model, score it, and write hypotheses and a JSON report.
 
     Decodes with the beam size, length penalty and output limit of `generate_kwargs`, else of the checkpoint's
-    generation_config.json, else the paper's (beam 4, length penalty 0.6, input length + 50; `resolve_decoding`:
-    logged, and the report's "generation" names where each came from, under "sources"), through `decoder` (plain
-    beam search unless a research extra is passed in); the decoder must give one variant. Writes `{split}.{source_lang}-{target_lang}.hyp` (one translation a line,
-    in dataset order) and `.json` into `output_dir`, each atomically, and returns the report (`evaluate_translation`'s,
-    with the model, the decoder's other models, the data and the seed).
+    generation_config.json, else the paper's (beam 4, length penalty 0.6, input length + 50;
+    `resolve_decoding`: logged, and the report's "generation" names where each came from, under "sources"),
+    through `decoder` (plain beam search unless a research extra is passed in); the decoder must give one
+    variant. Writes `{split}.{source_lang}-{target_lang}.hyp` (one translation a line, in dataset order) and
+    `.json` into `output_dir`, each atomically, and returns the report (`evaluate_translation`'s, with the
+    model, the decoder's other models, the data and the seed).
     """
     if scoring.tokenized_bleu:
         require_moses_tokenizer()  # before loading anything

@@ -97,18 +97,18 @@ def paper_length_limit(
     }
 
 
-# Where a resolved decoding value came from, first found first: the caller, the checkpoint's generation config,
-# sampling (one draw a step, where neither sets a beam size), the paper (section 6.1).
+# Where a resolved decoding value came from, first found first: the caller, the checkpoint's generation
+# config, sampling (one draw a step, where neither sets a beam size), the paper (section 6.1).
 FROM_CALLER, FROM_CHECKPOINT, FROM_SAMPLING, FROM_PAPER = "given", "checkpoint", "sampling", "paper"
 DECODING_NAMES = ("num_beams", "length_penalty", "max_new_tokens")
 
 
 @dataclass(frozen=True)
 class ResolvedDecoding:
-    """The beam size, length penalty and output limit a decoding uses, with where each came from (`sources`, by
-    name: FROM_CALLER, FROM_CHECKPOINT, FROM_PAPER or FROM_SAMPLING). `length_penalty` is None for greedy search,
-    which ranks no finished hypotheses; `max_new_tokens` None is the paper's limit, each sentence its source
-    length + `PAPER_EXTRA_OUTPUT_TOKENS`."""
+    """The beam size, length penalty and output limit a decoding uses, with where each came from (`sources`,
+    by name: FROM_CALLER, FROM_CHECKPOINT, FROM_PAPER or FROM_SAMPLING). `length_penalty` is None for greedy
+    search, which ranks no finished hypotheses; `max_new_tokens` None is the paper's limit, each sentence its
+    source length + `PAPER_EXTRA_OUTPUT_TOKENS`."""
 
     num_beams: int
     length_penalty: float | None
@@ -147,9 +147,9 @@ class ResolvedDecoding:
 def resolve_decoding(
     generation_config: GenerationConfig | None, given: Mapping[str, Any] | None = None
 ) -> ResolvedDecoding:
-    """The beam size, length penalty and output limit to decode with, each the first set of: `given` (`generate`
-    keywords; None is not given), what `generation_config` (a checkpoint's) saved, the paper's (beam 4, length
-    penalty 0.6, source length + 50; with sampling, one beam).
+    """The beam size, length penalty and output limit to decode with, each the first set of: `given`
+    (`generate` keywords; None is not given), what `generation_config` (a checkpoint's) saved, the paper's
+    (beam 4, length penalty 0.6, source length + 50; with sampling, one beam).
 
     A saved value is one the config holds beyond GenerationConfig's own defaults (`to_diff_dict`), so a bare
     config leaves everything to the paper. Greedy search (one beam) takes no length penalty, whoever set one:
@@ -166,9 +166,8 @@ def resolve_decoding(
     values, sources = {}, {}
     for name in DECODING_NAMES:
         # The paper's output limit is no one number (None: each sentence its own), so it is what is left.
-        values[name], sources[name] = next(
-            ((chosen[name], source) for source, chosen in layers if chosen.get(name) is not None), (None, FROM_PAPER)
-        )
+        found = ((chosen[name], source) for source, chosen in layers if chosen.get(name) is not None)
+        values[name], sources[name] = next(found, (None, FROM_PAPER))
     if values["num_beams"] == 1:
         values["length_penalty"] = None
         del sources["length_penalty"]

@@ -37,8 +37,8 @@ class VanillaTranslationPipeline(Pipeline):
 
     Decoding follows the paper (section 6.1) where the call, the pipeline's construction and the model's
     generation config leave it open (`resolve_decoding`): beam 4 with length penalty 0.6 (transformers' length
-    penalty, not GNMT's; see `hf_vanilla.model.decoding`), one beam with do_sample, and each sentence at most its
-    source length + `extra_output_tokens` new tokens unless max_new_tokens or max_length is set. Any
+    penalty, not GNMT's; see `hf_vanilla.model.decoding`), one beam with do_sample, and each sentence at most
+    its source length + `extra_output_tokens` new tokens unless max_new_tokens or max_length is set. Any
     `generate` keyword (num_beams, max_new_tokens, do_sample, num_return_sequences, generation_config...)
     can be given at construction or per call. A blank input gives an empty translation; an input longer than
     the model's positions (`max_position_embeddings`) is cut to fit, with a warning. A tokenizer whose

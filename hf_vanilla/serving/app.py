@@ -281,9 +281,9 @@ def check_pair(parameters: TranslationParameters, pair: tuple[str, str] | None) 
 def server_options(
     checkpoint: str | os.PathLike, batching: BatchingSettings, cache_implementation: str | None = None
 ) -> DecodingOptions:
-    """The options a request without generate_parameters decodes with: the checkpoint's beam size, length penalty
-    and output limit, else the paper's (`resolve_decoding`, logged), each batch one `generate` call within the
-    batching budget, no progress bar."""
+    """The options a request without generate_parameters decodes with: the checkpoint's beam size, length
+    penalty and output limit, else the paper's (`resolve_decoding`, logged), each batch one `generate` call
+    within the batching budget, no progress bar."""
     decoding = decoding_for(checkpoint)
     return DecodingOptions(
         num_beams=decoding.num_beams,
@@ -298,8 +298,8 @@ def server_options(
 def request_options(
     base: DecodingOptions, chosen: GenerateParameters | None, limits: RequestLimits, room: int
 ) -> DecodingOptions:
-    """`base` with the request's choices over it, as the engine resolves them (`DecodingOptions.resolved`: greedy
-    search takes no length penalty); RequestRefused (422) for beams or new tokens over the limits."""
+    """`base` with the request's choices over it, as the engine resolves them (`DecodingOptions.resolved`:
+    greedy search takes no length penalty); RequestRefused (422) for beams or new tokens over the limits."""
     settings = chosen.model_dump(exclude_none=True) if chosen else {}
     num_beams = settings.get("num_beams", base.num_beams)
     if num_beams > limits.max_beams:
@@ -399,7 +399,8 @@ def create_app(
 
     limits_shown = (limits.max_beams, MAX_LENGTH_PENALTY, limits.max_characters)
     # Greedy by default: the page's penalty control starts where a beam search request's would.
-    penalty = base.length_penalty if base.length_penalty is not None else PAPER_GENERATION_KWARGS["length_penalty"]
+    penalty = base.length_penalty
+    penalty = PAPER_GENERATION_KWARGS["length_penalty"] if penalty is None else penalty
     page = page_html(PageSettings(base.num_beams, penalty, *limits_shown, pair))
     app = FastAPI(title="hf_vanilla translation", summary=f"Translation with {checkpoint}", lifespan=lifespan)
     app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes)

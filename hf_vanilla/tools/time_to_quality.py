@@ -1,10 +1,10 @@
 """Time to quality: the minutes of training a run needed to reach a BLEU score, e.g. what a peer reached.
 
-Every numbered checkpoint a run saved is decoded on a split as its generation config says, else with the paper's
-settings (beam 4, length penalty 0.6, source length + 50), and scored with sacreBLEU. Its minutes are the run's wall clock when it saved that checkpoint
-(periodic validation included), read from the run's log. A peer model (any saved seq2seq model, e.g. the
-MarianMTModel that transformers' Seq2SeqTrainer trained in the same time on the same machine), decoded and scored
-the same way, gives the score to reach.
+Every numbered checkpoint a run saved is decoded on a split as its generation config says, else with the
+paper's settings (beam 4, length penalty 0.6, source length + 50), and scored with sacreBLEU. Its minutes are
+the run's wall clock when it saved that checkpoint (periodic validation included), read from the run's log. A
+peer model (any saved seq2seq model, e.g. the MarianMTModel that transformers' Seq2SeqTrainer trained in the
+same time on the same machine), decoded and scored the same way, gives the score to reach.
 """
 
 from __future__ import annotations
@@ -99,8 +99,8 @@ def time_to_quality(
     """Score every numbered checkpoint of `run_dir` on `split` of `data`, and the minutes to reach `target`.
 
     What `generate_kwargs` leave open of the decoding is the run's checkpoints' generation config's, else the
-    paper's (`resolve_decoding`, over the first checkpoint's), and the peer decodes the same way. Writes time_to_quality.json and .png into
-    `output_dir` (default: the run directory) and returns the report.
+    paper's (`resolve_decoding`, over the first checkpoint's), and the peer decodes the same way. Writes
+    time_to_quality.json and .png into `output_dir` (default: the run directory) and returns the report.
     """
     minutes = checkpoint_minutes(run_dir)
     resolved = decoding_for(Path(run_dir) / next(iter(minutes)), generate_kwargs)

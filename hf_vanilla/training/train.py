@@ -579,8 +579,9 @@ def generation_config(config: TrainingConfig, model_config: VanillaTransformerCo
     plain `generate` runs to the decoder's positions (the model's `generate`). Checked now, so that a bad setting
     fails before training, not at the first save.
     """
+    beam = resolve_decoding(None, {"num_beams": config.num_beams, "length_penalty": config.length_penalty})
     generation = GenerationConfig(
-        **resolve_decoding(None, {"num_beams": config.num_beams, "length_penalty": config.length_penalty}).generate_kwargs(),
+        **beam.generate_kwargs(),
         **{
             name: getattr(model_config, name)
             for name in ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id")

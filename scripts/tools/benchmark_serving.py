@@ -61,7 +61,7 @@ UNBATCHED = ("--max-tokens", "1", "--max-wait-ms", "0")  # each sentence alone
 
 
 def decoding(args) -> dict:
-    """The decoding of every run, as a request's generate_parameters: `args.decoding`, resolved once in `main`."""
+    """The decoding of every run, as a request's generate_parameters: `args.decoding`, resolved in `main`."""
     return args.decoding.generate_kwargs()
 
 
