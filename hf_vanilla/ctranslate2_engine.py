@@ -66,8 +66,7 @@ CONVERSION_REVISION = "1"
 CONVERTED_FILES = ("config.json", WEIGHTS_FILE, TOKENIZER_FILE)
 # `generate` keywords CTranslate2 takes under its own name, with the same meaning.
 EQUIVALENT_KEYWORDS = {"min_new_tokens": "min_decoding_length"}
-# What `generate` decodes with where neither the options nor the model's generation config say.
-GENERATE_DEFAULTS = GenerationConfig._get_default_generation_params()
+GREEDY_LENGTH_PENALTY = 1.0  # what CTranslate2 is told where greedy search takes none: it ranks nothing by it
 
 
 def vocabulary(tokenizer: PreTrainedTokenizerBase, config: PreTrainedConfig) -> list[str]:
@@ -246,7 +245,7 @@ def load_translator(converted: Path, settings: EngineSettings):
 @dataclass(frozen=True)
 class CTranslate2Engine:
     """`TranslationEngine` through `ctranslate2.Translator`: the batches, limits and texts of `translate_sentences`,
-    the model's generation config deciding what the options leave to it, as it does for `generate`."""
+    and what the options leave open resolved over the model's generation config as for `generate`."""
 
     translator: Any  # ctranslate2.Translator
     tokenizer: PreTrainedTokenizerBase
@@ -273,7 +272,9 @@ class CTranslate2Engine:
 
     def _decode(self, sources: Sequence[str], options: DecodingOptions, nbest: bool) -> list[list[tuple[str, float]]]:
         """Each source's translations with their scores (one unless `nbest`; a blank source and greedy search
-        score 0, as `translate_nbest` scores them), in order."""
+        score 0, as `translate_nbest` scores them), in order, decoded with the options `generate` would
+        resolve."""
+        options = options.resolved(self.generation)
         keywords = self.translate_keywords(options, nbest)
         results = [[("", 0.0)] for _ in sources]
         for indices, batch_ids in encoded_batches(self.tokenizer, self.config, sources, options):
@@ -334,16 +335,9 @@ class CTranslate2Engine:
             for position, result in zip(positions, results, strict=True)
         }
 
-    def _setting(self, name: str, chosen: Any) -> Any:
-        """What `generate` decodes with: the `chosen` value, else the generation config's, else its own default."""
-        for value in (chosen, getattr(self.generation, name)):
-            if value is not None:
-                return value
-        return GENERATE_DEFAULTS[name]
-
     def translate_keywords(self, options: DecodingOptions, nbest: bool) -> dict[str, Any]:
-        """`translate_batch`'s keywords for `options` over the generation config; a ValueError naming what
-        CTranslate2 cannot do as `generate` does, before anything is decoded."""
+        """`translate_batch`'s keywords for resolved `options` (`DecodingOptions.resolved`); a ValueError
+        naming what CTranslate2 cannot do as `generate` does, before anything is decoded."""
         if options.cache_implementation is not None:
             raise ValueError(
                 f"cache_implementation {options.cache_implementation!r} is generate's; the ctranslate2 engine keeps "
@@ -362,12 +356,15 @@ class CTranslate2Engine:
                 f"the ctranslate2 engine has no equivalent of generate's {', '.join(unknown)}: decode with "
                 "--engine transformers"
             )
-        num_beams = self._setting("num_beams", options.num_beams)
+        num_beams = options.num_beams
         end_ids = self.config.eos_token_id if isinstance(self.config.eos_token_id, list) else [self.config.eos_token_id]
         return {
             "beam_size": num_beams,
             "num_hypotheses": num_beams if nbest else 1,
-            "length_penalty": self._setting("length_penalty", options.length_penalty),
+            # Greedy search has none (it ranks no finished hypotheses); CTranslate2 wants a number anyway.
+            "length_penalty": (
+                GREEDY_LENGTH_PENALTY if options.length_penalty is None else options.length_penalty
+            ),
             "return_scores": nbest and num_beams > 1,
             # Counted in the length that the length penalty divides by, as generate counts it.
             "return_end_token": True,

@@ -1,10 +1,11 @@
 """Translate text line by line with a saved model: one line in, one line out, in order, any number of lines.
 
 Reads the input (a file, compressed or not, or stdin) a chunk of lines at a time, translates each chunk in
-length-sorted batches with the paper's decoding (beam 4, length penalty 0.6, source length + 50) unless told
-otherwise, and writes its translations, blank lines kept blank, as soon as it is done. From --input FILE to
---output FILE the finished chunks are committed beside the output: the same command continues after a crash, and
-several processes share the chunks (docs/translating-corpora.md).
+length-sorted batches with the decoding the flags give, else the checkpoint's generation_config.json, else the
+paper's (beam 4, length penalty 0.6, source length + 50; logged), and writes its translations, blank lines
+kept blank, as soon as it is done. From --input FILE to --output FILE the finished chunks are committed beside
+the output: the same command continues after a crash, and several processes share the chunks
+(docs/translating-corpora.md).
 
     python scripts/translate.py outputs/multi30k-small-de-en/checkpoint_best < input.de > output.en
     python scripts/translate.py CHECKPOINT --input mono.de.gz --output mono.en --sampling --seed 1
@@ -17,6 +18,7 @@ search's whole n-best list is reranked (docs/research/extras.md, "Reranking with
 import signal
 import sys
 
+from hf_vanilla.checkpoints import decoding_for
 from hf_vanilla.cli import (
     ArgumentParser,
     add_corpus_arguments,
@@ -50,7 +52,7 @@ from hf_vanilla.research.cli import add_research_arguments, research_decoder
 from hf_vanilla.translation import load_engine
 
 
-def main() -> None:
+def build_parser() -> ArgumentParser:
     parser = ArgumentParser(description=__doc__)
     add_model_argument(parser)
     add_decoding_arguments(parser)
@@ -60,7 +62,11 @@ def main() -> None:
     add_research_arguments(parser)
     add_progress_argument(parser)
     add_logging_argument(parser)
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = build_parser().parse_args()
     configure_logging(args.log_level)
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # stopped as by Ctrl-C: what is committed stays
 
@@ -71,7 +77,8 @@ def main() -> None:
         decoder = research_decoder(args)
         settings = corpus_settings(args)
         runtime = Runtime(**runtime_kwargs(args), show_progress=False)
-        generate_kwargs = {**decoding_kwargs(args), **cache_kwargs(args), **sampling_kwargs(args)}
+        given = {**decoding_kwargs(args), **cache_kwargs(args), **sampling_kwargs(args)}
+        generate_kwargs = decoding_for(args.model, given).applied_to(given)
         options = runtime.decoding(generate_kwargs)
         engine = load_engine(args.model, runtime.engine)
         if not decoder.extra_models:

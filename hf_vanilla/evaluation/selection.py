@@ -12,7 +12,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from hf_vanilla.files import write_json
-from hf_vanilla.model.decoding import PAPER_GENERATION_KWARGS, beam_settings
+from hf_vanilla.model.decoding import PAPER_GENERATION_KWARGS, resolve_decoding
 from hf_vanilla.publishing import CARD_FILE, record_results, set_decoding_defaults
 
 from .paper_bleu import PAPER_BLEU_KEY, require_moses_tokenizer
@@ -69,7 +69,11 @@ def decoding_grid(num_beams: Sequence[int], length_penalties: Sequence[float]) -
         raise ValueError(
             f"need beam sizes >= 1 and length penalties, got {list(num_beams)}, {list(length_penalties)}"
         )
-    settings = [beam_settings(beams, penalty) for beams in num_beams for penalty in length_penalties]
+    settings = [
+        resolve_decoding(None, {"num_beams": beams, "length_penalty": penalty}).generate_kwargs()
+        for beams in num_beams
+        for penalty in length_penalties
+    ]
     return [dict(unique) for unique in dict.fromkeys(tuple(setting.items()) for setting in settings)]
 
 

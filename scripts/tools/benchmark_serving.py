@@ -30,7 +30,7 @@ import requests
 import torch
 from _server_process import ServerProcess  # beside this script
 
-from hf_vanilla.checkpoints import load_tokenizer
+from hf_vanilla.checkpoints import decoding_for, load_tokenizer
 from hf_vanilla.cli import (
     ArgumentParser,
     add_beam_arguments,
@@ -39,6 +39,7 @@ from hf_vanilla.cli import (
     add_max_new_tokens_argument,
     add_max_tokens_argument,
     add_model_argument,
+    beam_kwargs,
     configure_logging,
     exits_on_missing_extra,
     positive_int,
@@ -62,9 +63,8 @@ UNBATCHED = ("--max-tokens", "1", "--max-wait-ms", "0")  # each sentence alone
 
 
 def decoding(args) -> dict:
-    """The decoding of every run, as a request's generate_parameters."""
-    limit = {"max_new_tokens": args.max_new_tokens} if args.max_new_tokens else {}
-    return {"num_beams": args.num_beams, "length_penalty": args.length_penalty, **limit}
+    """The decoding of every run, as a request's generate_parameters: `args.decoding`, resolved in `main`."""
+    return args.decoding.generate_kwargs()
 
 
 def engine_choice(text: str) -> EngineSettings:
@@ -87,7 +87,7 @@ def engine_flags(settings: EngineSettings, workdir: Path) -> tuple[str, ...]:
     return ("--engine", settings.engine, "--compute-type", settings.compute_type, "--ctranslate2-dir", str(workdir))
 
 
-def parse_args():
+def build_parser() -> ArgumentParser:
     parser = ArgumentParser(description=__doc__)
     add_model_argument(parser)
     add_dataset_arguments(parser)
@@ -126,7 +126,7 @@ def parse_args():
     )
     parser.add_argument("--output", default="docs/benchmarks/serving.json", help="the JSON report (the CPU named in it)")
     add_logging_argument(parser)
-    return parser.parse_args()
+    return parser
 
 
 def latency_summary(seconds: list[float], wall: float, sentences: int) -> dict:
@@ -226,8 +226,10 @@ def raw_translate_batch(args, compute_type: str, workdir: Path) -> Callable[[lis
         intra_threads=args.threads,
     )
     tokenizer = load_tokenizer(args.model)
-    limit = {"max_decoding_length": args.max_new_tokens} if args.max_new_tokens else {}
-    options = {"beam_size": args.num_beams, "length_penalty": args.length_penalty, "batch_type": "tokens", **limit}
+    chosen = args.decoding
+    limit = {"max_decoding_length": chosen.max_new_tokens} if chosen.max_new_tokens else {}
+    penalty = {} if chosen.length_penalty is None else {"length_penalty": chosen.length_penalty}
+    options = {"beam_size": chosen.num_beams, **penalty, "batch_type": "tokens", **limit}
 
     def translate(batch: list[str]) -> object:
         tokens = [tokenizer.convert_ids_to_tokens(ids) for ids in tokenizer(batch)["input_ids"]]
@@ -256,8 +258,10 @@ def offline(args, sentences: list[str], decoders: dict[str, Callable[[list], obj
 
 
 def main() -> None:
-    args = parse_args()
+    args = build_parser().parse_args()
     configure_logging(args.log_level)
+    # The flags', else the checkpoint's, else the paper's: every run below decodes with these values.
+    args.decoding = decoding_for(args.model, {**beam_kwargs(args), "max_new_tokens": args.max_new_tokens})
     data = translation_data(args)
     sentences = list(data.pairs(args.split)["source"])
     batched_flags = ("--max-tokens", str(args.max_tokens), "--max-wait-ms", str(args.max_wait_ms))
@@ -293,7 +297,7 @@ def main() -> None:
         "cpu": cpu_description(),
         "threads": args.threads,
         "clients": args.clients,
-        "num_beams": args.num_beams,
+        "decoding": args.decoding.report(),
         "dataset": f"{data.dataset} {args.split} ({args.source_lang}), {len(sentences)} sentences",
         "ratios": {
             f"{over} / {under}": round(rate[over] / rate[under], 2)
