@@ -97,8 +97,8 @@ MISSING_EXTRA_STATUS = 2  # as argparse exits for a bad command line: the comman
 
 @contextlib.contextmanager
 def exits_on_missing_extra():
-    """A missing optional dependency inside ends the script as one `error:` line naming the pip extra that installs
-    it (`extras.require`), with exit status 2, instead of a traceback."""
+    """A missing optional dependency inside ends the script as one `error:` line naming the pip extra that
+    installs it (`extras.require`), with exit status 2, instead of a traceback."""
     try:
         yield
     except MissingExtra as missing:

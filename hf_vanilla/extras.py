@@ -1,6 +1,6 @@
-"""The optional dependencies, each installed by a pip extra of pyproject.toml (plot, tensorboard, ct2, tokenized,
-notebook, serve) and imported only where it is used: where one is missing, `require` says which extra installs
-it in one line, and scripts print that line (`cli.exits_on_missing_extra`) instead of an import's traceback."""
+"""The optional dependencies, each installed by a pip extra of pyproject.toml (plot, tensorboard, ct2,
+tokenized, notebook, serve) and imported only where it is used: where one is missing, `require` says which
+extra installs it in one line, and scripts print that line (`cli.exits_on_missing_extra`), not a traceback."""
 
 from __future__ import annotations
 

@@ -58,8 +58,8 @@ def build_parser() -> ArgumentParser:
         "--validation-pairs",
         type=positive_int,
         default=None,
-        help="choose on the first N pairs of the validation split only, a quicker choice (the report splits are "
-        "decoded whole; default: all)",
+        help="choose on the first N pairs of the validation split only, a quicker choice (the report splits "
+        "are decoded whole; default: all)",
     )
     parser.add_argument(
         "--report-split", nargs="*", default=["test"], help="splits decoded with the choice only (none: skip)"

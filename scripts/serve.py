@@ -29,7 +29,7 @@ from hf_vanilla.cli import (
 )
 from hf_vanilla.extras import require
 
-with exits_on_missing_extra():  # the serve extra: one line where it is missing, not the traceback of an import
+with exits_on_missing_extra():  # the serve extra: one line where it is missing, not an import's traceback
     require("fastapi", extra="serve")
     uvicorn = require("uvicorn", extra="serve")
 from hf_vanilla.serving import BatchingSettings, RequestLimits, create_app  # noqa: E402

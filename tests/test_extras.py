@@ -1,6 +1,6 @@
-"""A missing optional dependency is one line naming the pip extra that installs it, never a traceback: from the
-library (MissingExtra), from each script that needs one (`error:` and exit status 2), and from training, which
-goes on without TensorBoard."""
+"""A missing optional dependency is one line naming the pip extra that installs it, never a traceback: from
+the library (MissingExtra), from each script that needs one (`error:` and exit status 2), and from training,
+which goes on without TensorBoard."""
 
 import logging
 import sys
@@ -92,7 +92,6 @@ def test_training_without_tensorboard_warns_in_one_line_and_goes_on(
     missing(monkeypatch, "tensorboard")
     with caplog.at_level(logging.WARNING):
         train(tiny_config(tiny_dataset, tokenizer_dir, tmp_path, tensorboard=True, max_steps=2))
-    assert "TensorBoard logging is off (tensorboard is not installed: pip install 'hf_vanilla[tensorboard]')" in (
-        caplog.text
-    )
+    install = "pip install 'hf_vanilla[tensorboard]'"
+    assert f"TensorBoard logging is off (tensorboard is not installed: {install})" in caplog.text
     assert (tmp_path / "checkpoint_last").is_dir() and not (tmp_path / "tensorboard").exists()

@@ -1,5 +1,5 @@
-"""scripts/quickstart.sh's smoke recipe end to end on the synthetic corpus: it trains, chooses on validation, scores
-the test split with sacreBLEU, writes the chosen checkpoint's model card and says where everything is."""
+"""scripts/quickstart.sh's smoke recipe end to end on the synthetic corpus: it trains, chooses on validation,
+scores the test split with sacreBLEU, writes the chosen checkpoint's model card and says where it all is."""
 
 import json
 import os
@@ -33,4 +33,4 @@ def test_the_smoke_quickstart_trains_chooses_scores_test_and_writes_the_card(cor
     card = ModelCard.load(os.path.join(chosen, "README.md"))
     assert {result.dataset_split for result in card.data.eval_results} >= {"test"}
     assert f"the chosen model is {chosen} (its model card: {chosen}/README.md)" in completed.stdout
-    assert (outputs / "multi30k-bpe2k-de-en" / "tokenizer.json").is_file()  # under QUICKSTART_OUTPUTS, not outputs/
+    assert (outputs / "multi30k-bpe2k-de-en" / "tokenizer.json").is_file()  # not in the repository's outputs/

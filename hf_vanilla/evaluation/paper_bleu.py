@@ -47,7 +47,7 @@ _FINAL_PERIOD = re.compile(r"(?<=[^\s.])\.$")
 
 
 def require_moses_tokenizer() -> None:
-    """MissingExtra naming the tokenized extra when sacremoses, which tokenized BLEU needs, is not installed."""
+    """MissingExtra naming the tokenized extra where sacremoses, which tokenized BLEU needs, is missing."""
     require("sacremoses", extra="tokenized")
 
 

@@ -79,9 +79,9 @@ def decoding_grid(num_beams: Sequence[int], length_penalties: Sequence[float]) -
 
 @dataclass(frozen=True)
 class SelectionGrid:
-    """What selection tries on `validation_split` (its first `validation_pairs` pairs where given): every beam size
-    of `num_beams` with every length penalty (`decoding_grid`); the winner alone is then decoded on each of
-    `report_splits`, whole."""
+    """What selection tries on `validation_split` (its first `validation_pairs` pairs where given): every beam
+    size of `num_beams` with every length penalty (`decoding_grid`); the winner alone is then decoded on each
+    of `report_splits`, whole."""
 
     num_beams: Sequence[int] = (PAPER_GENERATION_KWARGS["num_beams"],)
     length_penalties: Sequence[float] = (PAPER_GENERATION_KWARGS["length_penalty"],)

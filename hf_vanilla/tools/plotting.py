@@ -11,8 +11,8 @@ from hf_vanilla.training.run_directory import LOG_FILE, read_training_log
 
 
 def pyplot():
-    """matplotlib's pyplot, drawing into files (the Agg backend: no display needed), or MissingExtra naming the
-    plot extra."""
+    """matplotlib's pyplot, drawing into files (the Agg backend: no display needed), or MissingExtra naming
+    the plot extra."""
     require("matplotlib", extra="plot").use("Agg")
     return require("matplotlib.pyplot", extra="plot")
 

@@ -280,7 +280,7 @@ def _run_lock(output_dir: Path, accelerator: Accelerator):
 
 
 def _tensorboard_installed(output_dir: Path) -> bool:
-    """Whether tensorboard is installed; where it is not, a warning naming the extra: training goes on without."""
+    """Whether tensorboard is installed; where it is not, a warning naming its extra, and training goes on."""
     try:
         require("tensorboard", extra="tensorboard")
     except MissingExtra as missing:
