@@ -397,23 +397,38 @@ def test_time_budget_stops_and_saves_and_counts_across_resumes(tiny_dataset, tok
         train(load_training_config(**{**vars(config), "model_overrides": {"d_ff": 128}}), resume=True)
 
 
-def test_patience_stops_after_validations_without_a_lower_loss_and_stays_stopped_on_resume(
+def test_early_stopping_ends_after_validations_without_a_lower_loss_and_stays_stopped_on_resume(
     tiny_dataset, tokenizer_dir, tmp_path, monkeypatch, caplog
 ):
-    """fairseq's --patience: the run ends at the third validation in a row that is no better than the best."""
+    """fairseq's --patience: the run ends at the third validation in a row that is no better than the best, says
+    why in its log and its last checkpoint's card, and averages the checkpoints around the best."""
     scripted_losses = iter([5.0, 4.0, 4.5, 4.0, 4.2, 3.0, 2.0])
 
     def scripted_validation(*args):
         return {"val_loss": next(scripted_losses)}
 
     monkeypatch.setattr("hf_vanilla.training.trainer.validate", scripted_validation)
-    config = tiny_config(tiny_dataset, tokenizer_dir, tmp_path, max_steps=100, save_interval_updates=2, patience=3)
-    with caplog.at_level(logging.INFO, logger="hf_vanilla.training.trainer"):
+    config = tiny_config(
+        tiny_dataset,
+        tokenizer_dir,
+        tmp_path,
+        max_steps=100,
+        save_interval_updates=2,
+        early_stopping_patience=3,
+        validation_bleu=False,
+        average_last=3,
+    )
+    with caplog.at_level(logging.INFO, logger="hf_vanilla.training"):
         train(config)
     assert max(step for step, _ in training_losses(tmp_path)) == 10  # validations at 2, 4 (best), 6, 8, 10
     saved = [path.name for path in numbered_checkpoints(tmp_path)]
     assert saved == [f"checkpoint_{step}" for step in (2, 4, 6, 8, 10)]
-    assert "not improved for 3 validations (best 4.0000); stopping (patience 3)" in caplog.text
+    assert "loss has not improved for 3 validations (best loss 4.0000); stopping (early_stopping_patience 3)" in (
+        caplog.text
+    )
+    assert "Training stopped after update 10: no validation improvement for 3 checks" in caplog.text
+    assert "Training stopped: no validation improvement for 3 checks." in (tmp_path / "checkpoint_10/README.md").read_text()
+    assert "Averaged checkpoint_2, checkpoint_4, checkpoint_6 into" in caplog.text  # around the best, update 4
     train(config, resume=True)  # the patience is spent and saved with the run: nothing more to train
     assert max(step for step, _ in training_losses(tmp_path)) == 10
     assert next(scripted_losses) == 3.0  # no validation ran on resume
@@ -423,7 +438,7 @@ def test_patience_ignores_the_validation_of_a_signal_stop_so_resume_stops_where_
     tiny_dataset, tokenizer_dir, tmp_path, monkeypatch
 ):
     monkeypatch.setattr("hf_vanilla.training.trainer.validate", lambda *args: {"val_loss": 4.0})  # best at the first
-    settings = {"max_steps": 100, "save_interval_updates": 2, "patience": 2}
+    settings = {"max_steps": 100, "save_interval_updates": 2, "early_stopping_patience": 2}
     uninterrupted = tmp_path / "uninterrupted"
     train(tiny_config(tiny_dataset, tokenizer_dir, uninterrupted, **settings))
     assert max(step for step, _ in training_losses(uninterrupted)) == 6  # validations at 2 (best), 4, 6
@@ -447,15 +462,18 @@ def test_patience_ignores_the_validation_of_a_signal_stop_so_resume_stops_where_
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ({"validation_split": None}, "patience counts validations: set validation_split"),
+        ({"validation_split": None}, "early_stopping_patience counts validations: set validation_split"),
         ({"save_interval_updates": None}, "which come at the saves: set save_interval_updates or"),
-        ({"patience": 0}, "patience must be positive or null, got 0"),
-        ({"average_last": 4}, r"average_last \(4\) can exceed the checkpoints of a run that patience stops"),
+        ({"early_stopping_patience": 0}, "early_stopping_patience must be positive or null, got 0"),
+        ({"average_last": 4}, r"average_last \(4\) can exceed the checkpoints of a run that early stopping ends"),
     ],
 )
-def test_patience_settings_that_cannot_work_are_refused(tiny_dataset, tokenizer_dir, tmp_path, overrides, message):
+def test_early_stopping_settings_that_cannot_work_are_refused(
+    tiny_dataset, tokenizer_dir, tmp_path, overrides, message
+):
+    settings = {"early_stopping_patience": 2, **overrides}
     with pytest.raises(TrainingError, match=message):
-        train(tiny_config(tiny_dataset, tokenizer_dir, tmp_path / "out", **{"patience": 2, **overrides}))
+        train(tiny_config(tiny_dataset, tokenizer_dir, tmp_path / "out", **settings))
     assert not (tmp_path / "out").exists() or not list((tmp_path / "out").glob("checkpoint*"))
 
 
