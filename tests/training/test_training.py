@@ -427,11 +427,30 @@ def test_early_stopping_ends_after_validations_without_a_lower_loss_and_stays_st
         caplog.text
     )
     assert "Training stopped after update 10: no validation improvement for 3 checks" in caplog.text
-    assert "Training stopped: no validation improvement for 3 checks." in (tmp_path / "checkpoint_10/README.md").read_text()
+    card = (tmp_path / "checkpoint_10" / "README.md").read_text()
+    assert "Training stopped: no validation improvement for 3 checks." in card
     assert "Averaged checkpoint_2, checkpoint_4, checkpoint_6 into" in caplog.text  # around the best, update 4
     train(config, resume=True)  # the patience is spent and saved with the run: nothing more to train
     assert max(step for step, _ in training_losses(tmp_path)) == 10
     assert next(scripted_losses) == 3.0  # no validation ran on resume
+
+
+def test_early_stopping_follows_validation_bleu_where_the_run_scores_it(
+    tiny_dataset, tokenizer_dir, tmp_path, monkeypatch
+):
+    """The score that picks checkpoint_best counts: BLEU stalls at the second validation while the loss still falls."""
+    scripted = iter([(5.0, 10.0), (4.0, 12.0), (3.5, 11.0), (3.0, 12.0), (2.5, 20.0)])
+
+    def scripted_validation(*args):
+        loss, bleu = next(scripted)
+        return {"val_loss": loss, "val_bleu": bleu}
+
+    monkeypatch.setattr("hf_vanilla.training.trainer.validate", scripted_validation)
+    config = tiny_config(
+        tiny_dataset, tokenizer_dir, tmp_path, max_steps=100, save_interval_updates=2, early_stopping_patience=2
+    )
+    train(config)
+    assert max(step for step, _ in training_losses(tmp_path)) == 8  # BLEU 12 at update 4, no better at 6 and 8
 
 
 def test_patience_ignores_the_validation_of_a_signal_stop_so_resume_stops_where_an_uninterrupted_run_does(
