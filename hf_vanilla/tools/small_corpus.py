@@ -233,4 +233,4 @@ def train_marian(tokenizer_dir: Path, data: Path, languages: tuple[str, str], mi
     result = trainer.train()
     model.save_pretrained(output_dir)
     tokenizer.save_pretrained(output_dir)
-    return output_dir, {"updates": result.global_step, "stopped": f"time budget ({minutes:g} minutes)"}
+    return output_dir, {"updates": result.global_step, "stopped": f"time budget ({minutes:g} min)"}

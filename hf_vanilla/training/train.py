@@ -22,7 +22,7 @@ from pathlib import Path
 import datasets
 import torch
 import yaml
-from accelerate import Accelerator, DataLoaderConfiguration, PartialState
+from accelerate import Accelerator, DataLoaderConfiguration, DistributedDataParallelKwargs, PartialState
 from accelerate.logging import get_logger
 from accelerate.utils import (
     RNG_STATE_NAME,
@@ -305,6 +305,8 @@ def _make_accelerator(config: TrainingConfig, output_dir: Path) -> Accelerator:
         dataloader_config=DataLoaderConfiguration(split_batches=True),
         log_with="tensorboard" if tensorboard else None,
         project_dir=str(output_dir),
+        # A layer LayerDrop skips has no gradient, which DDP must be told to expect (auto may turn LayerDrop on).
+        kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=config.layer_dropout != 0)],
     )
     logger.info(
         "Precision %s on %s: %s; %s",

@@ -376,7 +376,7 @@ class Trainer:
         return self._time_budget() if minutes is not None and self.progress.elapsed_seconds >= 60 * minutes else None
 
     def _time_budget(self) -> str:
-        return f"time budget ({self.config.max_minutes:g} minutes)"
+        return f"time budget ({self.config.max_minutes:g} min)"
 
     def _out_of_patience(self) -> str | None:
         """Early stopping: the validation score (`validation_score`) has gone `early_stopping_patience` interval
