@@ -12,7 +12,7 @@ import dataclasses
 import logging
 import sys
 import typing
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import yaml
@@ -23,7 +23,7 @@ from hf_vanilla.model.decoding import (
     PAPER_GENERATION_KWARGS,
     beam_settings,
 )
-from hf_vanilla.training.settings import PUBLIC_MULTI30K, TrainingConfig, load_training_config
+from hf_vanilla.training.settings import PUBLIC_MULTI30K, SETTING_GROUPS, TrainingConfig, load_training_config
 
 from .corpus import ACCEPTED_FORMS, COMPRESSION_SUFFIXES, dataset_spec
 from .corpus_translation import DEFAULT_CHUNK_LINES, ERROR_HANDLERS, OUTPUT_FORMATS, CorpusSettings
@@ -35,7 +35,12 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """The module docstring as written, and each flag's default after its help."""
+    """The module docstring as written, and each flag's default after its help unless the help says it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if "(default: " in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -85,39 +90,48 @@ def configure_logging(level: str = "info") -> None:
     logging.getLogger("accelerate.utils.other").setLevel(logging.ERROR)
 
 
-def add_training_config_arguments(parser: argparse.ArgumentParser) -> None:
-    """`--config FILE` and a flag for every `TrainingConfig` field, with the field's help, that overrides the
-    file's value; read them back with `training_config`.
+def add_training_config_arguments(parser: argparse.ArgumentParser, settings: Collection[str] | None = None) -> None:
+    """`--config FILE` and a flag for every `TrainingConfig` field (or only those named in `settings`), with the
+    field's help, that overrides the file's value, in a --help section a group of `SETTING_GROUPS`; read them back
+    with `training_config`.
 
     A flag left out is absent from the parsed namespace (not set to the field's default), so that the file's value
     stands; values are read as YAML ("null", "1e-3", "{d_model: 128}"), which `load_training_config` checks. A
     yes/no field's flag alone means yes (`--right-to-left`, or `--right-to-left false`); `--no-FIELD` turns off
     one that is on by default.
     """
-    group = parser.add_argument_group("training config (TrainingConfig keys, configs/*.yaml)")
-    group.add_argument("--config", help="YAML file of TrainingConfig keys; the flags below override its values")
-    defaults, types_of = TrainingConfig(), typing.get_type_hints(TrainingConfig)
-    for field in dataclasses.fields(TrainingConfig):
-        flag, kind, default = "--" + field.name.replace("_", "-"), types_of[field.name], getattr(defaults, field.name)
-        described = f"{field.metadata['help']} (default: {default!r})"
-        if kind is bool:
+    parser.add_argument_group("training config (TrainingConfig keys, configs/*.yaml)").add_argument(
+        "--config", help="YAML file of TrainingConfig keys; the flags below override its values"
+    )
+    fields = [field for field in dataclasses.fields(TrainingConfig) if settings is None or field.name in settings]
+    for name, description in SETTING_GROUPS.items():
+        in_group = [field for field in fields if field.metadata["group"] == name]
+        if in_group:
+            group = parser.add_argument_group(name, description)
+            for field in in_group:
+                _add_setting_flag(group, field)
+
+
+def _add_setting_flag(group, field: dataclasses.Field) -> None:
+    flag, kind = "--" + field.name.replace("_", "-"), typing.get_type_hints(TrainingConfig)[field.name]
+    default = field.default_factory() if field.default is dataclasses.MISSING else field.default
+    described = f"{field.metadata['help']} (default: {default!r})"
+    if kind is bool:
+        group.add_argument(flag, nargs="?", const=True, type=yaml.safe_load, default=argparse.SUPPRESS, help=described)
+        if default:
+            off = f"--no-{flag[2:]}"
             group.add_argument(
-                flag, nargs="?", const=True, type=yaml.safe_load, default=argparse.SUPPRESS, help=described
+                off, dest=field.name, action="store_false", default=argparse.SUPPRESS, help=f"turn off {flag}"
             )
-            if default:
-                off = f"--no-{flag[2:]}"
-                group.add_argument(
-                    off, dest=field.name, action="store_false", default=argparse.SUPPRESS, help=f"turn off {flag}"
-                )
-            continue
-        group.add_argument(
-            flag,
-            nargs="+" if field.name == "dataset" else None,  # a file a split, as --dataset of the other scripts
-            type=str if kind is str else yaml.safe_load,
-            metavar=field.name.upper(),
-            default=argparse.SUPPRESS,
-            help=described,
-        )
+        return
+    group.add_argument(
+        flag,
+        nargs="+" if field.name == "dataset" else None,  # a file a split, as --dataset of the other scripts
+        type=str if kind is str else yaml.safe_load,
+        metavar=field.name.upper(),
+        default=argparse.SUPPRESS,
+        help=described,
+    )
 
 
 def training_config_overrides(args: argparse.Namespace) -> dict[str, Any]:

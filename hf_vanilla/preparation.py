@@ -8,6 +8,7 @@ first process prepares while the node's other processes wait (accelerate's `loca
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from pathlib import Path
@@ -18,9 +19,18 @@ from accelerate import PartialState
 from hf_vanilla.data import example_lengths
 from hf_vanilla.tokenization import describe_tokenizer_training, train_tokenizer_on_pairs
 from hf_vanilla.training.settings import TrainingConfig, TrainingError
-from hf_vanilla.training.train import load_inputs, pairs_source, training_pairs
+from hf_vanilla.training.train import load_inputs, pairs_source, training_pairs, with_corpus_recipe
 
 logger = logging.getLogger(__name__)
+
+# The TrainingConfig keys that decide what is prepared, and so scripts/prepare_data.py's flags: the data and its
+# cleaning, the tokenizer, the model's shape (its positions bound the pairs kept) and the seed that draws held-out
+# pairs. Their values must be the training run's for it to find the prepared cache.
+PREPARATION_SETTINGS = frozenset(
+    {field.name for field in dataclasses.fields(TrainingConfig) if field.metadata["group"] == "data"}
+    | {"tokenizer", "tokenizer_vocab_size", "init_from", "model_preset", "model_overrides", "seed"}
+)
+
 
 def prepare_training_data(
     config: TrainingConfig, tokenizer_sample_pairs: int | None = None, state: PartialState | None = None
@@ -35,6 +45,7 @@ def prepare_training_data(
         raise TrainingError("tokenizer is required: the directory to load it from, or to train it into")
     state = state or PartialState()
     started = time.perf_counter()
+    config = with_corpus_recipe(config)  # a tokenizer_vocab_size left auto is known before the tokenizer is trained
     report: dict[str, Any] = {"dataset": config.dataset, "dataset_config": config.dataset_config}
     if not config.init_from and not Path(config.tokenizer).exists():
         with state.main_process_first():

@@ -32,7 +32,7 @@ from hf_vanilla.evaluation.scoring import Runtime, ScoreOptions, evaluate_bleu
 from hf_vanilla.research.cli import add_research_arguments, research_decoder
 
 
-def main() -> None:
+def build_parser() -> ArgumentParser:
     parser = ArgumentParser(description=__doc__)
     add_model_argument(parser)
     add_dataset_arguments(parser)
@@ -47,7 +47,11 @@ def main() -> None:
         "--output-dir", default="outputs/evaluation", help="where the hypotheses and report go"
     )
     add_logging_argument(parser)
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = build_parser().parse_args()
     configure_logging(args.log_level)
 
     try:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The main job on a fresh machine: install, train a Multi30k recipe, choose on validation, report sacreBLEU.
 #   bash scripts/quickstart.sh                # de->en, the 30-minute recipe (configs/multi30k-small.yaml)
-#   bash scripts/quickstart.sh en de          # en->de (also en fr, en cs: Multi30k has four languages)
+#   bash scripts/quickstart.sh en de          # en->de (en fr, en cs with MULTI30K: the Hub's copy has only de, en)
 #   bash scripts/quickstart.sh de en best     # the no-time-limit recipe (configs/multi30k-best.yaml)
 # Trains configs/multi30k-RECIPE.yaml, chooses between the best, last and averaged checkpoints and the beam size /
 # length penalty on validation BLEU, then decodes test2016 once (sacreBLEU, with the papers' tokenized BLEU beside

@@ -44,7 +44,7 @@ WEIGHT_COLUMNS = (
 )
 
 
-def main() -> None:
+def build_parser() -> ArgumentParser:
     parser = ArgumentParser(description=__doc__)
     parser.add_argument(
         "models", nargs="+", help="saved model directories, or run directories (their best, last and average)"
@@ -62,7 +62,11 @@ def main() -> None:
         "--output-dir", default="outputs/selection", help="where selection.json and the reports go"
     )
     add_logging_argument(parser)
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = build_parser().parse_args()
     configure_logging(args.log_level)
 
     try:

@@ -40,7 +40,7 @@ LIMIT_HELP = {
 }
 
 
-def parse_args():
+def build_parser() -> ArgumentParser:
     parser = ArgumentParser(description=__doc__)
     add_model_argument(parser)
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
@@ -72,11 +72,11 @@ def parse_args():
             help=LIMIT_HELP[field.name],
         )
     add_logging_argument(parser)
-    return parser.parse_args()
+    return parser
 
 
 def main() -> None:
-    args = parse_args()
+    args = build_parser().parse_args()
     configure_logging(args.log_level)
     try:
         engine = engine_settings(args)

@@ -49,7 +49,7 @@ from hf_vanilla.research.cli import add_research_arguments, research_decoder
 from hf_vanilla.translation import load_engine
 
 
-def main() -> None:
+def build_parser() -> ArgumentParser:
     parser = ArgumentParser(description=__doc__)
     add_model_argument(parser)
     add_decoding_arguments(parser)
@@ -59,7 +59,11 @@ def main() -> None:
     add_research_arguments(parser)
     add_progress_argument(parser)
     add_logging_argument(parser)
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = build_parser().parse_args()
     configure_logging(args.log_level)
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # stopped as by Ctrl-C: what is committed stays
 

@@ -85,7 +85,7 @@ def engine_flags(settings: EngineSettings, workdir: Path) -> tuple[str, ...]:
     return ("--engine", settings.engine, "--compute-type", settings.compute_type, "--ctranslate2-dir", str(workdir))
 
 
-def parse_args():
+def build_parser() -> ArgumentParser:
     parser = ArgumentParser(description=__doc__)
     add_model_argument(parser)
     add_dataset_arguments(parser)
@@ -124,7 +124,7 @@ def parse_args():
     )
     parser.add_argument("--output", default="docs/benchmarks/serving.json", help="the JSON report (the CPU named in it)")
     add_logging_argument(parser)
-    return parser.parse_args()
+    return parser
 
 
 def latency_summary(seconds: list[float], wall: float, sentences: int) -> dict:
@@ -254,7 +254,7 @@ def offline(args, sentences: list[str], decoders: dict[str, Callable[[list], obj
 
 
 def main() -> None:
-    args = parse_args()
+    args = build_parser().parse_args()
     configure_logging(args.log_level)
     data = translation_data(args)
     sentences = list(data.pairs(args.split)["source"])

@@ -34,7 +34,7 @@ ENGINES = {
 }
 
 
-def main() -> None:
+def build_parser() -> ArgumentParser:
     parser = ArgumentParser(description=__doc__)
     add_model_argument(parser)
     add_dataset_arguments(parser)
@@ -42,7 +42,11 @@ def main() -> None:
     add_device_argument(parser)
     parser.add_argument("--output", required=True, help="the JSON report to write")
     add_logging_argument(parser)
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = build_parser().parse_args()
     configure_logging(args.log_level)
     pairs = translation_data(args).pairs(args.split)
     sources, references = list(pairs["source"]), list(pairs["target"])

@@ -8,7 +8,7 @@ from hf_vanilla.ctranslate2_engine import convert_to_ctranslate2
 from hf_vanilla.tools.export import export_to_marian, load_vanilla, max_logit_difference
 
 
-def main() -> None:
+def build_parser() -> ArgumentParser:
     parser = ArgumentParser(description=__doc__)
     parser.add_argument("model_dir", help="a saved hf_vanilla model directory")
     parser.add_argument("output_dir", help="where the MarianMTModel directory goes")
@@ -24,6 +24,11 @@ def main() -> None:
     )
     parser.add_argument("--overwrite", action="store_true", help="replace existing output directories")
     add_logging_argument(parser)
+    return parser
+
+
+def main() -> None:
+    parser = build_parser()
     args = parser.parse_args()
     configure_logging(args.log_level)
 

@@ -27,7 +27,7 @@ from hf_vanilla.evaluation.scoring import Runtime
 from hf_vanilla.tools.time_to_quality import QualityTarget, time_to_quality
 
 
-def main() -> None:
+def build_parser() -> ArgumentParser:
     parser = ArgumentParser(description=__doc__)
     parser.add_argument("run", help="a training run directory (its numbered checkpoints and train_log.jsonl)")
     parser.add_argument(
@@ -40,7 +40,11 @@ def main() -> None:
     add_runtime_arguments(parser)
     parser.add_argument("--output-dir", help="where the report and plot go (default: the run directory)")
     add_logging_argument(parser)
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = build_parser().parse_args()
     configure_logging(args.log_level)
     try:
         report = time_to_quality(
