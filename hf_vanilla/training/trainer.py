@@ -4,10 +4,10 @@
 `Trainer._update` one update (sections 5.1, 5.3, 5.4). An update reads nothing back from the device: its loss
 and token count are added up there and read at a log or save point, where the run also checks that it has not
 diverged. Decisions that follow the update count (max_steps, save_interval_updates) or the validation scores
-(early stopping: every process reads the same reduced loss and gathered BLEU) are the same on every process; those that follow the
-clock (max_minutes, save_interval_minutes) and a stop signal are taken on the main process and shared with
-every process in one reduction as `TrainerControl`, every update with one process (no device involved) and
-every `SHARE_INTERVAL` updates with several, so all stop and save together.
+(early stopping: every process reads the same reduced loss and gathered BLEU) are the same on every process;
+those that follow the clock (max_minutes, save_interval_minutes) and a stop signal are taken on the main process
+and shared with every process in one reduction as `TrainerControl`, every update with one process (no device
+involved) and every `SHARE_INTERVAL` updates with several, so all stop and save together.
 """
 
 from __future__ import annotations
