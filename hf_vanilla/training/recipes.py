@@ -156,11 +156,13 @@ def apply_recipe(config: TrainingConfig, pairs: int) -> TrainingConfig:
 
 def describe(config: TrainingConfig, pairs: int, name: str, auto: list[str]) -> str:
     """One line: the corpus size, the row, the values the run trains with, and which of them the config set."""
-    def shape(name: str):
+
+    def shape(field: str):
         preset = PRESETS.get(config.model_preset, {})
-        return config.model_overrides.get(name, preset.get(name, getattr(VanillaTransformerConfig, name)))
+        return config.model_overrides.get(field, preset.get(field, getattr(VanillaTransformerConfig, field)))
 
     patience = config.early_stopping_patience
+    learning_rate = "the paper's" if config.lr is None else config.lr
     parts = [
         f"BPE {config.tokenizer_vocab_size:,}",
         f"d_model {shape('d_model')}, d_ff {shape('d_ff')}, {shape('encoder_layers')}+{shape('decoder_layers')} layers",
@@ -169,7 +171,7 @@ def describe(config: TrainingConfig, pairs: int, name: str, auto: list[str]) -> 
         f"target words {config.target_word_dropout}",
         f"label smoothing {config.label_smoothing}",
         f"max_tokens {config.max_tokens:,}",
-        f"lr {config.lr if config.lr is not None else 'the paper'}, warmup {config.warmup}",
+        f"lr {learning_rate}, warmup {config.warmup}",
         f"early stopping after {patience} validations without improvement" if patience else "no early stopping",
     ]
     given = [key for key in RECIPE_KEYS if key not in auto]
