@@ -8,6 +8,7 @@ several groups or scripts share; a reader beside each turns the parsed flags int
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import logging
 import sys
@@ -21,13 +22,13 @@ from hf_vanilla.model.decoding import (
     DEFAULT_MAX_TOKENS,
     PAPER_EXTRA_OUTPUT_TOKENS,
     PAPER_GENERATION_KWARGS,
-    beam_settings,
 )
 from hf_vanilla.training.settings import PUBLIC_MULTI30K, SETTING_GROUPS, TrainingConfig, load_training_config
 
 from .corpus import ACCEPTED_FORMS, COMPRESSION_SUFFIXES, dataset_spec
 from .corpus_translation import DEFAULT_CHUNK_LINES, ERROR_HANDLERS, OUTPUT_FORMATS, CorpusSettings
 from .evaluation.scoring import TranslationData
+from .extras import MissingExtra
 from .precision import DTYPE_NAMES
 from .translation import COMPUTE_TYPES, ENGINES, TRANSFORMERS, EngineSettings
 
@@ -35,7 +36,8 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """The module docstring as written, and each flag's default after its help unless the help says it."""
+    """The module docstring as written, and each flag's default after its help where the help does not say it
+    (a flag whose default is "not given" says where the value then comes from)."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         if "(default: " in (action.help or ""):
@@ -88,6 +90,20 @@ def configure_logging(level: str = "info") -> None:
     logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("accelerate").setLevel(logging.WARNING)
     logging.getLogger("accelerate.utils.other").setLevel(logging.ERROR)
+
+
+MISSING_EXTRA_STATUS = 2  # as argparse exits for a bad command line: the command cannot run as installed
+
+
+@contextlib.contextmanager
+def exits_on_missing_extra():
+    """A missing optional dependency inside ends the script as one `error:` line naming the pip extra that
+    installs it (`extras.require`), with exit status 2, instead of a traceback."""
+    try:
+        yield
+    except MissingExtra as missing:
+        print(f"error: {missing}", file=sys.stderr)
+        sys.exit(MISSING_EXTRA_STATUS)
 
 
 def add_training_config_arguments(parser: argparse.ArgumentParser, settings: Collection[str] | None = None) -> None:
@@ -152,39 +168,53 @@ def add_model_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def add_beam_arguments(parser: argparse.ArgumentParser, several: bool = False) -> None:
-    """Beam size and length penalty, the paper's by default (one value each, or with `several` lists of values to
-    try); read them back with `beam_kwargs`."""
+    """Beam size and length penalty: one value each, not given by default (the checkpoint's generation config
+    decides, else the paper); with `several`, lists of values to try, the paper's by default. Read them back
+    with `beam_kwargs`."""
     _add_beam_flags(parser.add_argument_group("beam search"), several)
 
 
 def _add_beam_flags(group, several: bool = False) -> None:
-    tried, nargs = ("; each is tried", "+") if several else ("", None)
+    nargs = "+" if several else None
 
-    def paper(name: str):
-        return [PAPER_GENERATION_KWARGS[name]] if several else PAPER_GENERATION_KWARGS[name]
+    def default(name: str):
+        return [PAPER_GENERATION_KWARGS[name]] if several else None
+
+    def where(name: str) -> str:
+        paper = PAPER_GENERATION_KWARGS[name]
+        if several:
+            return f"; each is tried (default: the paper's {paper}, not the checkpoint's)"
+        return f" (default: the checkpoint's generation_config.json, else the paper's {paper})"
 
     group.add_argument(
-        "--num-beams", type=positive_int, nargs=nargs, default=paper("num_beams"), help=f"beam size; 1: greedy{tried}"
+        "--num-beams",
+        type=positive_int,
+        nargs=nargs,
+        default=default("num_beams"),
+        help=f"beam size; 1: greedy, which takes no length penalty{where('num_beams')}",
     )
     group.add_argument(
         "--length-penalty",
         type=float,
         nargs=nargs,
-        default=paper("length_penalty"),
-        help=f"beam search divides a hypothesis' log-probability by length**this{tried}",
+        default=default("length_penalty"),
+        help=f"beam search divides a hypothesis' log-probability by length**this{where('length_penalty')}",
     )
 
 
 def beam_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """`generate` kwargs from one beam size and length penalty (`beam_settings`: greedy search has no length
-    penalty)."""
-    return beam_settings(args.num_beams, args.length_penalty)
+    """The beam size and length penalty given as flags, as `generate` kwargs (`resolve_decoding` fills in the
+    others)."""
+    chosen = {"num_beams": args.num_beams, "length_penalty": args.length_penalty}
+    return {name: value for name, value in chosen.items() if value is not None}
 
 
 def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
     """How translations are searched: beam size, length penalty, output limit and lines too long for the model;
     read them back with `decoding_kwargs`."""
-    group = parser.add_argument_group("decoding (the paper's, section 6.1, unless told)")
+    group = parser.add_argument_group(
+        "decoding (what is not given: the checkpoint's generation_config.json, else the paper's, section 6.1)"
+    )
     _add_beam_flags(group)
     add_max_new_tokens_argument(group)
     group.add_argument(
@@ -229,13 +259,12 @@ def add_sampling_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def sampling_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """`generate` kwargs from `add_sampling_arguments`, over `decoding_kwargs`' (one beam, so no length penalty,
-    which generate would warn of): none without --sampling."""
+    """`generate` kwargs from `add_sampling_arguments`, over `decoding_kwargs`' (one beam, whatever they say):
+    none without --sampling."""
     if not args.sampling:
         return {}
     return {
         "num_beams": 1,
-        "length_penalty": None,
         "do_sample": True,
         "top_k": args.top_k,
         "top_p": args.top_p,
@@ -311,7 +340,8 @@ def add_max_new_tokens_argument(parser) -> None:
         "--max-new-tokens",
         type=positive_int,
         default=None,
-        help=f"fixed output limit (default: each sentence its source length + {PAPER_EXTRA_OUTPUT_TOKENS})",
+        help="fixed output limit (default: the checkpoint's generation_config.json, else each sentence its "
+        f"source length + {PAPER_EXTRA_OUTPUT_TOKENS}, the paper's)",
     )
 
 

@@ -21,6 +21,8 @@ from hf_vanilla.cli import (
     add_tokenized_bleu_argument,
     cache_kwargs,
     configure_logging,
+    exits_on_missing_extra,
+    positive_int,
     runtime_kwargs,
     translation_data,
 )
@@ -53,6 +55,13 @@ def build_parser() -> ArgumentParser:
     add_dataset_arguments(parser)
     parser.add_argument("--validation-split", default="validation", help="the split the choice is made on")
     parser.add_argument(
+        "--validation-pairs",
+        type=positive_int,
+        default=None,
+        help="choose on the first N pairs of the validation split only, a quicker choice (the report splits "
+        "are decoded whole; default: all)",
+    )
+    parser.add_argument(
         "--report-split", nargs="*", default=["test"], help="splits decoded with the choice only (none: skip)"
     )
     add_runtime_arguments(parser)
@@ -74,13 +83,16 @@ def main() -> None:
             args.models,
             translation_data(args),
             args.output_dir,
-            SelectionGrid(args.num_beams, args.length_penalty, args.validation_split, args.report_split),
+            SelectionGrid(
+                args.num_beams, args.length_penalty, args.validation_split, args.report_split,
+                args.validation_pairs,
+            ),  # fmt: skip
             Runtime(**runtime_kwargs(args)),
             ScoreOptions(tokenized_bleu=args.tokenized_bleu),
             research_decoder(args),
             **cache_kwargs(args),
         )
-    except (ValueError, FileNotFoundError, ImportError) as err:
+    except (ValueError, FileNotFoundError) as err:
         sys.exit(f"error: {err}")
     print_selection(selection, args.validation_split)
 
@@ -122,4 +134,5 @@ def print_selection(selection: dict, validation_split: str) -> None:
         print(f"decoding defaults ({decoding_label(chosen)}) saved to {saved_to}: pipeline and generate use them")
 
 if __name__ == "__main__":
-    main()
+    with exits_on_missing_extra():
+        main()

@@ -17,8 +17,6 @@ import logging
 import signal
 import sys
 
-import uvicorn
-
 from hf_vanilla.cli import (
     ArgumentParser,
     add_logging_argument,
@@ -26,9 +24,15 @@ from hf_vanilla.cli import (
     add_runtime_arguments,
     configure_logging,
     engine_settings,
+    exits_on_missing_extra,
     positive_int,
 )
-from hf_vanilla.serving import BatchingSettings, RequestLimits, create_app
+from hf_vanilla.extras import require
+
+with exits_on_missing_extra():  # the serve extra: one line where it is missing, not an import's traceback
+    require("fastapi", extra="serve")
+    uvicorn = require("uvicorn", extra="serve")
+from hf_vanilla.serving import BatchingSettings, RequestLimits, create_app  # noqa: E402
 
 BATCHING = BatchingSettings()
 LIMIT_HELP = {
@@ -111,4 +115,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with exits_on_missing_extra():
+        main()

@@ -62,6 +62,16 @@ def test_every_flag_has_a_help_line(script, monkeypatch):
     assert [flag for flag, text in helps.items() if not text] == [], script.name
 
 
+@pytest.mark.parametrize("script", ["translate.py", "evaluate_bleu.py"])
+def test_decoding_flags_are_not_given_by_default_and_say_where_the_value_then_comes_from(script, monkeypatch):
+    parser = script_parser(SCRIPTS / script, monkeypatch)
+    args, _ = parser.parse_known_args(["model", *DE_EN])  # parse_args is captured here
+    assert (args.num_beams, args.length_penalty, args.max_new_tokens) == (None, None, None)
+    shown = " ".join(parser.format_help().split())
+    assert "(default: the checkpoint's generation_config.json, else the paper's 4)" in shown
+    assert "(default: None)" not in shown.split("--num-beams", 1)[1].split("--skip-long-lines", 1)[0]
+
+
 def sections(parser: argparse.ArgumentParser) -> set[str]:
     """The titles of `parser`'s --help sections."""
     return {line[:-1] for line in parser.format_help().splitlines() if re.fullmatch(r"\S.*:", line)}
@@ -151,7 +161,7 @@ def test_quickstart_refuses_an_unknown_recipe_before_installing_anything():
     )
     assert finished.returncode == 2
     assert "no recipe 'fastest'" in finished.stderr
-    assert finished.stderr.split("the recipes are:")[1].split() == ["base", "best", "small"]
+    assert finished.stderr.split("the recipes are:")[1].split() == ["base", "best", "small", "smoke"]
     assert "pip" not in finished.stdout + finished.stderr
 
 

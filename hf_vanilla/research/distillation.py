@@ -98,10 +98,11 @@ def distill_dataset(
     saying how it was made, with each teacher's sacreBLEU against the training split's own references (a model of
     the wrong direction scores near 0), returned. Only the two languages are kept.
 
-    The teachers are loaded one at a time as `runtime` says; `generate_kwargs` (num_beams, length_penalty...) go
-    to `translate_sentences`. An `output_dir` that exists and is not empty is refused unless `overwrite`; the
-    directory appears only once it is whole. Every teacher's config is read before any decoding, so a wrong name
-    fails at once, not after the models before it have decoded.
+    The teachers are loaded one at a time as `runtime` says; `generate_kwargs` (num_beams, length_penalty...)
+    go to `translate_sentences` (what they leave open: each teacher's generation config's, else the paper's).
+    An `output_dir` that exists and is not empty is refused unless `overwrite`; the directory appears only
+    once it is whole. Every teacher's config is read before any decoding, so a wrong name fails at once, not
+    after the models before it have decoded.
 
     Each teacher's translations are saved as `saved` says, keyed by the model's weights, config and vocabulary, the
     sentences and the decoding settings: a stopped run given again goes on where it stopped, and another run that

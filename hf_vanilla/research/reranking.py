@@ -24,7 +24,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from hf_vanilla.checkpoints import load_models
 from hf_vanilla.data import TokenBatchSampler
-from hf_vanilla.model.decoding import DEFAULT_MAX_TOKENS, reverse_words
+from hf_vanilla.model.decoding import DEFAULT_MAX_TOKENS, resolve_decoding, reverse_words
 from hf_vanilla.translation import translate_nbest
 
 from .language_model import IGNORED, load_language_models, mean_label_log_probs, sentence_log_probs
@@ -295,13 +295,15 @@ def translate_reranked(
     show_progress: bool = True,
     **options,
 ) -> list[list[str]]:
-    """`translate_sentences` with beam search's n-best list (`num_beams` of `options`, 1 if absent) reranked by
-    `models` (and each translation's words, where `weightings` name a word bonus), once for each of `weightings`
-    (`reranking_weights`' names, one weight each): one list of translations each, the n-best list and its scores
-    computed once for all; the other `options` as `translate_nbest` takes them."""
-    num_beams = options.pop("num_beams", 1)
+    """`translate_sentences` with beam search's n-best list (`num_beams` of `options`, else the model's
+    generation config's, else the paper's: `resolve_decoding`) reranked by `models` (and each translation's
+    words, where `weightings` name a word bonus), once for each of `weightings` (`reranking_weights`' names,
+    one weight each): one list of translations each, the n-best list and its scores computed once for all; the
+    other `options` as `translate_nbest` takes them."""
+    settings = resolve_decoding(model.generation_config, options).applied_to(options)
+    num_beams = settings.pop("num_beams")
     nbest = translate_nbest(
-        model, tokenizer, sources, num_beams, max_tokens=max_tokens, show_progress=show_progress, **options
+        model, tokenizer, sources, num_beams, max_tokens=max_tokens, show_progress=show_progress, **settings
     )
     features = reranking_features(nbest, sources, models, max_tokens, show_progress)
     if any(WORD_BONUS in weights for weights in weightings):

@@ -22,6 +22,7 @@ from hf_vanilla.cli import (
     cache_kwargs,
     configure_logging,
     decoding_kwargs,
+    exits_on_missing_extra,
     runtime_kwargs,
     translation_data,
 )
@@ -81,4 +82,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with exits_on_missing_extra():
+        main()

@@ -10,6 +10,7 @@ from hf_vanilla.cli import (
     add_dtype_argument,
     add_logging_argument,
     configure_logging,
+    exits_on_missing_extra,
 )
 from hf_vanilla.precision import resolve_device
 from hf_vanilla.tools.benchmark import (
@@ -106,4 +107,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with exits_on_missing_extra():
+        main()

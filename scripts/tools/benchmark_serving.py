@@ -30,7 +30,7 @@ import requests
 import torch
 from _server_process import ServerProcess  # beside this script
 
-from hf_vanilla.checkpoints import load_tokenizer
+from hf_vanilla.checkpoints import decoding_for, load_tokenizer
 from hf_vanilla.cli import (
     ArgumentParser,
     add_beam_arguments,
@@ -39,10 +39,13 @@ from hf_vanilla.cli import (
     add_max_new_tokens_argument,
     add_max_tokens_argument,
     add_model_argument,
+    beam_kwargs,
     configure_logging,
+    exits_on_missing_extra,
     positive_int,
     translation_data,
 )
+from hf_vanilla.extras import require
 from hf_vanilla.files import write_json
 from hf_vanilla.precision import cpu_description
 from hf_vanilla.serving.batching import DEFAULT_BATCHING
@@ -60,9 +63,8 @@ UNBATCHED = ("--max-tokens", "1", "--max-wait-ms", "0")  # each sentence alone
 
 
 def decoding(args) -> dict:
-    """The decoding of every run, as a request's generate_parameters."""
-    limit = {"max_new_tokens": args.max_new_tokens} if args.max_new_tokens else {}
-    return {"num_beams": args.num_beams, "length_penalty": args.length_penalty, **limit}
+    """The decoding of every run, as a request's generate_parameters: `args.decoding`, resolved in `main`."""
+    return args.decoding.generate_kwargs()
 
 
 def engine_choice(text: str) -> EngineSettings:
@@ -213,9 +215,9 @@ def offline_decoding(args, settings: EngineSettings, workdir: Path) -> Callable[
 def raw_translate_batch(args, compute_type: str, workdir: Path) -> Callable[[list], object]:
     """CTranslate2's `translate_batch` alone on the converted model: sentences as token strings in batches of the
     same token budget, one limit for all (256, its default), none of our batching or texts."""
-    import ctranslate2
-
     from hf_vanilla.ctranslate2_engine import cached_conversion
+
+    ctranslate2 = require("ctranslate2", extra="ct2")
 
     translator = ctranslate2.Translator(
         str(cached_conversion(Path(args.model), workdir)),
@@ -224,8 +226,10 @@ def raw_translate_batch(args, compute_type: str, workdir: Path) -> Callable[[lis
         intra_threads=args.threads,
     )
     tokenizer = load_tokenizer(args.model)
-    limit = {"max_decoding_length": args.max_new_tokens} if args.max_new_tokens else {}
-    options = {"beam_size": args.num_beams, "length_penalty": args.length_penalty, "batch_type": "tokens", **limit}
+    chosen = args.decoding
+    limit = {"max_decoding_length": chosen.max_new_tokens} if chosen.max_new_tokens else {}
+    penalty = {} if chosen.length_penalty is None else {"length_penalty": chosen.length_penalty}
+    options = {"beam_size": chosen.num_beams, **penalty, "batch_type": "tokens", **limit}
 
     def translate(batch: list[str]) -> object:
         tokens = [tokenizer.convert_ids_to_tokens(ids) for ids in tokenizer(batch)["input_ids"]]
@@ -256,6 +260,8 @@ def offline(args, sentences: list[str], decoders: dict[str, Callable[[list], obj
 def main() -> None:
     args = build_parser().parse_args()
     configure_logging(args.log_level)
+    # The flags', else the checkpoint's, else the paper's: every run below decodes with these values.
+    args.decoding = decoding_for(args.model, {**beam_kwargs(args), "max_new_tokens": args.max_new_tokens})
     data = translation_data(args)
     sentences = list(data.pairs(args.split)["source"])
     batched_flags = ("--max-tokens", str(args.max_tokens), "--max-wait-ms", str(args.max_wait_ms))
@@ -291,7 +297,7 @@ def main() -> None:
         "cpu": cpu_description(),
         "threads": args.threads,
         "clients": args.clients,
-        "num_beams": args.num_beams,
+        "decoding": args.decoding.report(),
         "dataset": f"{data.dataset} {args.split} ({args.source_lang}), {len(sentences)} sentences",
         "ratios": {
             f"{over} / {under}": round(rate[over] / rate[under], 2)
@@ -304,4 +310,5 @@ def main() -> None:
     print(json.dumps(report, indent=2))
 
 if __name__ == "__main__":
-    main()
+    with exits_on_missing_extra():
+        main()

@@ -19,6 +19,7 @@ from hf_vanilla.cli import (
     add_logging_argument,
     add_model_argument,
     configure_logging,
+    exits_on_missing_extra,
     translation_data,
 )
 from hf_vanilla.files import write_json
@@ -69,4 +70,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with exits_on_missing_extra():
+        main()

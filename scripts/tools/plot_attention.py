@@ -18,6 +18,7 @@ from hf_vanilla.cli import (
     add_logging_argument,
     add_model_argument,
     configure_logging,
+    exits_on_missing_extra,
 )
 from hf_vanilla.tools.attention_plots import ATTENTION_KINDS, save_attention_plots, sentence_attentions
 
@@ -61,4 +62,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with exits_on_missing_extra():
+        main()

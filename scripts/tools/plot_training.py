@@ -3,7 +3,7 @@
 import sys
 from pathlib import Path
 
-from hf_vanilla.cli import ArgumentParser, add_logging_argument, configure_logging
+from hf_vanilla.cli import ArgumentParser, add_logging_argument, configure_logging, exits_on_missing_extra
 from hf_vanilla.tools.plotting import plot_training_log
 from hf_vanilla.training.run_directory import LOG_FILE
 
@@ -30,4 +30,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with exits_on_missing_extra():
+        main()

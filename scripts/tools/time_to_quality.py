@@ -1,8 +1,8 @@
 """Minutes of training a run needed to reach a BLEU score: a peer model's, or one given.
 
-Decodes every numbered checkpoint of the run on the split (beam 4, length penalty 0.6 unless told otherwise) and
-takes each one's minutes from the run's log; writes time_to_quality.json and time_to_quality.png. Compare only
-runs made side by side on one machine:
+Decodes every numbered checkpoint of the run on the split (what the flags leave open: as its generation config
+says, else the paper's beam 4, length penalty 0.6) and takes each one's minutes from the run's log; writes
+time_to_quality.json and time_to_quality.png. Compare only runs made side by side on one machine:
 
     python scripts/train.py --config configs/multi30k-small.yaml --output-dir RUN
     # PEER: the saved model to compare with, e.g. a MarianMTModel of the same shape trained for the same minutes
@@ -20,6 +20,7 @@ from hf_vanilla.cli import (
     beam_kwargs,
     cache_kwargs,
     configure_logging,
+    exits_on_missing_extra,
     runtime_kwargs,
     translation_data,
 )
@@ -73,4 +74,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with exits_on_missing_extra():
+        main()
