@@ -325,6 +325,10 @@ class TrainingConfig:
             )
 
 
+# Keys that configs written by earlier versions hold under another name: the error says the new one.
+RENAMED_KEYS = {"patience": "early_stopping_patience"}
+
+
 def load_training_config(path: str | os.PathLike | None = None, **overrides) -> TrainingConfig:
     """A TrainingConfig from a YAML file (if given) with `overrides` on top; values are coerced to the field types.
 
@@ -343,6 +347,8 @@ def load_training_config(path: str | os.PathLike | None = None, **overrides) -> 
         values["dataset"] = dataset_spec(values["dataset"])  # a mapping of split -> file, or a flag's words
     types_of = typing.get_type_hints(TrainingConfig)
     unknown = sorted(set(values) - set(types_of))
+    if renamed := [f"{key} is now {RENAMED_KEYS[key]}" for key in unknown if key in RENAMED_KEYS]:
+        raise TrainingError(f"config keys renamed: {'; '.join(renamed)} (edit {path or 'the flags'})")
     if unknown:
         raise TrainingError(f"unknown config keys {unknown}; known keys: {sorted(types_of)}")
     return TrainingConfig(**{name: _coerce(name, value, types_of[name]) for name, value in values.items()})

@@ -626,6 +626,8 @@ def test_config_file_keys_are_overridden_by_flags(tmp_path):
     )
     with pytest.raises(TrainingError, match="unknown config keys \\['learning_rate'\\]"):
         load_training_config(path, learning_rate=1.0)
+    with pytest.raises(TrainingError, match="patience is now early_stopping_patience"):
+        load_training_config(path, patience=5)
     with pytest.raises(TrainingError, match="max_tokens must be int"):
         load_training_config(path, max_tokens="lots")
 

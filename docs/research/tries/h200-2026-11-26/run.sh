@@ -21,7 +21,7 @@ mkdir -p $R/logs
 (nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv -l 30 > $R/logs/smi.csv 2>&1 &)
 TRAIN="timeout -s TERM $STOP python scripts/train.py --config configs/multi30k-best.yaml --dataset .data/multi30k --max-minutes $MINUTES"
 TINY='{"d_model": 128, "d_ff": 256, "num_attention_heads": 4, "encoder_layers": 4, "decoder_layers": 4}'
-TINY_FLAGS="--early-dropout-updates 0 --dropout 0.3 --attention-dropout 0 --activation-dropout 0 --max-tokens 8192 --warmup 2000 --adam-eps 1e-8 --max-steps 8000 --save-interval-updates 64 --patience 10 --average-last 10 --no-validation-bleu --validation-max-sentences null"
+TINY_FLAGS="--early-dropout-updates 0 --dropout 0.3 --attention-dropout 0 --activation-dropout 0 --max-tokens 8192 --warmup 2000 --adam-eps 1e-8 --max-steps 8000 --save-interval-updates 64 --early-stopping-patience 10 --average-last 10 --no-validation-bleu --validation-max-sentences null"
 $TRAIN --source-lang de --target-lang en --seed 4 --output-dir $R/de-en-seed4 > $R/logs/de-en-seed4.log 2>&1 &
 $TRAIN --source-lang en --target-lang de --model-overrides "$TINY" $TINY_FLAGS --lr 5e-3 --clip-grad-norm 5.0 --output-dir $R/tiny-clip5 > $R/logs/tiny-clip5.log 2>&1 &
 $TRAIN --source-lang en --target-lang de --model-overrides "$TINY" $TINY_FLAGS --lr 2e-3 --output-dir $R/tiny-lr2e-3 > $R/logs/tiny-lr2e-3.log 2>&1 &
