@@ -11,8 +11,10 @@ The options mean what they mean to `generate` (`hf_vanilla.translation.translate
 - each sentence's own limit of source length + 50: CTranslate2's `max_decoding_length` is one number a call, so
   beam search decodes a batch's sentences of equal limits together; greedy search decodes the batch at its
   longest limit and cuts each translation at its own, which gives the same tokens;
-- blank lines, long lines (cut or left blank with the same warning), batching and word order are the
-  shared code's (`hf_vanilla.translation.encoded_batches`).
+- blank lines, long lines (cut or left blank with the same warning) and word order are the shared code's
+  (`hf_vanilla.translation.encoded_batches`); a corpus goes to `translate_batch` in chunks of `CHUNK_BATCHES`
+  batches' worth of sorted sentences, which CTranslate2 cuts into batches of `max_tokens` itself (and decodes
+  on its `inter_threads` replicas at once), token ids mapped to its token strings by one list lookup each.
 One rule differs: CTranslate2's beam search stops a sentence once `num_beams` hypotheses have finished, which
 is `generate`'s `early_stopping=True`; `generate`'s default goes on while a running hypothesis might still beat
 a finished one, so the two can differ where a longer hypothesis would have won (docs/speed.md).
@@ -27,7 +29,7 @@ import logging
 import os
 import shutil
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +57,6 @@ from .translation import (
     DecodingOptions,
     EngineSettings,
     encoded_batches,
-    source_length,
 )
 
 logger = logging.getLogger(__name__)
@@ -65,6 +66,8 @@ CONVERSION_REVISION = "1"
 CONVERTED_FILES = ("config.json", WEIGHTS_FILE, TOKENIZER_FILE)
 # `generate` keywords CTranslate2 takes under its own name, with the same meaning.
 EQUIVALENT_KEYWORDS = {"min_new_tokens": "min_decoding_length"}
+# A corpus goes to translate_batch this many batches (of `max_tokens`) at a time: few calls, and a progress bar.
+CHUNK_BATCHES = 16
 # What `generate` decodes with where neither the options nor the model's generation config say.
 GENERATE_DEFAULTS = GenerationConfig._get_default_generation_params()
 
@@ -254,12 +257,18 @@ def load_translator(converted: Path, settings: EngineSettings):
 @dataclass(frozen=True)
 class CTranslate2Engine:
     """`TranslationEngine` through `ctranslate2.Translator`: the batches, limits and texts of `translate_sentences`,
-    the model's generation config deciding what the options leave to it, as it does for `generate`."""
+    the model's generation config deciding what the options leave to it, as it does for `generate`.
+    `tokens` names each token id as CTranslate2 takes and gives tokens (`vocabulary`)."""
 
     translator: Any  # ctranslate2.Translator
     tokenizer: PreTrainedTokenizerBase
     config: PreTrainedConfig
     generation: GenerationConfig
+    tokens: list[str]
+    token_ids: dict[str, int] = field(init=False, repr=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "token_ids", {token: index for index, token in enumerate(self.tokens)})
 
     def translate(self, sources: Sequence[str], options: DecodingOptions = DEFAULT_DECODING) -> list[str]:
         return [hypotheses[0][0] for hypotheses in self._decode(sources, options, nbest=False)]
@@ -273,72 +282,93 @@ class CTranslate2Engine:
     def max_source_tokens(self) -> int:
         return max_source_tokens(self.config)
 
-    def source_tokens(self, source: str) -> int:
-        return source_length(self.tokenizer, source)
+    @property
+    def concurrent_batches(self) -> int:
+        return self.translator.num_translators
+
+    def encode(self, sources: Sequence[str]) -> list[list[int]]:
+        return self.tokenizer(list(sources), verbose=False)["input_ids"]
+
+    def translate_encoded(
+        self, batch: Sequence[Sequence[int]], options: DecodingOptions = DEFAULT_DECODING
+    ) -> list[list[int]]:
+        hypotheses = self._translate_batch(batch, options, self.translate_keywords(options, nbest=False))
+        return [best for [(best, _)] in hypotheses]
+
+    def detokenize(self, output_ids: Sequence[Sequence[int]], options: DecodingOptions = DEFAULT_DECODING) -> list[str]:
+        return options.detokenize(self.config, self.tokenizer, output_ids)
 
     def describe(self) -> dict[str, str]:
-        return {"engine": CTRANSLATE2, "device": self.translator.device, "compute_type": self.translator.compute_type}
+        return {"engine": CTRANSLATE2, "device": self.translator.device, "precision": self.translator.compute_type}
 
     def _decode(self, sources: Sequence[str], options: DecodingOptions, nbest: bool) -> list[list[tuple[str, float]]]:
         """Each source's translations with their scores (one unless `nbest`; a blank source and greedy search
         score 0, as `translate_nbest` scores them), in order."""
         keywords = self.translate_keywords(options, nbest)
         results = [[("", 0.0)] for _ in sources]
-        for indices, batch_ids in encoded_batches(self.tokenizer, self.config, sources, options):
-            for index, hypotheses in zip(indices, self._translate_batch(batch_ids, options, keywords), strict=True):
-                texts = options.detokenize(self.config, self.tokenizer, [ids for ids, _ in hypotheses])
-                results[index] = [(text, score) for text, (_, score) in zip(texts, hypotheses, strict=True)]
+        chunks = encoded_batches(self.tokenizer, self.config, sources, options, CHUNK_BATCHES * options.max_tokens)
+        for indices, chunk_ids in chunks:
+            hypotheses = self._translate_batch(chunk_ids, options, keywords)
+            texts = iter(self.detokenize([ids for sentence in hypotheses for ids, _ in sentence], options))
+            for index, sentence in zip(indices, hypotheses, strict=True):
+                results[index] = [(next(texts), score) for _, score in sentence]
         return results
 
     def _translate_batch(
-        self, batch_ids: list[list[int]], options: DecodingOptions, keywords: Mapping[str, Any]
+        self, batch_ids: Sequence[Sequence[int]], options: DecodingOptions, keywords: Mapping[str, Any]
     ) -> list[list[tuple[list[int], float]]]:
-        """One batch's hypotheses as token ids with scores, each sentence within its own output limit.
+        """The hypotheses of sentences sorted by length, as token ids with scores, each sentence within its own
+        output limit.
 
-        The batch decodes at its longest limit. Greedy tokens up to a limit do not depend on it: each translation is
+        They decode at their longest limit. Greedy tokens up to a limit do not depend on it: each translation is
         cut at its own. Beam search returns every finished hypothesis here, the longest of which ended the
         sentence's search: a sentence that ended before its own limit decoded as it would have at that limit;
-        one that ran to it decodes again with the others of its limit. With no length penalty CTranslate2 stops at
-        the first finished best hypothesis and the number asked for matters: each limit decodes on its own."""
+        one that ran to it decodes again with the others of its limit (rare once a model is trained: it ends
+        its translations long before). With no length penalty CTranslate2 stops at the first finished best
+        hypothesis and the number asked for matters: each limit decodes on its own."""
         if options.max_new_tokens is not None:
             limits = [options.max_new_tokens] * len(batch_ids)
         else:
             limits = [paper_max_new_tokens(self.config, len(ids), options.extra_output_tokens) for ids in batch_ids]
-        wanted, beam_size = keywords["num_hypotheses"], keywords["beam_size"]
+        wanted, beam_size, longest = keywords["num_hypotheses"], keywords["beam_size"], max(limits)
+        keywords = {**keywords, "max_batch_size": options.max_tokens, "batch_type": "tokens"}
         everything = range(len(batch_ids))
         if beam_size > 1 and keywords["length_penalty"] == 0:
             hypotheses, again = {}, list(everything)
         else:
-            hypotheses = self._decode_at(batch_ids, everything, max(limits), {**keywords, "num_hypotheses": beam_size})
+            hypotheses = self._decode_at(batch_ids, everything, longest, {**keywords, "num_hypotheses": beam_size})
             again = [
                 position
                 for position in everything
-                if beam_size > 1 and limits[position] < max(limits)
-                and max(len(ids) for ids, _ in hypotheses[position]) >= limits[position]
+                if beam_size > 1
+                and limits[position] < longest
+                and max(len(tokens) for tokens, _ in hypotheses[position]) >= limits[position]
             ]
         for limit in sorted({limits[position] for position in again}):
             group = [position for position in again if limits[position] == limit]
             hypotheses.update(self._decode_at(batch_ids, group, limit, keywords))
+        token_ids = self.token_ids
         return [
-            [(ids[: limits[position]], score) for ids, score in hypotheses[position][:wanted]]
+            [([token_ids[token] for token in tokens[: limits[position]]], score) for tokens, score in hypotheses[position][:wanted]]
             for position in everything
         ]
 
     def _decode_at(
-        self, batch_ids: list[list[int]], positions: Sequence[int], limit: int, keywords: Mapping[str, Any]
-    ) -> dict[int, list[tuple[list[int], float]]]:
-        """The hypotheses (token ids, score: 0 where none is asked for) of the sentences at `positions` of the
-        batch, decoded together for at most `limit` new tokens, by position."""
-        sources = [self.tokenizer.convert_ids_to_tokens(batch_ids[position]) for position in positions]
+        self, batch_ids: Sequence[Sequence[int]], positions: Sequence[int], limit: int, keywords: Mapping[str, Any]
+    ) -> dict[int, list[tuple[list[str], float]]]:
+        """The hypotheses (CTranslate2's tokens, score: 0 where none is asked for) of the sentences at `positions`,
+        decoded for at most `limit` new tokens, in batches of `max_tokens` source tokens, by position."""
+        tokens = self.tokens
+        sources = [[tokens[index] for index in batch_ids[position]] for position in positions]
         results = self.translator.translate_batch(sources, max_decoding_length=limit, **keywords)
         return {
-            position: [
-                (self.tokenizer.convert_tokens_to_ids(tokens), score)
-                for tokens, score in zip(
-                    result.hypotheses, result.scores if keywords["return_scores"] else [0.0] * len(result.hypotheses),
+            position: list(
+                zip(
+                    result.hypotheses,
+                    result.scores if keywords["return_scores"] else [0.0] * len(result.hypotheses),
                     strict=True,
                 )
-            ]
+            )
             for position, result in zip(positions, results, strict=True)
         }
 
@@ -404,4 +434,5 @@ def load_ctranslate2_engine(model_name_or_path: str | os.PathLike, settings: Eng
     except (RuntimeError, OSError) as err:
         logger.warning("the cached CTranslate2 model %s does not load (%s): converting again", converted, err)
         translator = load_translator(cached_conversion(model_dir, settings.ctranslate2_dir, rebuild=True), settings)
-    return CTranslate2Engine(translator, tokenizer, config, generation_defaults(model_dir))
+    tokens = vocabulary(tokenizer, config)
+    return CTranslate2Engine(translator, tokenizer, config, generation_defaults(model_dir), tokens)

@@ -164,34 +164,71 @@ def _encode_within_positions(
     }
 
 
-def encoded_batches(
+def encoded_sources(
     tokenizer: PreTrainedTokenizerBase, config: PreTrainedConfig, sources: Sequence[str], options: DecodingOptions
-) -> Iterator[tuple[list[int], list[list[int]]]]:
-    """The token ids of the nonblank `sources` in the batches every engine decodes, each with the indices in
-    `sources` of its sentences (`translate_sentences` says how sentences are batched and cut), under a progress bar.
-
-    An explicit `max_new_tokens` beyond the decoder's positions is a ValueError before anything is encoded."""
+) -> dict[int, list[int]]:
+    """The token ids of the nonblank `sources` by index, each within the model's positions (`translate_sentences`
+    says how a longer one is cut or left out). An explicit `max_new_tokens` beyond the decoder's positions is a
+    ValueError before anything is encoded."""
     if (options.max_new_tokens or 0) > (room := max_new_tokens_room(config)):
         raise ValueError(
             f"max_new_tokens={options.max_new_tokens} is more than the decoder has positions for: at most {room} "
             f"(max_position_embeddings {config.max_position_embeddings} less the start token)"
         )
-    to_translate = _encode_within_positions(
-        tokenizer, sources, max_source_tokens(config), options.skip_long_lines
-    )
+    return _encode_within_positions(tokenizer, sources, max_source_tokens(config), options.skip_long_lines)
+
+
+def encoded_batches(
+    tokenizer: PreTrainedTokenizerBase,
+    config: PreTrainedConfig,
+    sources: Sequence[str],
+    options: DecodingOptions,
+    batch_tokens: int | None = None,
+) -> Iterator[tuple[list[int], list[list[int]]]]:
+    """The token ids of the nonblank `sources` (`encoded_sources`) sorted by length and batched so that sentences *
+    longest source stays within `batch_tokens` (default: `options.max_tokens`), each batch with the indices in
+    `sources` of its sentences, under a progress bar."""
+    to_translate = encoded_sources(tokenizer, config, sources, options)
     if not to_translate:
         return
     indices, input_ids = list(to_translate), list(to_translate.values())
-    sampler = TokenBatchSampler([len(ids) for ids in input_ids], options.max_tokens, shuffle=False)
+    lengths = [len(ids) for ids in input_ids]
+    sampler = TokenBatchSampler(lengths, batch_tokens or options.max_tokens, shuffle=False)
     with tqdm(total=len(indices), unit="sent", desc="Translating", disable=not options.show_progress) as progress:
         for batch in sampler:
             yield [indices[position] for position in batch], [input_ids[position] for position in batch]
             progress.update(len(batch))
 
 
-def source_length(tokenizer: PreTrainedTokenizerBase, source: str) -> int:
-    """The tokens `source` encodes to, `</s>` included, before any cut to the model's positions."""
-    return len(tokenizer(source, verbose=False)["input_ids"])
+def _generate(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    batch_ids: Sequence[Sequence[int]],
+    options: DecodingOptions,
+    logits_processors: BatchLogitsProcessors | None = None,
+) -> Any:
+    """`generate`'s output for one batch of encoded sources, each sentence within its own output limit."""
+    generate_kwargs = options.generate_kwargs()
+    encoded = tokenizer.pad({"input_ids": list(batch_ids)}, return_tensors="pt").to(model.device)
+    limit = (
+        {}
+        if "max_new_tokens" in generate_kwargs
+        else paper_length_limit(model, encoded["attention_mask"], options.extra_output_tokens)
+    )
+    processors = {"logits_processor": LogitsProcessorList(logits_processors(encoded))} if logits_processors else {}
+    return model.generate(**encoded, **limit, **processors, **generate_kwargs)
+
+
+@contextlib.contextmanager
+def _evaluating(model: PreTrainedModel) -> Iterator[None]:
+    """`model` in eval mode without autograd within the block, back in the mode it was in after."""
+    model_was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode():
+            yield
+    finally:
+        model.train(model_was_training)
 
 
 def _generate_in_batches(
@@ -203,26 +240,9 @@ def _generate_in_batches(
 ) -> Iterator[tuple[list[int], Any]]:
     """`generate`'s output for each batch of the nonblank `sources` (`encoded_batches`), with the indices in
     `sources` of its sentences."""
-    generate_kwargs = options.generate_kwargs()
-    model_was_training = model.training
-    model.eval()
-    try:
-        with torch.inference_mode():
-            for indices, batch_ids in encoded_batches(tokenizer, model.config, sources, options):
-                encoded = tokenizer.pad({"input_ids": batch_ids}, return_tensors="pt").to(model.device)
-                limit = (
-                    {}
-                    if "max_new_tokens" in generate_kwargs
-                    else paper_length_limit(model, encoded["attention_mask"], options.extra_output_tokens)
-                )
-                processors = (
-                    {"logits_processor": LogitsProcessorList(logits_processors(encoded))}
-                    if logits_processors
-                    else {}
-                )
-                yield indices, model.generate(**encoded, **limit, **processors, **generate_kwargs)
-    finally:
-        model.train(model_was_training)
+    with _evaluating(model):
+        for indices, batch_ids in encoded_batches(tokenizer, model.config, sources, options):
+            yield indices, _generate(model, tokenizer, batch_ids, options, logits_processors)
 
 
 def translate_sentences(
@@ -297,8 +317,10 @@ class TranslationEngine(Protocol):
     """What decodes sentences with `DecodingOptions`, whichever engine is behind it: transformers' `generate`
     (`TransformersEngine`, the reference) or another that gives the options the same meaning.
 
-    An engine that can also give the attention behind a translation has `attention(source, options)` returning
-    `SentenceAttentions` (`TransformersEngine.attention`); the service refuses attention to one without."""
+    Text in, text out (`translate`, `translate_nbest`), or in three steps for a caller that batches sentences
+    itself (the service): `encode` once, `translate_encoded` a batch of those ids, `detokenize` the outputs.
+    An engine that can also give the attention behind a translation has `attention(source_ids, options)`
+    returning `SentenceAttentions` (`TransformersEngine.attention`); the service refuses attention to one without."""
 
     def translate(self, sources: Sequence[str], options: DecodingOptions) -> list[str]:
         """`translate_sentences`' contract: one translation a source, in order, "" for a blank one."""
@@ -313,12 +335,26 @@ class TranslationEngine(Protocol):
         """The longest source the model takes, in tokens: a longer one is cut or left blank (`skip_long_lines`)."""
         ...
 
-    def source_tokens(self, source: str) -> int:
-        """The tokens `source` encodes to, `</s>` included, before any cut to `max_source_tokens`."""
+    @property
+    def concurrent_batches(self) -> int:
+        """How many batches `translate_encoded` decodes at once when called from that many threads."""
+        ...
+
+    def encode(self, sources: Sequence[str]) -> list[list[int]]:
+        """Each source's token ids, `</s>` included, not cut to `max_source_tokens` (`cut_source` cuts one)."""
+        ...
+
+    def translate_encoded(self, batch: Sequence[Sequence[int]], options: DecodingOptions) -> list[list[int]]:
+        """The output token ids of one batch of nonblank encoded sources, each within `max_source_tokens`,
+        decoded together as given: no sorting, no cutting into smaller batches. Thread-safe."""
+        ...
+
+    def detokenize(self, output_ids: Sequence[Sequence[int]], options: DecodingOptions) -> list[str]:
+        """Each output of `translate_encoded` as one line of text."""
         ...
 
     def describe(self) -> dict[str, str]:
-        """What a report records of the engine: its name, device and precision."""
+        """What a report records of the engine: `engine`, `device` and `precision` (a dtype or compute type)."""
         ...
 
 
@@ -341,24 +377,33 @@ class TransformersEngine:
     def max_source_tokens(self) -> int:
         return max_source_tokens(self.model.config)
 
-    def source_tokens(self, source: str) -> int:
-        return source_length(self.tokenizer, source)
+    @property
+    def concurrent_batches(self) -> int:
+        return 1  # torch's threads already share each batch's work
+
+    def encode(self, sources: Sequence[str]) -> list[list[int]]:
+        return self.tokenizer(list(sources), verbose=False)["input_ids"]
+
+    def translate_encoded(
+        self, batch: Sequence[Sequence[int]], options: DecodingOptions = DEFAULT_DECODING
+    ) -> list[list[int]]:
+        with _evaluating(self.model):
+            return _generate(self.model, self.tokenizer, batch, options).tolist()
+
+    def detokenize(self, output_ids: Sequence[Sequence[int]], options: DecodingOptions = DEFAULT_DECODING) -> list[str]:
+        return options.detokenize(self.model.config, self.tokenizer, output_ids)
 
     def describe(self) -> dict[str, str]:
         dtype = str(self.model.dtype).removeprefix("torch.")
-        return {"engine": TRANSFORMERS, "device": str(self.model.device), "dtype": dtype}
+        return {"engine": TRANSFORMERS, "device": str(self.model.device), "precision": dtype}
 
-    def attention(self, source: str, options: DecodingOptions = DEFAULT_DECODING) -> SentenceAttentions:
-        """`source`'s translation as `translate` gives it with `options`, and the attention behind it: the
-        output's own tokens teacher-forced through the model (`hf_vanilla.attention`). A blank source is a
-        ValueError."""
-        decoded = list(_generate_in_batches(self.model, self.tokenizer, [source], options))
-        if not decoded:
-            raise ValueError("the source sentence is blank")
-        [(_, output_ids)] = decoded
-        [source_ids], _ = encode_sources(self.tokenizer, [source], self.max_source_tokens)
-        text = options.detokenize(self.model.config, self.tokenizer, output_ids)[0]
-        return teacher_forced_attentions(self.model, self.tokenizer, source_ids, output_ids[0].tolist(), text)
+    def attention(self, source_ids: Sequence[int], options: DecodingOptions = DEFAULT_DECODING) -> SentenceAttentions:
+        """The translation of one encoded source (within `max_source_tokens`) as `translate` gives it with
+        `options`, and the attention behind it: the output's own tokens teacher-forced through the model
+        (`hf_vanilla.attention`)."""
+        [output_ids] = self.translate_encoded([source_ids], options)
+        [text] = self.detokenize([output_ids], options)
+        return teacher_forced_attentions(self.model, self.tokenizer, list(source_ids), output_ids, text)
 
 
 TRANSFORMERS, CTRANSLATE2 = "transformers", "ctranslate2"

@@ -171,7 +171,7 @@ def test_lines_longer_than_the_positions_are_cut_or_left_blank_with_the_same_war
         with caplog.at_level(logging.WARNING, logger="hf_vanilla.translation"):
             found[name] = engine.translate(sources, options)
         assert "1 of 3 lines are longer than the model's 24 positions" in caplog.text
-        assert engine.max_source_tokens == 24 < engine.source_tokens(long_line)
+        assert engine.max_source_tokens == 24 < len(engine.encode([long_line])[0])
     assert found["ctranslate2"] == found["transformers"]
     assert (found["ctranslate2"][1] == "") == skip_long_lines
 
@@ -195,13 +195,13 @@ def test_int8_translates_and_auto_chooses_and_logs_a_compute_type(paper_engines,
     directory, reference, _ = paper_engines
     with caplog.at_level(logging.INFO, logger="hf_vanilla.ctranslate2_engine"):
         engine = load_engine(directory, EngineSettings("ctranslate2", "cpu", ctranslate2_dir=cache_dir))
-    chosen = engine.describe()["compute_type"]
+    chosen = engine.describe()["precision"]
     assert chosen in ctranslate2.get_supported_compute_types("cpu")
     assert f"ctranslate2 engine: {chosen} on cpu (auto: CTranslate2's fastest of" in caplog.text
     int8 = load_engine(directory, EngineSettings("ctranslate2", "cpu", compute_type="int8", ctranslate2_dir=cache_dir))
     translations = int8.translate(sources, QUIET.replace(num_beams=4))
     # What int8 costs in quality is measured on a trained model (docs/speed.md): an untrained one has only close calls.
-    assert int8.describe()["compute_type"].startswith("int8") and len(translations) == len(sources)
+    assert int8.describe()["precision"].startswith("int8") and len(translations) == len(sources)
     assert translations[20:22] == ["", ""] and all(translations[:20])
 
 
@@ -281,7 +281,7 @@ def test_translate_evaluate_and_select_decode_with_either_engine(paper_engines, 
     data = ("--dataset", corpus_path, *DE_EN, "--first-pairs", "4")
     run_script("evaluate_bleu.py", directory, *data, "--output-dir", tmp_path, *ctranslate2_flags, check=True)
     report = json.loads((tmp_path / "test.de-en.json").read_text())
-    assert (report["engine"], report["compute_type"], report["sentences"]) == ("ctranslate2", "float32", 4)
+    assert (report["engine"], report["precision"], report["sentences"]) == ("ctranslate2", "float32", 4)
     selection = tmp_path / "selection"
     run_script(
         "select_checkpoint.py", directory, *data, "--num-beams", "1", "2", "--output-dir", selection, *ctranslate2_flags,

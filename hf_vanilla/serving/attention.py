@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from hf_vanilla.attention import SentenceAttentions
+from hf_vanilla.model.decoding import cut_source
 from hf_vanilla.translation import DecodingOptions, TranslationEngine
 
 from .batching import RequestRefused
@@ -37,13 +38,15 @@ class AttentionQuery:
                 f"this server's engine ({type(engine).__name__}) gives no attention weights: serve the model "
                 "on the transformers engine (--engine transformers) to see them",
             )
-        if (tokens := engine.source_tokens(self.text)) > self.max_tokens:
+        [source_ids] = engine.encode([self.text])  # its one tokenization
+        if len(source_ids) > self.max_tokens:
             raise RequestRefused(
                 422,
-                f"inputs is {tokens} tokens, over the {self.max_tokens} this server shows attention for "
+                f"inputs is {len(source_ids)} tokens, over the {self.max_tokens} this server shows attention for "
                 "(--request-max-attention-tokens): send a shorter sentence",
             )
-        return attention_json(attention(self.text, self.options), self.heads)
+        source_ids = cut_source(source_ids, engine.max_source_tokens)
+        return attention_json(attention(source_ids, self.options), self.heads)
 
 
 def attention_json(attentions: SentenceAttentions, heads: bool) -> dict[str, Any]:
