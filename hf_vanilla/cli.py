@@ -29,7 +29,7 @@ from .corpus import ACCEPTED_FORMS, COMPRESSION_SUFFIXES, dataset_spec
 from .corpus_translation import DEFAULT_CHUNK_LINES, ERROR_HANDLERS, OUTPUT_FORMATS, CorpusSettings
 from .evaluation.scoring import TranslationData
 from .precision import DTYPE_NAMES
-from .translation import COMPUTE_TYPES, ENGINES, TRANSFORMERS, EngineSettings
+from .translation import COMPUTE_TYPES, CPU_THREADS_PER_BATCH, ENGINES, TRANSFORMERS, EngineSettings
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -258,6 +258,19 @@ def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
         "$HF_HOME/hf_vanilla/ctranslate2, never the checkpoint's directory)",
     )
     group.add_argument(
+        "--threads",
+        type=positive_int,
+        default=None,
+        help="CPU threads to decode with (default: torch's count: OMP_NUM_THREADS, else the cores), logged",
+    )
+    group.add_argument(
+        "--inter-threads",
+        type=positive_int,
+        default=None,
+        help="the ctranslate2 engine on a CPU: batches decoded at once, a model replica each, sharing --threads "
+        f"(default: one for every {CPU_THREADS_PER_BATCH} threads), logged",
+    )
+    group.add_argument(
         "--cache-implementation",
         choices=["dynamic", "static"],
         default="dynamic",
@@ -273,7 +286,9 @@ def runtime_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 def engine_settings(args: argparse.Namespace) -> EngineSettings:
     """The `EngineSettings` of the options of `add_runtime_arguments`."""
-    return EngineSettings(args.engine, args.device, args.dtype, args.compute_type, args.ctranslate2_dir)
+    return EngineSettings(
+        args.engine, args.device, args.dtype, args.compute_type, args.ctranslate2_dir, args.threads, args.inter_threads
+    )
 
 
 def cache_kwargs(args: argparse.Namespace) -> dict[str, Any]:

@@ -237,20 +237,29 @@ def check_compute_type(compute_type: str, device: str) -> None:
 
 def load_translator(converted: Path, settings: EngineSettings):
     """A `ctranslate2.Translator` over a converted model, on the device and in the compute type `settings` ask for
-    ("auto": CTranslate2's fastest there, logged), with torch's thread count on a CPU."""
+    ("auto": CTranslate2's fastest there, logged), on a CPU with the threads of `EngineSettings.cpu_threads`."""
     ctranslate2 = import_ctranslate2()
     device, index = ctranslate2_device(settings.device)
     check_compute_type(settings.compute_type, device)
+    inter_threads, intra_threads = settings.cpu_threads() if device == "cpu" else (1, 0)
     translator = ctranslate2.Translator(
         str(converted),
         device=device,
         device_index=index,
         compute_type=settings.compute_type,
-        intra_threads=torch.get_num_threads() if device == "cpu" else 0,
+        inter_threads=inter_threads,
+        intra_threads=intra_threads,
     )
     supported = ", ".join(sorted(ctranslate2.get_supported_compute_types(device)))
     how = f"auto: CTranslate2's fastest of {supported}" if settings.compute_type == "auto" else "asked for"
     logger.info("ctranslate2 engine: %s on %s (%s)", translator.compute_type, device, how)
+    if device == "cpu":
+        logger.info(
+            "ctranslate2 engine: %d batches at once (--inter-threads) of %d threads each (--threads %d)",
+            inter_threads,
+            intra_threads,
+            inter_threads * intra_threads,
+        )
     return translator
 
 

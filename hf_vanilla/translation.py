@@ -407,6 +407,9 @@ class TransformersEngine:
 
 
 TRANSFORMERS, CTRANSLATE2 = "transformers", "ctranslate2"
+# A small model's decoding step is too little work to share among many threads: past this many, another batch
+# decodes at once instead (CTranslate2's inter_threads), each on its share of the threads.
+CPU_THREADS_PER_BATCH = 4
 ENGINES = (TRANSFORMERS, CTRANSLATE2)
 # CTranslate2's compute types (weights_activations); "auto": the fastest the device runs (`hf_vanilla.ctranslate2_engine`)
 COMPUTE_TYPES = ("auto", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "float32", "float16", "bfloat16")
@@ -417,13 +420,24 @@ class EngineSettings:
     """Which engine decodes and how it runs: `engine` "transformers" (`generate`, the reference) or "ctranslate2";
     `device` (None or "auto": the GPU if present); the transformers engine's `dtype` ("auto", "float32",
     "bfloat16", "float16"); the CTranslate2 engine's `compute_type` (`COMPUTE_TYPES`) and `ctranslate2_dir`, where
-    its converted models are cached (None: under the Hugging Face cache)."""
+    its converted models are cached (None: under the Hugging Face cache); on a CPU, `threads` and the
+    CTranslate2 engine's `inter_threads` (`cpu_threads`)."""
 
     engine: str = TRANSFORMERS
     device: str | None = None
     dtype: str = "float32"
     compute_type: str = "auto"
     ctranslate2_dir: str | os.PathLike | None = None
+    threads: int | None = None
+    inter_threads: int | None = None
+
+    def cpu_threads(self) -> tuple[int, int]:
+        """On a CPU: how many batches decode at once (`inter_threads`; CTranslate2 keeps a replica of the model
+        for each) and the threads each decodes with, `threads` (None: torch's count, OMP_NUM_THREADS or the
+        cores) shared among them. Unless told, a replica for every `CPU_THREADS_PER_BATCH` threads."""
+        threads = self.threads or torch.get_num_threads()
+        inter_threads = self.inter_threads or max(1, threads // CPU_THREADS_PER_BATCH)
+        return inter_threads, max(1, threads // inter_threads)
 
     @property
     def precision(self) -> str:
@@ -462,7 +476,12 @@ def load_engine(
         from .ctranslate2_engine import load_ctranslate2_engine
 
         return load_ctranslate2_engine(model_name_or_path, settings)
-    return TransformersEngine(*load_model_and_tokenizer(model_name_or_path, settings.device, settings.dtype))
+    if settings.threads:
+        torch.set_num_threads(settings.threads)
+    engine = TransformersEngine(*load_model_and_tokenizer(model_name_or_path, settings.device, settings.dtype))
+    if engine.model.device.type == "cpu":
+        logger.info("transformers engine: %d threads (--threads)", torch.get_num_threads())
+    return engine
 
 
 def read_lines(path: str | os.PathLike | None = None) -> list[str]:
