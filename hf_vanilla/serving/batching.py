@@ -428,5 +428,6 @@ def _encoded(engine: TranslationEngine, texts: Sequence[str], may_cut: bool) -> 
 
 def _texts(engine: TranslationEngine, options: DecodingOptions, outputs: Sequence[list[int] | None]) -> list[str]:
     """A request's translations from its sentences' output ids, detokenized together; "" for a blank text."""
-    decoded = iter(engine.detokenize([ids for ids in outputs if ids is not None], options))
+    decoded_ids = [ids for ids in outputs if ids is not None]
+    decoded = iter(engine.detokenize(decoded_ids, options) if decoded_ids else [])
     return [next(decoded) if ids is not None else "" for ids in outputs]
