@@ -404,6 +404,8 @@ def _encoded(engine: TranslationEngine, texts: Sequence[str], may_cut: bool) -> 
     """The token ids of each nonblank text by index, cut to the model's positions; RequestRefused for a text too
     long to cut (422) or one the tokenizer cannot take (400)."""
     nonblank = [index for index, text in enumerate(texts) if text.strip()]
+    if not nonblank:
+        return {}
     try:
         encoded = engine.encode([texts[index] for index in nonblank])
     except Exception:
