@@ -31,7 +31,6 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, TextIO
 
-import huggingface_hub
 import numpy as np
 from accelerate import PartialState
 from accelerate.utils import parse_flag_from_env
@@ -53,8 +52,6 @@ DEFAULT_CHUNK_LINES = 2000
 # minutes for NCCL and 30 for gloo, is less than the processes of a run of hours can drift apart.
 SHARE_WAIT = timedelta(days=7)
 CHUNKS_SUFFIX, FINGERPRINT_FILE = ".chunks", "fingerprint.json"
-# The files of a model directory its translations depend on: weights, configs, tokenizer (not its model card)
-MODEL_FILE_PATTERNS = ("*.safetensors", "*.bin", "*.json")
 # What each part of a run's fingerprint is, as a refusal to resume names it.
 FINGERPRINT_PARTS = {
     "model": "model weights",
@@ -143,20 +140,6 @@ def describe_decoding(options: DecodingOptions, **more: Any) -> str:
     described = dataclasses.asdict(options)
     del described["show_progress"]
     return json.dumps({**described, **more}, sort_keys=True, default=str)
-
-
-def model_digest(model_name_or_path: str) -> str:
-    """The SHA-256 of a saved model's weights, configs and tokenizer (a Hub id: its locally cached copy)."""
-    directory = Path(model_name_or_path)
-    if not directory.is_dir():
-        directory = Path(huggingface_hub.snapshot_download(model_name_or_path, local_files_only=True))
-    digest = hashlib.sha256()
-    for path in sorted(path for pattern in MODEL_FILE_PATTERNS for path in directory.glob(pattern)):
-        digest.update(path.name.encode())
-        with path.open("rb") as file:
-            while block := file.read(1 << 20):
-                digest.update(block)
-    return digest.hexdigest()
 
 
 def process_state(device: str | None) -> PartialState:

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from huggingface_hub import constants, snapshot_download
+from huggingface_hub import constants
 from transformers import GenerationConfig, PreTrainedConfig, PreTrainedTokenizerBase
 
 from hf_vanilla.model.configuration_vanilla import VanillaTransformerConfig
@@ -48,6 +48,8 @@ from .checkpoints import (
     load_config,
     load_model_and_tokenizer,
     load_tokenizer,
+    model_digest,
+    model_directory,
 )
 from .files import atomic_directory, refuse_existing
 from .tokenization import check_tokenizer_matches_model
@@ -62,7 +64,7 @@ from .translation import (
 logger = logging.getLogger(__name__)
 # Raised when the spec built here changes: models converted before are then converted again.
 CONVERSION_REVISION = "1"
-# What a conversion is made from: a change in any of them is another model.
+# What a conversion needs of a model directory.
 CONVERTED_FILES = ("config.json", WEIGHTS_FILE, TOKENIZER_FILE)
 # `generate` keywords CTranslate2 takes under its own name, with the same meaning.
 EQUIVALENT_KEYWORDS = {"min_new_tokens": "min_decoding_length"}
@@ -180,22 +182,12 @@ def default_cache_dir() -> Path:
 
 
 def checkpoint_digest(model_dir: Path) -> str:
-    """The SHA-256 of what a conversion is made from (`CONVERTED_FILES`) and of the converter's revision."""
-    digest = hashlib.sha256(f"hf_vanilla ctranslate2 conversion {CONVERSION_REVISION}".encode())
+    """The SHA-256 of the model's digest (`checkpoints.model_digest`) and of the converter's revision."""
     for name in CONVERTED_FILES:
-        path = model_dir / name
-        if not path.is_file():
+        if not (model_dir / name).is_file():
             raise FileNotFoundError(f"{model_dir} has no {name}: it is no saved model directory")
-        digest.update(name.encode())
-        digest.update(hashlib.sha256(path.read_bytes()).digest())
-    return digest.hexdigest()
-
-
-def local_model_dir(model_name_or_path: str | os.PathLike) -> Path:
-    """A saved model directory as it is, or a Hub id's files in the Hub cache."""
-    if Path(model_name_or_path).is_dir():
-        return Path(model_name_or_path)
-    return Path(snapshot_download(str(model_name_or_path), allow_patterns=["*.json", "*.safetensors"]))
+    revision = f"hf_vanilla ctranslate2 conversion {CONVERSION_REVISION} of {model_digest(model_dir)}"
+    return hashlib.sha256(revision.encode()).hexdigest()
 
 
 def cached_conversion(model_dir: Path, cache_dir: str | os.PathLike | None = None, rebuild: bool = False) -> Path:
@@ -429,7 +421,7 @@ def load_ctranslate2_engine(model_name_or_path: str | os.PathLike, settings: Eng
     """The CTranslate2 engine of a saved model directory (or Hub id), converted on first use (`cached_conversion`);
     a cached copy that does not load is converted again."""
     import_ctranslate2()
-    model_dir = local_model_dir(model_name_or_path)
+    model_dir = model_directory(model_name_or_path)
     tokenizer, config = load_tokenizer(model_dir), load_config(model_dir)
     if config.model_type != VanillaTransformerConfig.model_type:
         raise ValueError(

@@ -17,6 +17,7 @@ search's whole n-best list is reranked (docs/research/extras.md, "Reranking with
 import signal
 import sys
 
+from hf_vanilla.checkpoints import model_digest
 from hf_vanilla.cli import (
     ArgumentParser,
     add_corpus_arguments,
@@ -39,7 +40,6 @@ from hf_vanilla.corpus_translation import (
     best_only,
     describe_decoding,
     engine_translator,
-    model_digest,
     process_device,
     process_state,
     translate_corpus,

@@ -22,13 +22,13 @@ from synthetic_corpus import synthetic_pairs
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from hf_vanilla import corpus_translation
+from hf_vanilla.checkpoints import model_digest
 from hf_vanilla.corpus import CorpusError
 from hf_vanilla.corpus_translation import (
     CorpusJob,
     CorpusSettings,
     CorpusTranslationError,
     engine_translator,
-    model_digest,
     translate_corpus,
 )
 from hf_vanilla.translation import DecodingOptions, TransformersEngine
