@@ -143,6 +143,10 @@ class CountingTranslations:
         return TRANSLATE(engine, sentences, options)
 
 
+def count_translations(monkeypatch, counting: CountingTranslations) -> None:
+    monkeypatch.setattr(TransformersEngine, "translate", lambda engine, sentences, options: counting(engine, sentences, options))
+
+
 def test_a_teacher_that_fails_leaves_no_directory_and_a_second_try_goes_on_where_it_stopped(
     tiny_model_dir, tiny_dataset, tmp_path, monkeypatch
 ):
@@ -151,13 +155,13 @@ def test_a_teacher_that_fails_leaves_no_directory_and_a_second_try_goes_on_where
         distill_dataset(pairs_of(tiny_dataset), output_dir, teachers, QUIET, saved, **GREEDY)
 
     failing = CountingTranslations(fail_after=2)
-    monkeypatch.setattr(TransformersEngine, "translate", failing)
+    count_translations(monkeypatch, failing)
     with pytest.raises(RuntimeError, match="out of memory"):
         distill(tmp_path / "out")
     assert not (tmp_path / "out").exists() and failing.sentences == 300  # two of the three chunks saved
 
     again = CountingTranslations()
-    monkeypatch.setattr(TransformersEngine, "translate", again)
+    count_translations(monkeypatch, again)
     distill(tmp_path / "out")
     assert again.sentences == 100  # only the last chunk decoded
     assert [path.name for path in tmp_path.iterdir()] == ["out"]  # its own translations removed once written
@@ -171,7 +175,7 @@ def test_the_other_directions_diversification_reads_the_translations_it_shares(
     tiny_model_dir, tiny_dataset, tmp_path, monkeypatch
 ):
     counting = CountingTranslations()
-    monkeypatch.setattr(TransformersEngine, "translate", counting)
+    count_translations(monkeypatch, counting)
     saved = SavedTranslations(tmp_path / "translations")
     forward = Teachers(forward=[tiny_model_dir])
     distill_dataset(pairs_of(tiny_dataset), tmp_path / "de-en", forward, QUIET, saved, **GREEDY)
