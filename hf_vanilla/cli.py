@@ -27,9 +27,9 @@ from hf_vanilla.training.settings import PUBLIC_MULTI30K, TrainingConfig, load_t
 
 from .corpus import ACCEPTED_FORMS, COMPRESSION_SUFFIXES, dataset_spec
 from .corpus_translation import DEFAULT_CHUNK_LINES, ERROR_HANDLERS, OUTPUT_FORMATS, CorpusSettings
+from .engines import COMPUTE_TYPES, CPU_THREADS_PER_BATCH, DEFAULT_ENGINE, EngineSettings, engine_names
 from .evaluation.scoring import TranslationData
 from .precision import DTYPE_NAMES
-from .translation import COMPUTE_TYPES, CPU_THREADS_PER_BATCH, ENGINES, TRANSFORMERS, EngineSettings
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -237,8 +237,8 @@ def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
     add_max_tokens_argument(group)
     group.add_argument(
         "--engine",
-        choices=ENGINES,
-        default=TRANSFORMERS,
+        choices=engine_names(),
+        default=DEFAULT_ENGINE.engine,
         help="transformers: generate, the reference; ctranslate2: the same decoding, faster (converted from the "
         "checkpoint on first use; pip install 'hf_vanilla[ct2]'; docs/speed.md says what it cannot do)",
     )

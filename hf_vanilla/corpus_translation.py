@@ -38,9 +38,10 @@ from tqdm.auto import tqdm
 from transformers import set_seed
 
 from .corpus import not_utf8, raw_lines
+from .engines import TranslationEngine
 from .files import atomic_file, write_json, write_text_atomic
 from .precision import resolve_device
-from .translation import DecodingOptions, TranslationEngine, lines_numbered_from, named_lines
+from .translation import DecodingOptions, lines_numbered_from, named_lines
 
 logger = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
-"""Batched translation with `generate` (paper section 6.1): the decoding options, the engines that take them, and
-the text files they work on."""
+"""Batched translation with `generate` (paper section 6.1): the decoding options every engine takes
+(`hf_vanilla.engines`), `generate` over batches of them, and the text files they work on."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 from tqdm.auto import tqdm
@@ -24,7 +24,6 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from hf_vanilla.attention import SentenceAttentions, teacher_forced_attentions
 from hf_vanilla.model.decoding import (
     DEFAULT_MAX_TOKENS,
     PAPER_EXTRA_OUTPUT_TOKENS,
@@ -36,7 +35,6 @@ from hf_vanilla.model.decoding import (
     writes_right_to_left,
 )
 
-from .checkpoints import load_model_and_tokenizer
 from .data import TokenBatchSampler
 from .files import write_text_atomic
 
@@ -200,7 +198,7 @@ def encoded_batches(
             progress.update(len(batch))
 
 
-def _generate(
+def generate_batch(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
     batch_ids: Sequence[Sequence[int]],
@@ -220,7 +218,7 @@ def _generate(
 
 
 @contextlib.contextmanager
-def _evaluating(model: PreTrainedModel) -> Iterator[None]:
+def evaluation_mode(model: PreTrainedModel) -> Iterator[None]:
     """`model` in eval mode without autograd within the block, back in the mode it was in after."""
     model_was_training = model.training
     model.eval()
@@ -240,9 +238,9 @@ def _generate_in_batches(
 ) -> Iterator[tuple[list[int], Any]]:
     """`generate`'s output for each batch of the nonblank `sources` (`encoded_batches`), with the indices in
     `sources` of its sentences."""
-    with _evaluating(model):
+    with evaluation_mode(model):
         for indices, batch_ids in encoded_batches(tokenizer, model.config, sources, options):
-            yield indices, _generate(model, tokenizer, batch_ids, options, logits_processors)
+            yield indices, generate_batch(model, tokenizer, batch_ids, options, logits_processors)
 
 
 def translate_sentences(
@@ -311,177 +309,6 @@ def translate_nbest(
             rows = range(position * num_beams, (position + 1) * num_beams)
             nbest[index] = [(texts[row], scores[row]) for row in rows]
     return nbest
-
-
-class TranslationEngine(Protocol):
-    """What decodes sentences with `DecodingOptions`, whichever engine is behind it: transformers' `generate`
-    (`TransformersEngine`, the reference) or another that gives the options the same meaning.
-
-    Text in, text out (`translate`, `translate_nbest`), or in three steps for a caller that batches sentences
-    itself (the service): `encode` once, `translate_encoded` a batch of those ids, `detokenize` the outputs.
-    An engine that can also give the attention behind a translation has `attention(source_ids, options)`
-    returning `SentenceAttentions` (`TransformersEngine.attention`); the service refuses attention to one without."""
-
-    def translate(self, sources: Sequence[str], options: DecodingOptions) -> list[str]:
-        """`translate_sentences`' contract: one translation a source, in order, "" for a blank one."""
-        ...
-
-    def translate_nbest(self, sources: Sequence[str], options: DecodingOptions) -> list[list[tuple[str, float]]]:
-        """`translate_nbest`'s contract, `options.num_beams` (1 if None) translations a source."""
-        ...
-
-    @property
-    def max_source_tokens(self) -> int:
-        """The longest source the model takes, in tokens: a longer one is cut or left blank (`skip_long_lines`)."""
-        ...
-
-    @property
-    def concurrent_batches(self) -> int:
-        """How many batches `translate_encoded` decodes at once when called from that many threads."""
-        ...
-
-    def encode(self, sources: Sequence[str]) -> list[list[int]]:
-        """Each source's token ids, `</s>` included, not cut to `max_source_tokens` (`cut_source` cuts one)."""
-        ...
-
-    def translate_encoded(self, batch: Sequence[Sequence[int]], options: DecodingOptions) -> list[list[int]]:
-        """The output token ids of one batch of nonblank encoded sources, each within `max_source_tokens`,
-        decoded together as given: no sorting, no cutting into smaller batches. Thread-safe."""
-        ...
-
-    def detokenize(self, output_ids: Sequence[Sequence[int]], options: DecodingOptions) -> list[str]:
-        """Each output of `translate_encoded` as one line of text."""
-        ...
-
-    def describe(self) -> dict[str, str]:
-        """What a report records of the engine: `engine`, `device` and `precision` (a dtype or compute type)."""
-        ...
-
-
-@dataclass(frozen=True)
-class TransformersEngine:
-    """Decoding through transformers' `generate`, as `translate_sentences` and `translate_nbest` do."""
-
-    model: PreTrainedModel
-    tokenizer: PreTrainedTokenizerBase
-
-    def translate(self, sources: Sequence[str], options: DecodingOptions = DEFAULT_DECODING) -> list[str]:
-        return translate_sentences(self.model, self.tokenizer, sources, options)
-
-    def translate_nbest(
-        self, sources: Sequence[str], options: DecodingOptions = DEFAULT_DECODING
-    ) -> list[list[tuple[str, float]]]:
-        return translate_nbest(self.model, self.tokenizer, sources, options.num_beams or 1, options)
-
-    @property
-    def max_source_tokens(self) -> int:
-        return max_source_tokens(self.model.config)
-
-    @property
-    def concurrent_batches(self) -> int:
-        return 1  # torch's threads already share each batch's work
-
-    def encode(self, sources: Sequence[str]) -> list[list[int]]:
-        return self.tokenizer(list(sources), verbose=False)["input_ids"]
-
-    def translate_encoded(
-        self, batch: Sequence[Sequence[int]], options: DecodingOptions = DEFAULT_DECODING
-    ) -> list[list[int]]:
-        with _evaluating(self.model):
-            return _generate(self.model, self.tokenizer, batch, options).tolist()
-
-    def detokenize(self, output_ids: Sequence[Sequence[int]], options: DecodingOptions = DEFAULT_DECODING) -> list[str]:
-        return options.detokenize(self.model.config, self.tokenizer, output_ids)
-
-    def describe(self) -> dict[str, str]:
-        dtype = str(self.model.dtype).removeprefix("torch.")
-        return {"engine": TRANSFORMERS, "device": str(self.model.device), "precision": dtype}
-
-    def attention(self, source_ids: Sequence[int], options: DecodingOptions = DEFAULT_DECODING) -> SentenceAttentions:
-        """The translation of one encoded source (within `max_source_tokens`) as `translate` gives it with
-        `options`, and the attention behind it: the output's own tokens teacher-forced through the model
-        (`hf_vanilla.attention`)."""
-        [output_ids] = self.translate_encoded([source_ids], options)
-        [text] = self.detokenize([output_ids], options)
-        return teacher_forced_attentions(self.model, self.tokenizer, list(source_ids), output_ids, text)
-
-
-TRANSFORMERS, CTRANSLATE2 = "transformers", "ctranslate2"
-# A small model's decoding step is too little work to share among many threads: past this many, another batch
-# decodes at once instead (CTranslate2's inter_threads), each on its share of the threads.
-CPU_THREADS_PER_BATCH = 4
-ENGINES = (TRANSFORMERS, CTRANSLATE2)
-# CTranslate2's compute types (weights_activations); "auto": the fastest the device runs (`hf_vanilla.ctranslate2_engine`)
-COMPUTE_TYPES = ("auto", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "float32", "float16", "bfloat16")
-
-
-@dataclass(frozen=True)
-class EngineSettings:
-    """Which engine decodes and how it runs: `engine` "transformers" (`generate`, the reference) or "ctranslate2";
-    `device` (None or "auto": the GPU if present); the transformers engine's `dtype` ("auto", "float32",
-    "bfloat16", "float16"); the CTranslate2 engine's `compute_type` (`COMPUTE_TYPES`) and `ctranslate2_dir`, where
-    its converted models are cached (None: under the Hugging Face cache); on a CPU, `threads` and the
-    CTranslate2 engine's `inter_threads` (`cpu_threads`)."""
-
-    engine: str = TRANSFORMERS
-    device: str | None = None
-    dtype: str = "float32"
-    compute_type: str = "auto"
-    ctranslate2_dir: str | os.PathLike | None = None
-    threads: int | None = None
-    inter_threads: int | None = None
-
-    def cpu_threads(self) -> tuple[int, int]:
-        """On a CPU: how many batches decode at once (`inter_threads`; CTranslate2 keeps a replica of the model
-        for each) and the threads each decodes with, `threads` (None: torch's count, OMP_NUM_THREADS or the
-        cores) shared among them. Unless told, a replica for every `CPU_THREADS_PER_BATCH` threads."""
-        threads = self.threads or torch.get_num_threads()
-        inter_threads = self.inter_threads or max(1, threads // CPU_THREADS_PER_BATCH)
-        return inter_threads, max(1, threads // inter_threads)
-
-    @property
-    def precision(self) -> str:
-        """What the engine was asked to compute in: the transformers engine's dtype, the ctranslate2 engine's
-        compute type."""
-        return self.dtype if self.engine == TRANSFORMERS else self.compute_type
-
-    def __post_init__(self):
-        if self.engine not in ENGINES:
-            raise ValueError(f"unknown engine {self.engine!r}; choose one of {', '.join(ENGINES)}")
-        if self.compute_type not in COMPUTE_TYPES:
-            raise ValueError(f"unknown compute type {self.compute_type!r}; choose one of {', '.join(COMPUTE_TYPES)}")
-        if self.engine == TRANSFORMERS and self.compute_type != "auto":
-            raise ValueError(
-                f"compute type {self.compute_type} is the ctranslate2 engine's (--engine ctranslate2); the transformers "
-                "engine takes --dtype"
-            )
-        if self.engine == CTRANSLATE2 and self.dtype != "float32":
-            raise ValueError(
-                f"dtype {self.dtype} is the transformers engine's; the ctranslate2 engine takes --compute-type "
-                "(float32, bfloat16, float16, int8...)"
-            )
-
-
-DEFAULT_ENGINE = EngineSettings()
-
-
-def load_engine(
-    model_name_or_path: str | os.PathLike, settings: EngineSettings = DEFAULT_ENGINE
-) -> TranslationEngine:
-    """The engine `settings` name for a saved model directory (or Hub id) and its tokenizer: `generate` over the
-    model as `load_model_and_tokenizer` loads it, or CTranslate2 over the model converted on first use
-    (`hf_vanilla.ctranslate2_engine.load_ctranslate2_engine`)."""
-    if settings.engine == CTRANSLATE2:
-        # ctranslate2 is an optional extra, imported only when chosen
-        from .ctranslate2_engine import load_ctranslate2_engine
-
-        return load_ctranslate2_engine(model_name_or_path, settings)
-    if settings.threads:
-        torch.set_num_threads(settings.threads)
-    engine = TransformersEngine(*load_model_and_tokenizer(model_name_or_path, settings.device, settings.dtype))
-    if engine.model.device.type == "cpu":
-        logger.info("transformers engine: %d threads (--threads)", torch.get_num_threads())
-    return engine
 
 
 def read_lines(path: str | os.PathLike | None = None) -> list[str]:

@@ -44,9 +44,9 @@ from hf_vanilla.corpus_translation import (
     process_state,
     translate_corpus,
 )
+from hf_vanilla.engines import load_engine
 from hf_vanilla.evaluation.scoring import Runtime
 from hf_vanilla.research.cli import add_research_arguments, research_decoder
-from hf_vanilla.translation import load_engine
 
 
 def main() -> None:

@@ -31,7 +31,8 @@ from hf_vanilla.corpus_translation import (
     engine_translator,
     translate_corpus,
 )
-from hf_vanilla.translation import DecodingOptions, TransformersEngine
+from hf_vanilla.engines import TransformersEngine
+from hf_vanilla.translation import DecodingOptions
 
 GREEDY = DecodingOptions(num_beams=1, max_new_tokens=4, show_progress=False)
 SAMPLING = GREEDY.replace(do_sample=True, top_k=0)

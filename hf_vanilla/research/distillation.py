@@ -23,15 +23,10 @@ from tqdm.auto import tqdm
 from hf_vanilla.checkpoints import load_config, model_digest
 from hf_vanilla.corpus import split_names, write_translation_jsonl
 from hf_vanilla.corpus_translation import describe_decoding
+from hf_vanilla.engines import TranslationEngine, load_engine
 from hf_vanilla.evaluation.scoring import DEFAULT_RUNTIME, Runtime, TranslationData, score_translations
 from hf_vanilla.files import atomic_directory, write_json
-from hf_vanilla.translation import (
-    DecodingOptions,
-    TranslationEngine,
-    load_engine,
-    read_lines,
-    write_lines_atomic,
-)
+from hf_vanilla.translation import DecodingOptions, read_lines, write_lines_atomic
 
 logger = logging.getLogger(__name__)
 PROVENANCE_FILE = "distillation.json"  # not a split: datasets reads only the files named after splits

@@ -34,8 +34,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from hf_vanilla.data import TokenBatchSampler
+from hf_vanilla.engines import TranslationEngine
 from hf_vanilla.model.decoding import DEFAULT_MAX_TOKENS, cut_source
-from hf_vanilla.translation import DecodingOptions, TranslationEngine
+from hf_vanilla.translation import DecodingOptions
 
 logger = logging.getLogger(__name__)
 WARM_UP_TEXT = "Ein Hund läuft über die Wiese."  # one decoding before the service says it is ready

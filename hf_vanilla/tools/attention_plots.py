@@ -15,9 +15,10 @@ from matplotlib.figure import Figure
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from hf_vanilla.attention import SentenceAttentions, teacher_forced_attentions
+from hf_vanilla.engines import model_engine
 from hf_vanilla.files import atomic_file
 from hf_vanilla.model.decoding import cut_source
-from hf_vanilla.translation import DecodingOptions, TransformersEngine
+from hf_vanilla.translation import DecodingOptions
 
 ATTENTION_KINDS = {
     "encoder": ("encoder self-attention", "source (query)", "source (key)"),
@@ -40,7 +41,7 @@ def sentence_attentions(
     if not source.strip():
         raise ValueError("the source sentence is blank")
     if target is None:
-        engine = TransformersEngine(model, tokenizer)
+        engine = model_engine(model, tokenizer)
         [source_ids] = engine.encode([source])
         return engine.attention(cut_source(source_ids, engine.max_source_tokens), GREEDY)
     target_ids = [model.config.decoder_start_token_id, *tokenizer(text_target=target)["input_ids"]]

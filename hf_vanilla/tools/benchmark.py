@@ -26,7 +26,7 @@ from tokenizers import Tokenizer, models
 from tqdm.auto import tqdm
 from transformers import CompileConfig, PreTrainedTokenizerFast
 
-from hf_vanilla.ctranslate2_engine import save_ctranslate2_model
+from hf_vanilla.engines.ctranslate2_engine import save_ctranslate2_model
 from hf_vanilla.files import write_json
 from hf_vanilla.model.attention_kernels import AUTO_ATTENTION
 from hf_vanilla.model.configuration_vanilla import SIZE_FIELDS, VanillaTransformerConfig

@@ -47,17 +47,12 @@ from hf_vanilla.cli import (
     positive_int,
     translation_data,
 )
+from hf_vanilla.engines import COMPUTE_TYPES, EngineSettings, engine_names, load_engine
 from hf_vanilla.files import write_json
 from hf_vanilla.precision import cpu_description
 from hf_vanilla.serving.batching import DEFAULT_BATCHING
 from hf_vanilla.tools.benchmark import interleaved_seconds, recorded_validation_bleu
-from hf_vanilla.translation import (
-    COMPUTE_TYPES,
-    ENGINES,
-    DecodingOptions,
-    EngineSettings,
-    load_engine,
-)
+from hf_vanilla.translation import DecodingOptions
 
 STARTUP_SECONDS = 300
 
@@ -69,9 +64,8 @@ def decoding(args) -> dict:
 
 
 def engine_settings(args, threads: int, workdir: Path) -> EngineSettings:
-    compute_type = args.compute_type if args.engine != "transformers" else "auto"
     return EngineSettings(
-        args.engine, "cpu", compute_type=compute_type, ctranslate2_dir=workdir, threads=threads,
+        args.engine, "cpu", compute_type=args.compute_type or "auto", ctranslate2_dir=workdir, threads=threads,
         inter_threads=args.inter_threads,
     )  # fmt: skip
 
@@ -91,9 +85,12 @@ def parse_args():
     add_model_argument(parser)
     add_dataset_arguments(parser)
     parser.add_argument("--split", default="test", help="the split whose sources are translated and sent")
-    parser.add_argument("--engine", choices=ENGINES, default="ctranslate2", help="the engine measured")
+    parser.add_argument("--engine", choices=engine_names(), required=True, help="the engine measured")
     parser.add_argument(
-        "--compute-type", choices=COMPUTE_TYPES, default="int8", help="the ctranslate2 engine's weights_activations"
+        "--compute-type",
+        choices=COMPUTE_TYPES,
+        default=None,
+        help="the ctranslate2 engine's weights_activations; given, CTranslate2's own translate_batch is measured too",
     )
     parser.add_argument(
         "--thread-counts", nargs="+", type=positive_int, default=[1, 2], help="CPU threads, a run each"
@@ -217,7 +214,7 @@ def raw_translate_batch(args, settings: EngineSettings) -> Callable[[list], obje
     import ctranslate2
 
     from hf_vanilla.checkpoints import load_tokenizer
-    from hf_vanilla.ctranslate2_engine import cached_conversion
+    from hf_vanilla.engines.ctranslate2_engine import cached_conversion
 
     inter_threads, intra_threads = settings.cpu_threads()
     translator = ctranslate2.Translator(
@@ -259,7 +256,7 @@ def thread_count_runs(args, sentences: list[str], threads: int, workdir: Path) -
     """Every run at one thread count, and the ratios between them."""
     settings = engine_settings(args, threads, workdir)
     decoders = {"offline": offline_decoding(args, settings)}
-    if settings.engine == "ctranslate2":
+    if args.compute_type:
         decoders["translate_batch"] = raw_translate_batch(args, settings)
     runs = offline(args, sentences, decoders)
     if not args.offline_only:
@@ -305,7 +302,7 @@ def main() -> None:
         "cores": os.cpu_count(),
         "load_average_before_and_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
         "model_validation_bleu": bleu,
-        "engine": args.engine if args.engine == "transformers" else f"{args.engine}:{args.compute_type}",
+        "engine": ":".join(filter(None, (args.engine, args.compute_type))),
         "num_beams": args.num_beams,
         "length_penalty": args.length_penalty,
         "dataset": f"{data.dataset} {args.split} ({args.source_lang}), {len(sentences)} sentences",

@@ -12,6 +12,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
 
 from hf_vanilla.checkpoints import load_model_and_tokenizer
 from hf_vanilla.corpus import load_translation_split
+from hf_vanilla.engines import TransformersEngine
 from hf_vanilla.evaluation import scoring as scoring_module
 from hf_vanilla.evaluation.paper_bleu import PAPER_BLEU_KEY, PAPER_BLEU_NAME
 from hf_vanilla.evaluation.scoring import (
@@ -29,7 +30,6 @@ from hf_vanilla.publishing import CARD_FILE, RunRecord, model_card, save_card
 from hf_vanilla.tokenization import save_tokenizer
 from hf_vanilla.translation import (
     DecodingOptions,
-    TransformersEngine,
     read_lines,
     translate_nbest,
     translate_sentences,

@@ -6,9 +6,10 @@ import asyncio
 
 import pytest
 
+from hf_vanilla.engines import EngineSettings, load_engine
 from hf_vanilla.serving.attention import AttentionQuery
 from hf_vanilla.serving.batching import Batcher, BatchingSettings, RequestRefused
-from hf_vanilla.translation import DecodingOptions, EngineSettings, load_engine
+from hf_vanilla.translation import DecodingOptions
 
 OPTIONS = DecodingOptions(num_beams=1, show_progress=False)
 TOGETHER = BatchingSettings(max_tokens=1000, max_wait_ms=200)  # sentences sent together meet in one batch
@@ -20,6 +21,7 @@ class EchoEngine:
 
     max_source_tokens = 8
     concurrent_batches = 1
+    abilities = frozenset()
 
     def __init__(self):
         self.batches: list[list[str]] = []
@@ -164,7 +166,7 @@ def test_a_job_runs_alone_ahead_of_waiting_batches_and_fails_alone(engine_and_ba
 
 def test_an_engine_without_attention_is_refused_with_one_line(engine_and_batcher):
     engine, _ = engine_and_batcher
-    refusal = r"^this server's engine \(EchoEngine\) gives no attention weights"
+    refusal = r"^this server's engine gives no attention weights.*which the echo engine cannot \(attention\): decode with --engine transformers$"
     with pytest.raises(RequestRefused, match=refusal) as err:
         AttentionQuery("a b", OPTIONS, heads=False, max_tokens=8)(engine)
     assert err.value.status == 501

@@ -11,8 +11,8 @@ import pytest
 import requests
 from fastapi.testclient import TestClient
 
+from hf_vanilla.engines import EngineSettings
 from hf_vanilla.serving import RequestLimits, create_app
-from hf_vanilla.translation import EngineSettings
 
 from .conftest import BEAM, STARTUP_SECONDS, Server
 

@@ -37,11 +37,7 @@ import torch
 from huggingface_hub import constants
 from transformers import GenerationConfig, PreTrainedConfig, PreTrainedTokenizerBase
 
-from hf_vanilla.model.configuration_vanilla import VanillaTransformerConfig
-from hf_vanilla.model.decoding import max_source_tokens, paper_max_new_tokens
-from hf_vanilla.model.modeling_vanilla import sinusoidal_positions
-
-from .checkpoints import (
+from hf_vanilla.checkpoints import (
     TOKENIZER_FILE,
     WEIGHTS_FILE,
     generation_defaults,
@@ -51,14 +47,20 @@ from .checkpoints import (
     model_digest,
     model_directory,
 )
-from .files import atomic_directory, refuse_existing
-from .tokenization import check_tokenizer_matches_model
-from .translation import (
+from hf_vanilla.files import atomic_directory, refuse_existing
+from hf_vanilla.model.configuration_vanilla import VanillaTransformerConfig
+from hf_vanilla.model.decoding import max_source_tokens, paper_max_new_tokens
+from hf_vanilla.model.modeling_vanilla import sinusoidal_positions
+from hf_vanilla.tokenization import check_tokenizer_matches_model
+from hf_vanilla.translation import DEFAULT_DECODING, BatchLogitsProcessors, DecodingOptions, encoded_batches
+
+from .base import (
     CTRANSLATE2,
-    DEFAULT_DECODING,
-    DecodingOptions,
+    LOGITS_PROCESSORS,
+    NBEST_SCORES,
     EngineSettings,
-    encoded_batches,
+    missing_ability,
+    register_engine,
 )
 
 logger = logging.getLogger(__name__)
@@ -68,6 +70,7 @@ CONVERSION_REVISION = "1"
 CONVERTED_FILES = ("config.json", WEIGHTS_FILE, TOKENIZER_FILE)
 # `generate` keywords CTranslate2 takes under its own name, with the same meaning.
 EQUIVALENT_KEYWORDS = {"min_new_tokens": "min_decoding_length"}
+ABILITIES = frozenset({NBEST_SCORES})
 # A corpus goes to translate_batch this many batches (of `max_tokens`) at a time: few calls, and a progress bar.
 CHUNK_BATCHES = 16
 # What `generate` decodes with where neither the options nor the model's generation config say.
@@ -271,13 +274,23 @@ class CTranslate2Engine:
     def __post_init__(self):
         object.__setattr__(self, "token_ids", {token: index for index, token in enumerate(self.tokens)})
 
-    def translate(self, sources: Sequence[str], options: DecodingOptions = DEFAULT_DECODING) -> list[str]:
-        return [hypotheses[0][0] for hypotheses in self._decode(sources, options, nbest=False)]
+    abilities = ABILITIES
+
+    def translate(
+        self,
+        sources: Sequence[str],
+        options: DecodingOptions = DEFAULT_DECODING,
+        logits_processors: BatchLogitsProcessors | None = None,
+    ) -> list[str]:
+        return [hypotheses[0][0] for hypotheses in self._decode(sources, options, False, logits_processors)]
 
     def translate_nbest(
-        self, sources: Sequence[str], options: DecodingOptions = DEFAULT_DECODING
+        self,
+        sources: Sequence[str],
+        options: DecodingOptions = DEFAULT_DECODING,
+        logits_processors: BatchLogitsProcessors | None = None,
     ) -> list[list[tuple[str, float]]]:
-        return self._decode(sources, options, nbest=True)
+        return self._decode(sources, options, True, logits_processors)
 
     @property
     def max_source_tokens(self) -> int:
@@ -302,9 +315,17 @@ class CTranslate2Engine:
     def describe(self) -> dict[str, str]:
         return {"engine": CTRANSLATE2, "device": self.translator.device, "precision": self.translator.compute_type}
 
-    def _decode(self, sources: Sequence[str], options: DecodingOptions, nbest: bool) -> list[list[tuple[str, float]]]:
+    def _decode(
+        self,
+        sources: Sequence[str],
+        options: DecodingOptions,
+        nbest: bool,
+        logits_processors: BatchLogitsProcessors | None,
+    ) -> list[list[tuple[str, float]]]:
         """Each source's translations with their scores (one unless `nbest`; a blank source and greedy search
         score 0, as `translate_nbest` scores them), in order."""
+        if logits_processors is not None:
+            raise ValueError(missing_ability(CTRANSLATE2, LOGITS_PROCESSORS, "logits processors mix other scores in"))
         keywords = self.translate_keywords(options, nbest)
         results = [[("", 0.0)] for _ in sources]
         chunks = encoded_batches(self.tokenizer, self.config, sources, options, CHUNK_BATCHES * options.max_tokens)
@@ -437,3 +458,6 @@ def load_ctranslate2_engine(model_name_or_path: str | os.PathLike, settings: Eng
         translator = load_translator(cached_conversion(model_dir, settings.ctranslate2_dir, rebuild=True), settings)
     tokens = vocabulary(tokenizer, config)
     return CTranslate2Engine(translator, tokenizer, config, generation_defaults(model_dir), tokens)
+
+
+register_engine(CTRANSLATE2, load_ctranslate2_engine, ABILITIES)
