@@ -294,7 +294,7 @@ def test_translate_evaluate_and_select_decode_with_either_engine(paper_engines, 
 @pytest.mark.parametrize(
     "flags, refusal",
     [
-        (("--engine", "ctranslate2", "--ensemble", "{model}"), "ensembles and reranking decode with transformers'"),
+        (("--engine", "ctranslate2", "--ensemble", "{model}"), "an ensemble mixes its members' scores into the decoded model's by logits processors, which the ctranslate2 engine cannot (logits processors): decode with --engine transformers"),
         (("--compute-type", "int8"), "compute type int8 is the ctranslate2 engine's"),
     ],
 )
