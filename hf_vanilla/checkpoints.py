@@ -10,9 +10,11 @@ weights of other shapes than config.json gives them, a tokenizer of another voca
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 from huggingface_hub import snapshot_download
@@ -29,11 +31,12 @@ from transformers import (
 
 from hf_vanilla.model.attention_kernels import AUTO_ATTENTION
 from hf_vanilla.model.configuration_vanilla import VanillaTransformerConfig
-from hf_vanilla.model.decoding import writes_right_to_left
+from hf_vanilla.model.decoding import ResolvedDecoding, resolve_decoding, writes_right_to_left
 
 from .precision import resolve_device, resolve_precision
 from .tokenization import check_tokenizer_matches_model
 
+logger = logging.getLogger(__name__)
 TOKENIZER_FILE, WEIGHTS_FILE = "tokenizer.json", "model.safetensors"
 # What a saved tokenizer needs to load here, and a saved model directory: the model's config and weights too.
 TOKENIZER_FILES = (TOKENIZER_FILE, "tokenizer_config.json")
@@ -91,6 +94,17 @@ def generation_defaults(model_name_or_path: str | os.PathLike) -> GenerationConf
         return GenerationConfig.from_pretrained(model_name_or_path)
     except OSError:
         return GenerationConfig.from_model_config(load_config(model_name_or_path))
+
+
+def decoding_for(
+    model_name_or_path: str | os.PathLike, given: Mapping[str, Any] | None = None
+) -> ResolvedDecoding:
+    """The beam size, length penalty and output limit a saved model decodes with: `given`'s, else its
+    generation config's, else the paper's (`resolve_decoding`); logged in one line that names where each came
+    from."""
+    decoding = resolve_decoding(generation_defaults(model_name_or_path), given)
+    logger.info("%s decodes with %s", model_name_or_path, decoding.describe())
+    return decoding
 
 
 def load_tokenizer(

@@ -8,11 +8,12 @@ several groups or scripts share; a reader beside each turns the parsed flags int
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import logging
 import sys
 import typing
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import yaml
@@ -21,21 +22,27 @@ from hf_vanilla.model.decoding import (
     DEFAULT_MAX_TOKENS,
     PAPER_EXTRA_OUTPUT_TOKENS,
     PAPER_GENERATION_KWARGS,
-    beam_settings,
 )
-from hf_vanilla.training.settings import PUBLIC_MULTI30K, TrainingConfig, load_training_config
+from hf_vanilla.training.settings import PUBLIC_MULTI30K, SETTING_GROUPS, TrainingConfig, load_training_config
 
 from .corpus import ACCEPTED_FORMS, COMPRESSION_SUFFIXES, dataset_spec
 from .corpus_translation import DEFAULT_CHUNK_LINES, ERROR_HANDLERS, OUTPUT_FORMATS, CorpusSettings
 from .engines import COMPUTE_TYPES, CPU_THREADS_PER_BATCH, DEFAULT_ENGINE, EngineSettings, engine_names
 from .evaluation.scoring import TranslationData
+from .extras import MissingExtra
 from .precision import DTYPE_NAMES
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """The module docstring as written, and each flag's default after its help."""
+    """The module docstring as written, and each flag's default after its help where the help does not say it
+    (a flag whose default is "not given" says where the value then comes from)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if "(default: " in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -85,39 +92,62 @@ def configure_logging(level: str = "info") -> None:
     logging.getLogger("accelerate.utils.other").setLevel(logging.ERROR)
 
 
-def add_training_config_arguments(parser: argparse.ArgumentParser) -> None:
-    """`--config FILE` and a flag for every `TrainingConfig` field, with the field's help, that overrides the
-    file's value; read them back with `training_config`.
+MISSING_EXTRA_STATUS = 2  # as argparse exits for a bad command line: the command cannot run as installed
+
+
+@contextlib.contextmanager
+def exits_on_missing_extra():
+    """A missing optional dependency inside ends the script as one `error:` line naming the pip extra that
+    installs it (`extras.require`), with exit status 2, instead of a traceback."""
+    try:
+        yield
+    except MissingExtra as missing:
+        print(f"error: {missing}", file=sys.stderr)
+        sys.exit(MISSING_EXTRA_STATUS)
+
+
+def add_training_config_arguments(parser: argparse.ArgumentParser, settings: Collection[str] | None = None) -> None:
+    """`--config FILE` and a flag for every `TrainingConfig` field (or only those named in `settings`), with the
+    field's help, that overrides the file's value, in a --help section a group of `SETTING_GROUPS`; read them back
+    with `training_config`.
 
     A flag left out is absent from the parsed namespace (not set to the field's default), so that the file's value
     stands; values are read as YAML ("null", "1e-3", "{d_model: 128}"), which `load_training_config` checks. A
     yes/no field's flag alone means yes (`--right-to-left`, or `--right-to-left false`); `--no-FIELD` turns off
     one that is on by default.
     """
-    group = parser.add_argument_group("training config (TrainingConfig keys, configs/*.yaml)")
-    group.add_argument("--config", help="YAML file of TrainingConfig keys; the flags below override its values")
-    defaults, types_of = TrainingConfig(), typing.get_type_hints(TrainingConfig)
-    for field in dataclasses.fields(TrainingConfig):
-        flag, kind, default = "--" + field.name.replace("_", "-"), types_of[field.name], getattr(defaults, field.name)
-        described = f"{field.metadata['help']} (default: {default!r})"
-        if kind is bool:
+    parser.add_argument_group("training config (TrainingConfig keys, configs/*.yaml)").add_argument(
+        "--config", help="YAML file of TrainingConfig keys; the flags below override its values"
+    )
+    fields = [field for field in dataclasses.fields(TrainingConfig) if settings is None or field.name in settings]
+    for name, description in SETTING_GROUPS.items():
+        in_group = [field for field in fields if field.metadata["group"] == name]
+        if in_group:
+            group = parser.add_argument_group(name, description)
+            for field in in_group:
+                _add_setting_flag(group, field)
+
+
+def _add_setting_flag(group, field: dataclasses.Field) -> None:
+    flag, kind = "--" + field.name.replace("_", "-"), typing.get_type_hints(TrainingConfig)[field.name]
+    default = field.default_factory() if field.default is dataclasses.MISSING else field.default
+    described = f"{field.metadata['help']} (default: {default!r})"
+    if kind is bool:
+        group.add_argument(flag, nargs="?", const=True, type=yaml.safe_load, default=argparse.SUPPRESS, help=described)
+        if default:
+            off = f"--no-{flag[2:]}"
             group.add_argument(
-                flag, nargs="?", const=True, type=yaml.safe_load, default=argparse.SUPPRESS, help=described
+                off, dest=field.name, action="store_false", default=argparse.SUPPRESS, help=f"turn off {flag}"
             )
-            if default:
-                off = f"--no-{flag[2:]}"
-                group.add_argument(
-                    off, dest=field.name, action="store_false", default=argparse.SUPPRESS, help=f"turn off {flag}"
-                )
-            continue
-        group.add_argument(
-            flag,
-            nargs="+" if field.name == "dataset" else None,  # a file a split, as --dataset of the other scripts
-            type=str if kind is str else yaml.safe_load,
-            metavar=field.name.upper(),
-            default=argparse.SUPPRESS,
-            help=described,
-        )
+        return
+    group.add_argument(
+        flag,
+        nargs="+" if field.name == "dataset" else None,  # a file a split, as --dataset of the other scripts
+        type=str if kind is str else yaml.safe_load,
+        metavar=field.name.upper(),
+        default=argparse.SUPPRESS,
+        help=described,
+    )
 
 
 def training_config_overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -138,39 +168,53 @@ def add_model_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def add_beam_arguments(parser: argparse.ArgumentParser, several: bool = False) -> None:
-    """Beam size and length penalty, the paper's by default (one value each, or with `several` lists of values to
-    try); read them back with `beam_kwargs`."""
+    """Beam size and length penalty: one value each, not given by default (the checkpoint's generation config
+    decides, else the paper); with `several`, lists of values to try, the paper's by default. Read them back
+    with `beam_kwargs`."""
     _add_beam_flags(parser.add_argument_group("beam search"), several)
 
 
 def _add_beam_flags(group, several: bool = False) -> None:
-    tried, nargs = ("; each is tried", "+") if several else ("", None)
+    nargs = "+" if several else None
 
-    def paper(name: str):
-        return [PAPER_GENERATION_KWARGS[name]] if several else PAPER_GENERATION_KWARGS[name]
+    def default(name: str):
+        return [PAPER_GENERATION_KWARGS[name]] if several else None
+
+    def where(name: str) -> str:
+        paper = PAPER_GENERATION_KWARGS[name]
+        if several:
+            return f"; each is tried (default: the paper's {paper}, not the checkpoint's)"
+        return f" (default: the checkpoint's generation_config.json, else the paper's {paper})"
 
     group.add_argument(
-        "--num-beams", type=positive_int, nargs=nargs, default=paper("num_beams"), help=f"beam size; 1: greedy{tried}"
+        "--num-beams",
+        type=positive_int,
+        nargs=nargs,
+        default=default("num_beams"),
+        help=f"beam size; 1: greedy, which takes no length penalty{where('num_beams')}",
     )
     group.add_argument(
         "--length-penalty",
         type=float,
         nargs=nargs,
-        default=paper("length_penalty"),
-        help=f"beam search divides a hypothesis' log-probability by length**this{tried}",
+        default=default("length_penalty"),
+        help=f"beam search divides a hypothesis' log-probability by length**this{where('length_penalty')}",
     )
 
 
 def beam_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """`generate` kwargs from one beam size and length penalty (`beam_settings`: greedy search has no length
-    penalty)."""
-    return beam_settings(args.num_beams, args.length_penalty)
+    """The beam size and length penalty given as flags, as `generate` kwargs (`resolve_decoding` fills in the
+    others)."""
+    chosen = {"num_beams": args.num_beams, "length_penalty": args.length_penalty}
+    return {name: value for name, value in chosen.items() if value is not None}
 
 
 def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
     """How translations are searched: beam size, length penalty, output limit and lines too long for the model;
     read them back with `decoding_kwargs`."""
-    group = parser.add_argument_group("decoding (the paper's, section 6.1, unless told)")
+    group = parser.add_argument_group(
+        "decoding (what is not given: the checkpoint's generation_config.json, else the paper's, section 6.1)"
+    )
     _add_beam_flags(group)
     add_max_new_tokens_argument(group)
     group.add_argument(
@@ -215,13 +259,12 @@ def add_sampling_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def sampling_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """`generate` kwargs from `add_sampling_arguments`, over `decoding_kwargs`' (one beam, so no length penalty,
-    which generate would warn of): none without --sampling."""
+    """`generate` kwargs from `add_sampling_arguments`, over `decoding_kwargs`' (one beam, whatever they say):
+    none without --sampling."""
     if not args.sampling:
         return {}
     return {
         "num_beams": 1,
-        "length_penalty": None,
         "do_sample": True,
         "top_k": args.top_k,
         "top_p": args.top_p,
@@ -312,7 +355,8 @@ def add_max_new_tokens_argument(parser) -> None:
         "--max-new-tokens",
         type=positive_int,
         default=None,
-        help=f"fixed output limit (default: each sentence its source length + {PAPER_EXTRA_OUTPUT_TOKENS})",
+        help="fixed output limit (default: the checkpoint's generation_config.json, else each sentence its "
+        f"source length + {PAPER_EXTRA_OUTPUT_TOKENS}, the paper's)",
     )
 
 

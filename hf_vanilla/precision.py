@@ -148,7 +148,10 @@ def cpu_bf16_pays(given: bool | None = None) -> tuple[bool, str]:
     speedup = cpu_bf16_matmul_speedup()
     if speedup is None:
         capability = torch.backends.cpu.get_cpu_capability()
-        return False, f"the CPU ({capability}) has no native bf16, where bf16 matmuls are ~100x slower"
+        return False, (
+            f"the CPU ({capability}) has no native bf16, where a bf16 matmul runs tens of times slower than "
+            "float32 (docs/speed.md)"
+        )
     pays = speedup >= CPU_BF16_MIN_SPEEDUP
     return pays, (
         f"the CPU has native bf16 (AVX512-BF16 or AMX) and its bf16 matmuls ran {speedup:.2f}x fp32's, "

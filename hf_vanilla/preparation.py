@@ -8,6 +8,7 @@ first process prepares while the node's other processes wait (accelerate's `loca
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from pathlib import Path
@@ -21,6 +22,15 @@ from hf_vanilla.training.settings import TrainingConfig, TrainingError
 from hf_vanilla.training.train import load_inputs, pairs_source, training_pairs
 
 logger = logging.getLogger(__name__)
+
+# The TrainingConfig keys that decide what is prepared, and so scripts/prepare_data.py's flags: the data and its
+# cleaning, the tokenizer, the model's shape (its positions bound the pairs kept) and the seed that draws held-out
+# pairs. Their values must be the training run's for it to find the prepared cache.
+PREPARATION_SETTINGS = frozenset(
+    {field.name for field in dataclasses.fields(TrainingConfig) if field.metadata["group"] == "data"}
+    | {"tokenizer", "tokenizer_vocab_size", "init_from", "model_preset", "model_overrides", "seed"}
+)
+
 
 def prepare_training_data(
     config: TrainingConfig, tokenizer_sample_pairs: int | None = None, state: PartialState | None = None

@@ -26,7 +26,7 @@ from transformers.utils import GENERATION_CONFIG_NAME
 from hf_vanilla.corpus import TRAIN_SPLIT, parse_dataset
 from hf_vanilla.files import atomic_file, write_text_atomic
 from hf_vanilla.model.configuration_vanilla import VanillaTransformerConfig
-from hf_vanilla.model.decoding import PAPER_EXTRA_OUTPUT_TOKENS, PAPER_GENERATION_KWARGS
+from hf_vanilla.model.decoding import FROM_PAPER, PAPER_EXTRA_OUTPUT_TOKENS, resolve_decoding
 from hf_vanilla.model.hub import CARD_FILE
 from hf_vanilla.model.modeling_vanilla import (
     VanillaTransformerForConditionalGeneration,
@@ -197,19 +197,20 @@ def architecture(config: VanillaTransformerConfig) -> str:
 
 
 def decoding_defaults(generation: GenerationConfig) -> str:
-    """The beam search a checkpoint's generation config makes the default of `pipeline` and `generate`."""
-    if generation.num_beams is None:
-        paper = PAPER_GENERATION_KWARGS
-        return (
-            f"none saved: the pipeline uses the paper's beam {paper['num_beams']} with length penalty "
-            f"{paper['length_penalty']}, a plain `generate` greedy search"
-        )
-    if generation.num_beams == 1:
+    """The decoding a checkpoint's generation config makes the default of `pipeline` and the scripts
+    (`resolve_decoding`), with what a plain `generate` does instead where that differs."""
+    decoding = resolve_decoding(generation)
+    if decoding.num_beams == 1:
         return "greedy search (num_beams 1)"
-    penalty = generation.length_penalty
-    return f"beam search with {generation.num_beams} beams, length penalty " + (
-        "transformers' default" if penalty is None else f"{penalty}"
-    )
+    beam_search = f"beam search with {decoding.num_beams} beams, length penalty {decoding.length_penalty}"
+    if decoding.sources["num_beams"] == FROM_PAPER:
+        return (
+            f"none saved: the pipeline and the scripts use the paper's {beam_search}, "
+            "a plain `generate` greedy search"
+        )
+    if decoding.sources["length_penalty"] == FROM_PAPER:
+        return f"{beam_search} (the paper's penalty; a plain `generate` takes transformers' default)"
+    return beam_search
 
 
 def decoding_label(settings: Mapping[str, Any]) -> str:

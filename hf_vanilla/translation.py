@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 from transformers import (
+    GenerationConfig,
     LogitsProcessor,
     LogitsProcessorList,
     PreTrainedConfig,
@@ -32,6 +33,7 @@ from hf_vanilla.model.decoding import (
     max_new_tokens_room,
     max_source_tokens,
     paper_length_limit,
+    resolve_decoding,
     writes_right_to_left,
 )
 
@@ -52,9 +54,10 @@ _FIRST_LINE_NUMBER = contextvars.ContextVar("first_line_number", default=1)
 class DecodingOptions:
     """How sentences are decoded and batched: the one object `translate_sentences`, evaluation and the service share.
 
-    `num_beams`, `length_penalty`, `max_new_tokens` and `cache_implementation` go to `generate`; None leaves the
-    model's generation config to decide, and a None `max_new_tokens` gives each sentence its source length +
-    `extra_output_tokens` (section 6.1). `other_generate_kwargs`: any other `generate` keyword (do_sample...).
+    `num_beams`, `length_penalty`, `max_new_tokens` and `cache_implementation` go to `generate`; every engine
+    fills in the first three where None as `resolved` does (the model's generation config, else the paper's),
+    and the paper's `max_new_tokens` gives each sentence its source length + `extra_output_tokens` (section
+    6.1). `other_generate_kwargs`: any other `generate` keyword (do_sample...).
     `max_tokens`: source tokens a batch (sentences * longest source); `skip_long_lines`: translate a source longer
     than the model's positions to "" rather than cut it; `clean_up_tokenization_spaces`: detokenize with
     transformers' clean-up of spaces before punctuation. Frozen and hashable, so options can key batches."""
@@ -78,6 +81,17 @@ class DecodingOptions:
         others = {name: value for name, value in settings.items() if name not in names}
         return dataclasses.replace(
             self, **own, other_generate_kwargs={**self.other_generate_kwargs, **others}
+        )
+
+    def resolved(self, generation_config: GenerationConfig | None) -> DecodingOptions:
+        """These options with the beam size, length penalty and output limit `resolve_decoding` gives them
+        over a model's `generation_config`: what every engine decodes with."""
+        decoding = resolve_decoding(generation_config, self.generate_kwargs())
+        return dataclasses.replace(
+            self,
+            num_beams=decoding.num_beams,
+            length_penalty=decoding.length_penalty,
+            max_new_tokens=decoding.max_new_tokens,
         )
 
     def generate_kwargs(self) -> dict[str, Any]:
@@ -238,6 +252,7 @@ def _generate_in_batches(
 ) -> Iterator[tuple[list[int], Any]]:
     """`generate`'s output for each batch of the nonblank `sources` (`encoded_batches`), with the indices in
     `sources` of its sentences."""
+    options = options.resolved(model.generation_config)
     with evaluation_mode(model):
         for indices, batch_ids in encoded_batches(tokenizer, model.config, sources, options):
             yield indices, generate_batch(model, tokenizer, batch_ids, options, logits_processors)
@@ -258,8 +273,8 @@ def translate_sentences(
     longest source stays within `max_tokens` (beam search multiplies the memory by num_beams). Unless
     `max_new_tokens` is set, each sentence may produce up to its source length + `extra_output_tokens` new
     tokens (section 6.1), capped by the model's max_position_embeddings, whatever it is batched with.
-    The `generate` options (num_beams, length_penalty, do_sample...) go over the model's generation config:
-    pass num_beams=1 for greedy search whatever the saved model says.
+    The beam size, length penalty and output limit not given are the model's generation config's, else the
+    paper's (`DecodingOptions.resolved`): pass num_beams=1 for greedy search whatever the saved model says.
     Blank or empty sources translate to "" without running the model; a line break inside a
     translation becomes a space, so one line in gives one line out. A source longer than the model's
     positions (`max_position_embeddings`) is cut to fit, or with `skip_long_lines` translates to "";

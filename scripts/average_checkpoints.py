@@ -8,7 +8,7 @@ from hf_vanilla.training.run_directory import average_run_checkpoints
 from hf_vanilla.training.settings import TrainingError
 
 
-def main() -> None:
+def build_parser() -> ArgumentParser:
     parser = ArgumentParser(description=__doc__)
     parser.add_argument("run", help="training output directory holding checkpoint_<step> directories")
     parser.add_argument(
@@ -16,7 +16,11 @@ def main() -> None:
     )
     parser.add_argument("--output", help="directory to write (default: RUN/checkpoint_average)")
     add_logging_argument(parser)
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = build_parser().parse_args()
     configure_logging(args.log_level)
     run = Path(args.run)
     if not run.is_dir():

@@ -1,7 +1,9 @@
 """Translate a dataset split with a saved model and score it with sacreBLEU (cased and lowercased BLEU, chrF).
 
-Decodes as the paper does (section 6.1) unless told otherwise: beam 4, length penalty 0.6, at most
-the source length + 50 new tokens. Writes SPLIT.SRC-TGT.hyp (one translation a line, in
+Decodes with the beam size, length penalty and output limit the flags give, else those of the checkpoint's
+generation_config.json (what scripts/select_checkpoint.py chose), else the paper's (section 6.1): beam 4,
+length penalty 0.6, at most the source length + 50 new tokens. The log and the report name each and where it
+came from. Writes SPLIT.SRC-TGT.hyp (one translation a line, in
 dataset order) and SPLIT.SRC-TGT.json (scores with signatures, settings, speed) into --output-dir.
 For a German or English target (with sacremoses installed) it adds the paper's BLEU beside sacreBLEU:
 tensor2tensor's get_ende_bleu.sh, Moses-tokenized, compounds split, cased ("bleu_paper"; docs/wmt14.md).
@@ -24,6 +26,7 @@ from hf_vanilla.cli import (
     cache_kwargs,
     configure_logging,
     decoding_kwargs,
+    exits_on_missing_extra,
     runtime_kwargs,
     translation_data,
 )
@@ -32,7 +35,7 @@ from hf_vanilla.evaluation.scoring import Runtime, ScoreOptions, evaluate_bleu
 from hf_vanilla.research.cli import add_research_arguments, research_decoder
 
 
-def main() -> None:
+def build_parser() -> ArgumentParser:
     parser = ArgumentParser(description=__doc__)
     add_model_argument(parser)
     add_dataset_arguments(parser)
@@ -47,7 +50,11 @@ def main() -> None:
         "--output-dir", default="outputs/evaluation", help="where the hypotheses and report go"
     )
     add_logging_argument(parser)
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = build_parser().parse_args()
     configure_logging(args.log_level)
 
     try:
@@ -63,7 +70,7 @@ def main() -> None:
             **decoding_kwargs(args),
             **cache_kwargs(args),
         )
-    except (ValueError, FileNotFoundError, ImportError) as err:
+    except (ValueError, FileNotFoundError) as err:
         sys.exit(f"error: {err}")
     print(json.dumps(report, indent=2, ensure_ascii=False))
     for case in ("cased", "lowercased"):
@@ -77,4 +84,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with exits_on_missing_extra():
+        main()

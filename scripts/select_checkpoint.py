@@ -21,6 +21,8 @@ from hf_vanilla.cli import (
     add_tokenized_bleu_argument,
     cache_kwargs,
     configure_logging,
+    exits_on_missing_extra,
+    positive_int,
     runtime_kwargs,
     translation_data,
 )
@@ -44,7 +46,7 @@ WEIGHT_COLUMNS = (
 )
 
 
-def main() -> None:
+def build_parser() -> ArgumentParser:
     parser = ArgumentParser(description=__doc__)
     parser.add_argument(
         "models", nargs="+", help="saved model directories, or run directories (their best, last and average)"
@@ -52,6 +54,13 @@ def main() -> None:
     add_beam_arguments(parser, several=True)
     add_dataset_arguments(parser)
     parser.add_argument("--validation-split", default="validation", help="the split the choice is made on")
+    parser.add_argument(
+        "--validation-pairs",
+        type=positive_int,
+        default=None,
+        help="choose on the first N pairs of the validation split only, a quicker choice (the report splits "
+        "are decoded whole; default: all)",
+    )
     parser.add_argument(
         "--report-split", nargs="*", default=["test"], help="splits decoded with the choice only (none: skip)"
     )
@@ -62,7 +71,11 @@ def main() -> None:
         "--output-dir", default="outputs/selection", help="where selection.json and the reports go"
     )
     add_logging_argument(parser)
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = build_parser().parse_args()
     configure_logging(args.log_level)
 
     try:
@@ -70,13 +83,16 @@ def main() -> None:
             args.models,
             translation_data(args),
             args.output_dir,
-            SelectionGrid(args.num_beams, args.length_penalty, args.validation_split, args.report_split),
+            SelectionGrid(
+                args.num_beams, args.length_penalty, args.validation_split, args.report_split,
+                args.validation_pairs,
+            ),  # fmt: skip
             Runtime(**runtime_kwargs(args)),
             ScoreOptions(tokenized_bleu=args.tokenized_bleu),
             research_decoder(args),
             **cache_kwargs(args),
         )
-    except (ValueError, FileNotFoundError, ImportError) as err:
+    except (ValueError, FileNotFoundError) as err:
         sys.exit(f"error: {err}")
     print_selection(selection, args.validation_split)
 
@@ -118,4 +134,5 @@ def print_selection(selection: dict, validation_split: str) -> None:
         print(f"decoding defaults ({decoding_label(chosen)}) saved to {saved_to}: pipeline and generate use them")
 
 if __name__ == "__main__":
-    main()
+    with exits_on_missing_extra():
+        main()

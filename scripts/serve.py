@@ -17,8 +17,6 @@ import logging
 import signal
 import sys
 
-import uvicorn
-
 from hf_vanilla.cli import (
     ArgumentParser,
     add_logging_argument,
@@ -26,9 +24,15 @@ from hf_vanilla.cli import (
     add_runtime_arguments,
     configure_logging,
     engine_settings,
+    exits_on_missing_extra,
     positive_int,
 )
-from hf_vanilla.serving import BatchingSettings, RequestLimits, create_app
+from hf_vanilla.extras import require
+
+with exits_on_missing_extra():  # the serve extra: one line where it is missing, not an import's traceback
+    require("fastapi", extra="serve")
+    uvicorn = require("uvicorn", extra="serve")
+from hf_vanilla.serving import BatchingSettings, RequestLimits, create_app  # noqa: E402
 
 BATCHING = BatchingSettings()
 LIMIT_HELP = {
@@ -40,7 +44,7 @@ LIMIT_HELP = {
 }
 
 
-def parse_args():
+def build_parser() -> ArgumentParser:
     parser = ArgumentParser(description=__doc__)
     add_model_argument(parser)
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
@@ -72,11 +76,11 @@ def parse_args():
             help=LIMIT_HELP[field.name],
         )
     add_logging_argument(parser)
-    return parser.parse_args()
+    return parser
 
 
 def main() -> None:
-    args = parse_args()
+    args = build_parser().parse_args()
     configure_logging(args.log_level)
     try:
         engine = engine_settings(args)
@@ -111,4 +115,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with exits_on_missing_extra():
+        main()

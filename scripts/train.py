@@ -24,7 +24,7 @@ from hf_vanilla.training.train import train
 from hf_vanilla.training.trainer import TrainingStopped
 
 
-def build_parser():
+def build_parser() -> ArgumentParser:
     parser = ArgumentParser(description=__doc__)
     add_training_config_arguments(parser)
     parser.add_argument(

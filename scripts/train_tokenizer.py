@@ -30,7 +30,7 @@ from hf_vanilla.tokenization import (
 )
 
 
-def main() -> None:
+def build_parser() -> ArgumentParser:
     parser = ArgumentParser(description=__doc__)
     add_dataset_arguments(parser)
     parser.add_argument("--split", default="train", help="split to train on")
@@ -40,7 +40,11 @@ def main() -> None:
     parser.add_argument("--output-dir", default="outputs/tokenizer", help="directory AutoTokenizer will load")
     add_tokenizer_sample_argument(parser)
     add_logging_argument(parser)
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = build_parser().parse_args()
     configure_logging(args.log_level)
 
     data = translation_data(args)

@@ -1,10 +1,11 @@
 """Translate text line by line with a saved model: one line in, one line out, in order, any number of lines.
 
 Reads the input (a file, compressed or not, or stdin) a chunk of lines at a time, translates each chunk in
-length-sorted batches with the paper's decoding (beam 4, length penalty 0.6, source length + 50) unless told
-otherwise, and writes its translations, blank lines kept blank, as soon as it is done. From --input FILE to
---output FILE the finished chunks are committed beside the output: the same command continues after a crash, and
-several processes share the chunks (docs/translating-corpora.md).
+length-sorted batches with the decoding the flags give, else the checkpoint's generation_config.json, else the
+paper's (beam 4, length penalty 0.6, source length + 50; logged), and writes its translations, blank lines
+kept blank, as soon as it is done. From --input FILE to --output FILE the finished chunks are committed beside
+the output: the same command continues after a crash, and several processes share the chunks
+(docs/translating-corpora.md).
 
     python scripts/translate.py outputs/multi30k-small-de-en/checkpoint_best < input.de > output.en
     python scripts/translate.py CHECKPOINT --input mono.de.gz --output mono.en --sampling --seed 1
@@ -17,7 +18,7 @@ search's whole n-best list is reranked (docs/research/extras.md, "Reranking with
 import signal
 import sys
 
-from hf_vanilla.checkpoints import model_digest
+from hf_vanilla.checkpoints import decoding_for, model_digest
 from hf_vanilla.cli import (
     ArgumentParser,
     add_corpus_arguments,
@@ -31,6 +32,7 @@ from hf_vanilla.cli import (
     configure_logging,
     corpus_settings,
     decoding_kwargs,
+    exits_on_missing_extra,
     runtime_kwargs,
     sampling_kwargs,
 )
@@ -49,7 +51,7 @@ from hf_vanilla.evaluation.scoring import Runtime
 from hf_vanilla.research.cli import add_research_arguments, research_decoder
 
 
-def main() -> None:
+def build_parser() -> ArgumentParser:
     parser = ArgumentParser(description=__doc__)
     add_model_argument(parser)
     add_decoding_arguments(parser)
@@ -59,7 +61,11 @@ def main() -> None:
     add_research_arguments(parser)
     add_progress_argument(parser)
     add_logging_argument(parser)
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = build_parser().parse_args()
     configure_logging(args.log_level)
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # stopped as by Ctrl-C: what is committed stays
 
@@ -70,7 +76,8 @@ def main() -> None:
         decoder = research_decoder(args)
         settings = corpus_settings(args)
         runtime = Runtime(**runtime_kwargs(args), show_progress=False)
-        generate_kwargs = {**decoding_kwargs(args), **cache_kwargs(args), **sampling_kwargs(args)}
+        given = {**decoding_kwargs(args), **cache_kwargs(args), **sampling_kwargs(args)}
+        generate_kwargs = decoding_for(args.model, given).applied_to(given)
         options = runtime.decoding(generate_kwargs)
         engine = load_engine(args.model, runtime.engine)
         if not decoder.extra_models:
@@ -89,11 +96,12 @@ def main() -> None:
             args.input, args.output, settings, {"model": model_digest(args.model), "decoding": decoding}
         )
         translate_corpus(translate_chunk, job, show_progress=not args.quiet)
-    except (ValueError, FileNotFoundError, ImportError) as err:
+    except (ValueError, FileNotFoundError) as err:
         sys.exit(f"error: {err}")
     except KeyboardInterrupt:
         sys.exit(130)
 
 
 if __name__ == "__main__":
-    main()
+    with exits_on_missing_extra():
+        main()

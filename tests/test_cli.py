@@ -3,6 +3,7 @@ has a help line and both spellings, `--source-lang` and `--source_lang`; trainin
 every script logs in one format at the level it is given; the quickstart names its recipes."""
 
 import argparse
+import dataclasses
 import re
 import runpy
 import subprocess
@@ -14,6 +15,7 @@ from conftest import DE_EN, REPO, SCRIPTS, run_script
 from hf_vanilla import cli
 from hf_vanilla.cli import ArgumentParser, training_config
 from hf_vanilla.research.cli import add_research_arguments
+from hf_vanilla.training.settings import SETTING_GROUPS, TrainingConfig, setting
 
 # The scripts and the package's one entry point with a parser of its own.
 # Modules named _* beside the scripts are what scripts import, not scripts.
@@ -64,6 +66,16 @@ def test_every_flag_has_a_help_line(script, monkeypatch):
     assert [flag for flag, text in helps.items() if not text] == [], script.name
 
 
+@pytest.mark.parametrize("script", ["translate.py", "evaluate_bleu.py"])
+def test_decoding_flags_are_not_given_by_default_and_say_where_the_value_then_comes_from(script, monkeypatch):
+    parser = script_parser(SCRIPTS / script, monkeypatch)
+    args, _ = parser.parse_known_args(["model", *DE_EN])  # parse_args is captured here
+    assert (args.num_beams, args.length_penalty, args.max_new_tokens) == (None, None, None)
+    shown = " ".join(parser.format_help().split())
+    assert "(default: the checkpoint's generation_config.json, else the paper's 4)" in shown
+    assert "(default: None)" not in shown.split("--num-beams", 1)[1].split("--skip-long-lines", 1)[0]
+
+
 def sections(parser: argparse.ArgumentParser) -> set[str]:
     """The titles of `parser`'s --help sections."""
     return {line[:-1] for line in parser.format_help().splitlines() if re.fullmatch(r"\S.*:", line)}
@@ -83,7 +95,10 @@ def test_every_script_shows_the_groups_it_adds_and_redefines_none_of_their_flags
     for name in set(re.findall(r"\b(add_\w+_arguments?)\(parser\b", source)) & set(GROUPS):
         group_parser = ArgumentParser(add_help=False)
         GROUPS[name](group_parser)
-        assert sections(group_parser) <= sections(parser), f"{script.name}: {name}"
+        shown = sections(group_parser)
+        if name == "add_training_config_arguments":  # some scripts take only the settings they use (prepare_data.py)
+            shown = {title for title in shown if title.startswith("training config")}
+        assert shown <= sections(parser), f"{script.name}: {name}"
     # The training config's keys and the corpus' --input/--output/--seed are words other tools use for their own
     # files and seeds; the flags of the other groups each mean one thing wherever they appear.
     shared = [add for name, add in GROUPS.items() if name not in ("add_training_config_arguments", "add_corpus_arguments")]
@@ -150,5 +165,20 @@ def test_quickstart_refuses_an_unknown_recipe_before_installing_anything():
     )
     assert finished.returncode == 2
     assert "no recipe 'fastest'" in finished.stderr
-    assert finished.stderr.split("the recipes are:")[1].split() == ["base", "best", "small"]
+    assert finished.stderr.split("the recipes are:")[1].split() == ["base", "best", "small", "smoke"]
     assert "pip" not in finished.stdout + finished.stderr
+
+
+def test_every_training_setting_has_a_group_and_train_help_shows_its_flag_in_that_section(monkeypatch):
+    ungrouped = [field.name for field in dataclasses.fields(TrainingConfig) if field.metadata.get("group") not in SETTING_GROUPS]
+    assert ungrouped == []
+    help_text = script_parser(SCRIPTS / "train.py", monkeypatch).format_help()
+    section_texts = dict(re.findall(r"^(\S[^\n]*):\n(.*?)(?=^\S|\Z)", help_text, re.M | re.S))
+    for field in dataclasses.fields(TrainingConfig):
+        flag = "--" + field.name.replace("_", "-")
+        assert re.search(rf"^  {flag}\b(?!-)", section_texts[field.metadata["group"]], re.M), field.name
+
+
+def test_a_setting_outside_the_groups_is_refused_where_it_is_defined():
+    with pytest.raises(ValueError, match="setting group 'speed' is not one of"):
+        setting(1, "a knob", group="speed")

@@ -6,7 +6,7 @@ peaked, so that float rounding cannot flip a close call; an untrained model also
 import json
 import logging
 import multiprocessing
-import sys
+import shutil
 
 import pytest
 import torch
@@ -17,10 +17,11 @@ from hf_vanilla.checkpoints import load_tokenizer
 from hf_vanilla.corpus import load_translation_split
 from hf_vanilla.engines import EngineSettings, load_engine
 from hf_vanilla.files import atomic_directory
+from hf_vanilla.publishing import set_decoding_defaults
 from hf_vanilla.translation import DecodingOptions
 
 ctranslate2 = pytest.importorskip("ctranslate2")
-from hf_vanilla.engines.ctranslate2_engine import cached_conversion, checkpoint_digest, import_ctranslate2  # noqa: E402
+from hf_vanilla.engines.ctranslate2_engine import cached_conversion, checkpoint_digest  # noqa: E402
 
 VARIANTS = {
     "post-LN, tied (the paper)": {},
@@ -133,13 +134,31 @@ def paper_engines(tiny_model_dir, tmp_path_factory, cache_dir):
         {"num_beams": 1, "max_new_tokens": 3},
         {"num_beams": 2, "extra_output_tokens": 2},  # each sentence its own source length + 2
         {"num_beams": 4, "early_stopping": True, "min_new_tokens": 4},
-        {"max_tokens": 40, "max_new_tokens": 12},  # small batches, and the generation config's beam 1
+        {"max_tokens": 40, "max_new_tokens": 12},  # small batches, and the paper's beam (none saved)
     ],
 )
 def test_each_option_means_what_it_means_to_generate(paper_engines, sources, settings):
     _, reference, engine = paper_engines
     options = QUIET.replace(**settings)
     assert engine.translate(sources, options) == reference.translate(sources, options)
+
+
+def test_both_engines_take_what_the_options_leave_open_from_the_checkpoint_else_the_paper(
+    paper_engines, sources, cache_dir, tmp_path
+):
+    directory, reference, engine = paper_engines  # its generation config saves no beam: the paper's 4 / 0.6
+    paper = QUIET.replace(num_beams=4, length_penalty=0.6)
+    assert engine.translate(sources, QUIET) == reference.translate(sources, QUIET) == reference.translate(sources, paper)
+    assert [len(each) for each in engine.translate_nbest(sources[:3], QUIET)] == [4, 4, 4]
+    chosen = shutil.copytree(directory, tmp_path / "chosen")
+    set_decoding_defaults(chosen, 3, 1.0)
+    reference, engine = (load_engine(chosen, each) for each in (EngineSettings(device="cpu"), ctranslate2_float32(cache_dir)))
+    saved = QUIET.replace(num_beams=3, length_penalty=1.0)
+    assert engine.translate(sources, QUIET) == reference.translate(sources, QUIET) == reference.translate(sources, saved)
+    for found in (engine.translate_nbest(sources[:3], QUIET), reference.translate_nbest(sources[:3], QUIET)):
+        assert [len(each) for each in found] == [3, 3, 3]
+    greedy = QUIET.replace(num_beams=1, length_penalty=2.0)  # greedy search takes no length penalty
+    assert engine.translate(sources, greedy) == reference.translate(sources, QUIET.replace(num_beams=1))
 
 
 def test_each_sentence_stops_at_its_own_source_length_plus_extra(paper_engines, tokenizer):
@@ -261,12 +280,6 @@ def test_a_directory_published_first_is_kept(tmp_path):
             (staging / "weights").write_text(content)
     assert (tmp_path / "model" / "weights").read_text() == "first"
     assert [path.name for path in tmp_path.iterdir()] == ["model"]
-
-
-def test_without_ctranslate2_the_error_names_the_extra(monkeypatch):
-    monkeypatch.setitem(sys.modules, "ctranslate2", None)
-    with pytest.raises(ImportError, match=r"pip install 'hf_vanilla\[ct2\]'"):
-        import_ctranslate2()
 
 
 

@@ -1,5 +1,6 @@
 """Data preparation as a step of its own (scripts/prepare_data.py): once into datasets' cache, then read from it."""
 
+import dataclasses
 import json
 import os
 import shutil
@@ -11,9 +12,10 @@ from conftest import SCRIPTS, tiny_config
 from transformers import AutoTokenizer
 
 from hf_vanilla.corpus import load_translation_split
-from hf_vanilla.preparation import prepare_training_data
+from hf_vanilla.preparation import PREPARATION_SETTINGS, prepare_training_data
 from hf_vanilla.tokenization import PairsSource, sample_pairs, train_tokenizer_on_pairs
-from hf_vanilla.training.settings import TrainingError
+from hf_vanilla.tools.options_page import script_parser
+from hf_vanilla.training.settings import TrainingConfig, TrainingError
 
 
 def prepare(*flags: str, cache) -> subprocess.CompletedProcess:
@@ -103,3 +105,36 @@ def test_train_tokenizer_script_learns_from_a_sample_and_estimates_the_whole(cor
     assert "the whole corpus would take about" in trained.stdout
     assert "BPE: counting words" in trained.stderr
     assert "validation de: round trip 100.00%" in trained.stdout
+
+
+class ReadSettings(TrainingConfig):
+    """A TrainingConfig that notes each key read from it."""
+
+    read: set[str] = set()
+
+    def __getattribute__(self, name):
+        if name in TRAINING_KEYS:
+            ReadSettings.read.add(name)
+        return super().__getattribute__(name)
+
+
+TRAINING_KEYS = {field.name for field in dataclasses.fields(TrainingConfig)}
+# The model's dropout goes into the model config that preparation builds for its positions, and changes no pair.
+READ_FOR_THE_MODEL_CONFIG_ONLY = {"dropout", "attention_dropout", "activation_dropout"}
+
+
+def test_preparation_reads_only_the_settings_prepare_data_takes_as_flags(corpus_path, tmp_path):
+    config = tiny_config(corpus_path, tmp_path / "bpe", tmp_path / "run", tokenizer_vocab_size=300)
+    recording = ReadSettings(**{name: getattr(config, name) for name in TRAINING_KEYS})
+    ReadSettings.read.clear()
+    prepare_training_data(recording, tokenizer_sample_pairs=200)
+    assert ReadSettings.read - READ_FOR_THE_MODEL_CONFIG_ONLY <= PREPARATION_SETTINGS
+    assert {"dataset", "tokenizer", "model_preset", "clean_max_tokens"} <= ReadSettings.read  # it notes what is read
+
+
+def test_prepare_data_takes_the_data_settings_and_refuses_the_training_ones():
+    parser = script_parser(SCRIPTS / "prepare_data.py")
+    parsed = parser.parse_args(["--config", "c.yaml", "--clean-max-tokens", "100", "--tokenizer-sample-pairs", "9"])
+    assert (parsed.clean_max_tokens, parsed.tokenizer_sample_pairs) == (100, 9)
+    flags = {flag for action in parser._actions for flag in action.option_strings}
+    assert {"--max-steps", "--lr", "--output-dir", "--num-beams", "--mixed-precision"}.isdisjoint(flags)

@@ -14,6 +14,7 @@ from hf_vanilla import VanillaTransformerConfig
 from hf_vanilla.publishing import (
     CARD_FILE,
     RunRecord,
+    decoding_defaults,
     model_card,
     record_results,
     save_card,
@@ -178,3 +179,16 @@ def test_model_card_md_is_the_card_the_package_writes(tmp_path):
 if __name__ == "__main__":
     with tempfile.TemporaryDirectory() as scratch:
         (REPO / "model_card.md").write_text(quickstart_card(Path(scratch)))
+
+
+@pytest.mark.parametrize(
+    "saved, line",
+    [
+        ({}, f"none saved: the pipeline and the scripts use the paper's {BEAM_4}, a plain `generate` greedy"),
+        ({"num_beams": 8}, "beam search with 8 beams, length penalty 0.6 (the paper's penalty; a plain `generate`"),
+        ({"num_beams": 8, "length_penalty": 1.0}, BEAM_8),
+        ({"num_beams": 1}, "greedy search (num_beams 1)"),
+    ],
+)
+def test_the_cards_decoding_line_is_what_the_pipeline_and_scripts_decode_with(saved, line):
+    assert decoding_defaults(GenerationConfig(**saved)).startswith(line)

@@ -47,6 +47,7 @@ from hf_vanilla.checkpoints import (
     model_digest,
     model_directory,
 )
+from hf_vanilla.extras import require
 from hf_vanilla.files import atomic_directory, refuse_existing
 from hf_vanilla.model.configuration_vanilla import VanillaTransformerConfig
 from hf_vanilla.model.decoding import max_source_tokens, paper_max_new_tokens
@@ -73,17 +74,7 @@ EQUIVALENT_KEYWORDS = {"min_new_tokens": "min_decoding_length"}
 ABILITIES = frozenset({NBEST_SCORES})
 # A corpus goes to translate_batch this many batches (of `max_tokens`) at a time: few calls, and a progress bar.
 CHUNK_BATCHES = 16
-# What `generate` decodes with where neither the options nor the model's generation config say.
-GENERATE_DEFAULTS = GenerationConfig._get_default_generation_params()
-
-
-def import_ctranslate2():
-    """The ctranslate2 module, or an ImportError of one line naming the extra that installs it."""
-    try:
-        import ctranslate2
-    except ImportError as err:
-        raise ImportError("the ctranslate2 engine needs CTranslate2: pip install 'hf_vanilla[ct2]'") from err
-    return ctranslate2
+GREEDY_LENGTH_PENALTY = 1.0  # what CTranslate2 is told where greedy search takes none: it ranks nothing by it
 
 
 def vocabulary(tokenizer: PreTrainedTokenizerBase, config: PreTrainedConfig) -> list[str]:
@@ -100,7 +91,7 @@ def vocabulary(tokenizer: PreTrainedTokenizerBase, config: PreTrainedConfig) -> 
 def transformer_spec(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase):
     """CTranslate2's `TransformerSpec` holding `model`'s weights: post-LN or pre-LN (with the final LayerNorms),
     one embedding matrix for both inputs, the output projection tied or not, our sinusoid table and epsilon."""
-    specs = import_ctranslate2().specs
+    specs = require("ctranslate2", extra="ct2").specs
     config = model.config
     spec = specs.TransformerSpec.from_config(
         (config.encoder_layers, config.decoder_layers),
@@ -209,7 +200,7 @@ def cached_conversion(model_dir: Path, cache_dir: str | os.PathLike | None = Non
 
 def ctranslate2_device(device: str | None) -> tuple[str, int]:
     """CTranslate2's device and device index for ours: None or "auto" the GPU where CTranslate2 sees one."""
-    ctranslate2 = import_ctranslate2()
+    ctranslate2 = require("ctranslate2", extra="ct2")
     if device in (None, "auto"):
         return ("cuda" if ctranslate2.get_cuda_device_count() else "cpu"), 0
     kind, _, index = str(device).partition(":")
@@ -222,7 +213,7 @@ def ctranslate2_device(device: str | None) -> tuple[str, int]:
 
 def check_compute_type(compute_type: str, device: str) -> None:
     """A ValueError naming what the device runs, for a compute type it does not."""
-    supported = import_ctranslate2().get_supported_compute_types(device)
+    supported = require("ctranslate2", extra="ct2").get_supported_compute_types(device)
     if compute_type != "auto" and compute_type not in supported:
         raise ValueError(
             f"compute type {compute_type} is not supported on this {device} by CTranslate2; choose auto or one of "
@@ -233,7 +224,7 @@ def check_compute_type(compute_type: str, device: str) -> None:
 def load_translator(converted: Path, settings: EngineSettings):
     """A `ctranslate2.Translator` over a converted model, on the device and in the compute type `settings` ask for
     ("auto": CTranslate2's fastest there, logged), on a CPU with the threads of `EngineSettings.cpu_threads`."""
-    ctranslate2 = import_ctranslate2()
+    ctranslate2 = require("ctranslate2", extra="ct2")
     device, index = ctranslate2_device(settings.device)
     check_compute_type(settings.compute_type, device)
     inter_threads, intra_threads = settings.cpu_threads() if device == "cpu" else (1, 0)
@@ -261,7 +252,7 @@ def load_translator(converted: Path, settings: EngineSettings):
 @dataclass(frozen=True)
 class CTranslate2Engine:
     """`TranslationEngine` through `ctranslate2.Translator`: the batches, limits and texts of `translate_sentences`,
-    the model's generation config deciding what the options leave to it, as it does for `generate`.
+    and what the options leave open resolved over the model's generation config as for `generate`.
     `tokens` names each token id as CTranslate2 takes and gives tokens (`vocabulary`)."""
 
     translator: Any  # ctranslate2.Translator
@@ -306,6 +297,7 @@ class CTranslate2Engine:
     def translate_encoded(
         self, batch: Sequence[Sequence[int]], options: DecodingOptions = DEFAULT_DECODING
     ) -> list[list[int]]:
+        options = options.resolved(self.generation)
         hypotheses = self._translate_batch(batch, options, self.translate_keywords(options, nbest=False))
         return [best for [(best, _)] in hypotheses]
 
@@ -323,9 +315,11 @@ class CTranslate2Engine:
         logits_processors: BatchLogitsProcessors | None,
     ) -> list[list[tuple[str, float]]]:
         """Each source's translations with their scores (one unless `nbest`; a blank source and greedy search
-        score 0, as `translate_nbest` scores them), in order."""
+        score 0, as `translate_nbest` scores them), in order, decoded with the options `generate` would
+        resolve."""
         if logits_processors is not None:
             raise ValueError(missing_ability(CTRANSLATE2, LOGITS_PROCESSORS, "logits processors mix other scores in"))
+        options = options.resolved(self.generation)
         keywords = self.translate_keywords(options, nbest)
         results = [[("", 0.0)] for _ in sources]
         chunks = encoded_batches(self.tokenizer, self.config, sources, options, CHUNK_BATCHES * options.max_tokens)
@@ -394,16 +388,9 @@ class CTranslate2Engine:
             for position, result in zip(positions, results, strict=True)
         }
 
-    def _setting(self, name: str, chosen: Any) -> Any:
-        """What `generate` decodes with: the `chosen` value, else the generation config's, else its own default."""
-        for value in (chosen, getattr(self.generation, name)):
-            if value is not None:
-                return value
-        return GENERATE_DEFAULTS[name]
-
     def translate_keywords(self, options: DecodingOptions, nbest: bool) -> dict[str, Any]:
-        """`translate_batch`'s keywords for `options` over the generation config; a ValueError naming what
-        CTranslate2 cannot do as `generate` does, before anything is decoded."""
+        """`translate_batch`'s keywords for resolved `options` (`DecodingOptions.resolved`); a ValueError
+        naming what CTranslate2 cannot do as `generate` does, before anything is decoded."""
         if options.cache_implementation is not None:
             raise ValueError(
                 f"cache_implementation {options.cache_implementation!r} is generate's; the ctranslate2 engine keeps "
@@ -422,12 +409,15 @@ class CTranslate2Engine:
                 f"the ctranslate2 engine has no equivalent of generate's {', '.join(unknown)}: decode with "
                 "--engine transformers"
             )
-        num_beams = self._setting("num_beams", options.num_beams)
+        num_beams = options.num_beams
         end_ids = self.config.eos_token_id if isinstance(self.config.eos_token_id, list) else [self.config.eos_token_id]
         return {
             "beam_size": num_beams,
             "num_hypotheses": num_beams if nbest else 1,
-            "length_penalty": self._setting("length_penalty", options.length_penalty),
+            # Greedy search has none (it ranks no finished hypotheses); CTranslate2 wants a number anyway.
+            "length_penalty": (
+                GREEDY_LENGTH_PENALTY if options.length_penalty is None else options.length_penalty
+            ),
             "return_scores": nbest and num_beams > 1,
             # Counted in the length that the length penalty divides by, as generate counts it.
             "return_end_token": True,
@@ -441,7 +431,7 @@ class CTranslate2Engine:
 def load_ctranslate2_engine(model_name_or_path: str | os.PathLike, settings: EngineSettings) -> CTranslate2Engine:
     """The CTranslate2 engine of a saved model directory (or Hub id), converted on first use (`cached_conversion`);
     a cached copy that does not load is converted again."""
-    import_ctranslate2()
+    require("ctranslate2", extra="ct2")  # before anything is read or converted
     model_dir = model_directory(model_name_or_path)
     tokenizer, config = load_tokenizer(model_dir), load_config(model_dir)
     if config.model_type != VanillaTransformerConfig.model_type:

@@ -60,8 +60,8 @@ class TransformersEngine:
         options: DecodingOptions = DEFAULT_DECODING,
         logits_processors: BatchLogitsProcessors | None = None,
     ) -> list[list[tuple[str, float]]]:
-        num_beams = options.num_beams or 1
-        return translate_nbest(self.model, self.tokenizer, sources, num_beams, options, logits_processors)
+        options = options.resolved(self.model.generation_config)
+        return translate_nbest(self.model, self.tokenizer, sources, options.num_beams, options, logits_processors)
 
     @property
     def config(self) -> PreTrainedConfig:
@@ -81,6 +81,7 @@ class TransformersEngine:
     def translate_encoded(
         self, batch: Sequence[Sequence[int]], options: DecodingOptions = DEFAULT_DECODING
     ) -> list[list[int]]:
+        options = options.resolved(self.model.generation_config)
         with evaluation_mode(self.model):
             return generate_batch(self.model, self.tokenizer, batch, options).tolist()
 

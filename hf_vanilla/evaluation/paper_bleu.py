@@ -19,12 +19,13 @@ the period of an abbreviation ending a line (`usw.`, `a.m.`); today's script spl
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import re
 from collections.abc import Sequence
 
 from sacrebleu.metrics import BLEU
+
+from hf_vanilla.extras import MissingExtra, require
 
 logger = logging.getLogger(__name__)
 
@@ -46,11 +47,8 @@ _FINAL_PERIOD = re.compile(r"(?<=[^\s.])\.$")
 
 
 def require_moses_tokenizer() -> None:
-    """Raise a clear ImportError when sacremoses, which tokenized BLEU needs, is not installed."""
-    if importlib.util.find_spec("sacremoses") is None:
-        raise ImportError(
-            "tokenized BLEU needs the Moses tokenizer of sacremoses: pip install 'hf_vanilla[tokenized]'"
-        )
+    """MissingExtra naming the tokenized extra where sacremoses, which tokenized BLEU needs, is missing."""
+    require("sacremoses", extra="tokenized")
 
 
 def moses_tokenized(sentences: Sequence[str], lang: str, escape: bool) -> list[str]:
@@ -139,7 +137,9 @@ def paper_bleu_report(
     (the report then holds sacreBLEU alone, as before)."""
     if target_lang not in PAPER_BLEU_LANGUAGES:
         return {}
-    if importlib.util.find_spec("sacremoses") is None:
-        logger.info("%s left out: pip install 'hf_vanilla[tokenized]' to add it", PAPER_BLEU_NAME)
+    try:
+        require_moses_tokenizer()
+    except MissingExtra as missing:
+        logger.info("%s left out (%s)", PAPER_BLEU_NAME, missing)
         return {}
     return {PAPER_BLEU_KEY: score_paper_bleu(hypotheses, references, target_lang)}

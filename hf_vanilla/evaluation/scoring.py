@@ -14,6 +14,7 @@ import datasets
 from sacrebleu.metrics import BLEU, CHRF, TER
 from transformers import set_seed
 
+from hf_vanilla.checkpoints import decoding_for, generation_defaults
 from hf_vanilla.corpus import load_translation_split
 from hf_vanilla.engines import DEFAULT_ENGINE, EngineSettings, TranslationEngine, load_engine
 from hf_vanilla.evaluation.paper_bleu import (
@@ -28,7 +29,7 @@ from hf_vanilla.files import write_json
 from hf_vanilla.model.decoding import (
     DEFAULT_MAX_TOKENS,
     PAPER_EXTRA_OUTPUT_TOKENS,
-    paper_decoding_defaults,
+    resolve_decoding,
 )
 from hf_vanilla.translation import DecodingOptions, write_lines_atomic
 
@@ -340,12 +341,16 @@ def score_model(
     runtime: Runtime = Runtime(show_progress=False),
     decoder: Decoder = BEAM_SEARCH,
 ) -> list[dict[str, Any]]:
-    """A saved model decoded on `pairs` (`source` / `target`) by `decoder` with each of `settings`: one row for
-    each variant, with its settings, cased and lowercased BLEU, chrF, the BLEU signature and the seconds spent."""
+    """A saved model decoded on `pairs` (`source` / `target`) by `decoder` with each of `settings`: one row
+    for each variant, with its settings, cased and lowercased BLEU, chrF, the BLEU signature and the seconds
+    spent. What a setting leaves open of the beam size, length penalty and output limit is the model's
+    generation config's, else the paper's (`resolve_decoding`), and its row names the values used."""
     engine = load_engine(model_name_or_path, runtime.engine)
+    generation = generation_defaults(model_name_or_path)
     sources, references = pairs["source"], pairs["target"]
     rows = []
     for setting in settings:
+        setting = resolve_decoding(generation, setting).applied_to(setting)
         evaluated = evaluate_translation(
             engine, sources, references, target_lang, runtime, SACREBLEU_ONLY, decoder, **setting
         )
@@ -377,18 +382,21 @@ def evaluate_bleu(
 ) -> dict[str, Any]:
     """Translate a dataset split with a saved model, score it, and write hypotheses and a JSON report.
 
-    Decodes with the paper's settings (beam 4, length penalty 0.6, input length + 50) unless
-    `generate_kwargs` say otherwise, through `decoder` (plain beam search unless a research extra is passed in);
-    the decoder must give one variant. Writes `{split}.{source_lang}-{target_lang}.hyp` (one translation a line,
-    in dataset order) and `.json` into `output_dir`, each atomically, and returns the report (`evaluate_translation`'s,
-    with the model, the decoder's other models, the data and the seed).
+    Decodes with the beam size, length penalty and output limit of `generate_kwargs`, else of the checkpoint's
+    generation_config.json, else the paper's (beam 4, length penalty 0.6, input length + 50;
+    `resolve_decoding`: logged, and the report's "generation" names where each came from, under "sources"),
+    through `decoder` (plain beam search unless a research extra is passed in); the decoder must give one
+    variant. Writes `{split}.{source_lang}-{target_lang}.hyp` (one translation a line, in dataset order) and
+    `.json` into `output_dir`, each atomically, and returns the report (`evaluate_translation`'s, with the
+    model, the decoder's other models, the data and the seed).
     """
     if scoring.tokenized_bleu:
         require_moses_tokenizer()  # before loading anything
     pairs = data.pairs(split)
     engine = load_engine(model_name_or_path, runtime.engine)
     set_seed(seed)
-    settings = {**paper_decoding_defaults(generate_kwargs), **generate_kwargs}
+    decoding = decoding_for(model_name_or_path, generate_kwargs)
+    settings = decoding.applied_to(generate_kwargs)
     sources, references = pairs["source"], pairs["target"]
     evaluated = evaluate_translation(
         engine, sources, references, data.target_lang, runtime, scoring, decoder, **settings
@@ -409,6 +417,7 @@ def evaluate_bleu(
         "source_lang": data.source_lang,
         "target_lang": data.target_lang,
         **scored.report,
+        "generation": {**scored.report["generation"], **decoding.report()},
         "seed": seed,
         "hypotheses_file": str(hypotheses_path),
     }

@@ -12,7 +12,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from hf_vanilla.files import write_json
-from hf_vanilla.model.decoding import PAPER_GENERATION_KWARGS, beam_settings
+from hf_vanilla.model.decoding import PAPER_GENERATION_KWARGS, resolve_decoding
 from hf_vanilla.publishing import CARD_FILE, record_results, set_decoding_defaults
 
 from .paper_bleu import PAPER_BLEU_KEY, require_moses_tokenizer
@@ -69,19 +69,25 @@ def decoding_grid(num_beams: Sequence[int], length_penalties: Sequence[float]) -
         raise ValueError(
             f"need beam sizes >= 1 and length penalties, got {list(num_beams)}, {list(length_penalties)}"
         )
-    settings = [beam_settings(beams, penalty) for beams in num_beams for penalty in length_penalties]
+    settings = [
+        resolve_decoding(None, {"num_beams": beams, "length_penalty": penalty}).generate_kwargs()
+        for beams in num_beams
+        for penalty in length_penalties
+    ]
     return [dict(unique) for unique in dict.fromkeys(tuple(setting.items()) for setting in settings)]
 
 
 @dataclass(frozen=True)
 class SelectionGrid:
-    """What selection tries on `validation_split`: every beam size of `num_beams` with every length penalty
-    (`decoding_grid`); the winner alone is then decoded on each of `report_splits`."""
+    """What selection tries on `validation_split` (its first `validation_pairs` pairs where given): every beam
+    size of `num_beams` with every length penalty (`decoding_grid`); the winner alone is then decoded on each
+    of `report_splits`, whole."""
 
     num_beams: Sequence[int] = (PAPER_GENERATION_KWARGS["num_beams"],)
     length_penalties: Sequence[float] = (PAPER_GENERATION_KWARGS["length_penalty"],)
     validation_split: str = "validation"
     report_splits: Sequence[str] = ("test",)
+    validation_pairs: int | None = None
 
 
 def _validation_rows(candidates, settings, pairs, target_lang, runtime, decoder):
@@ -127,6 +133,8 @@ def select_on_validation(
         {**setting, **generate_kwargs} for setting in decoding_grid(grid.num_beams, grid.length_penalties)
     ]
     pairs = data.pairs(grid.validation_split)
+    if grid.validation_pairs is not None:
+        pairs = pairs.select(range(min(grid.validation_pairs, len(pairs))))
     quiet = replace(runtime, show_progress=False)  # one bar counts the validation decodings
     rows, signature = _validation_rows(candidates, settings, pairs, data.target_lang, quiet, decoder)
     chosen = max(rows, key=lambda row: row["bleu"])  # the first of equals: models and settings in given order

@@ -13,10 +13,12 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from transformers import (
+    GenerationConfig,
     PreTrainedConfig,
     PreTrainedModel,
     PreTrainedTokenizerBase,
@@ -97,17 +99,81 @@ def paper_length_limit(
     }
 
 
-def beam_settings(num_beams: int, length_penalty: float | None = None) -> dict[str, Any]:
-    """`generate` keywords for beam search of `num_beams` with `length_penalty`: greedy search (beam 1) takes none,
-    for it ranks no finished hypotheses (generate warns of one, and a generation config with one fails validation)."""
-    if num_beams == 1 or length_penalty is None:
-        return {"num_beams": num_beams}
-    return {"num_beams": num_beams, "length_penalty": length_penalty}
+# Where a resolved decoding value came from, first found first: the caller, the checkpoint's generation
+# config, sampling (one draw a step, where neither sets a beam size), the paper (section 6.1).
+FROM_CALLER, FROM_CHECKPOINT, FROM_SAMPLING, FROM_PAPER = "given", "checkpoint", "sampling", "paper"
+DECODING_NAMES = ("num_beams", "length_penalty", "max_new_tokens")
 
 
-def paper_decoding_defaults(settings: Mapping[str, Any]) -> dict[str, Any]:
-    """Beam 4 with length penalty 0.6 (section 6.1), unless `settings` choose num_beams or sampling."""
-    return {} if "num_beams" in settings or settings.get("do_sample") else dict(PAPER_GENERATION_KWARGS)
+@dataclass(frozen=True)
+class ResolvedDecoding:
+    """The beam size, length penalty and output limit a decoding uses, with where each came from (`sources`,
+    by name: FROM_CALLER, FROM_CHECKPOINT, FROM_PAPER or FROM_SAMPLING). `length_penalty` is None for greedy
+    search, which ranks no finished hypotheses; `max_new_tokens` None is the paper's limit, each sentence its
+    source length + `PAPER_EXTRA_OUTPUT_TOKENS`."""
+
+    num_beams: int
+    length_penalty: float | None
+    max_new_tokens: int | None
+    sources: Mapping[str, str]
+
+    def generate_kwargs(self) -> dict[str, Any]:
+        """The values as `generate` keywords, those that are set."""
+        values = {name: getattr(self, name) for name in DECODING_NAMES}
+        return {name: value for name, value in values.items() if value is not None}
+
+    def applied_to(self, settings: Mapping[str, Any]) -> dict[str, Any]:
+        """`settings` (`generate` keywords) with these values in place of theirs."""
+        others = {name: value for name, value in settings.items() if name not in DECODING_NAMES}
+        return {**others, **self.generate_kwargs()}
+
+    def report(self) -> dict[str, Any]:
+        """What a report records: the values set and where each came from."""
+        return {**self.generate_kwargs(), "sources": dict(self.sources)}
+
+    def describe(self) -> str:
+        """One line for a log: "num_beams 4 (checkpoint), length_penalty 0.6 (paper), max_new_tokens source
+        length + 50 (paper)"."""
+        limit = self.max_new_tokens or f"source length + {PAPER_EXTRA_OUTPUT_TOKENS}"
+        penalty = (
+            "no length_penalty (greedy)"
+            if self.length_penalty is None
+            else f"length_penalty {self.length_penalty} ({self.sources['length_penalty']})"
+        )
+        return (
+            f"num_beams {self.num_beams} ({self.sources['num_beams']}), {penalty}, "
+            f"max_new_tokens {limit} ({self.sources['max_new_tokens']})"
+        )
+
+
+def resolve_decoding(
+    generation_config: GenerationConfig | None, given: Mapping[str, Any] | None = None
+) -> ResolvedDecoding:
+    """The beam size, length penalty and output limit to decode with, each the first set of: `given`
+    (`generate` keywords; None is not given), what `generation_config` (a checkpoint's) saved, the paper's
+    (beam 4, length penalty 0.6, source length + 50; with sampling, one beam).
+
+    A saved value is one the config holds beyond GenerationConfig's own defaults (`to_diff_dict`), so a bare
+    config leaves everything to the paper. Greedy search (one beam) takes no length penalty, whoever set one:
+    it ranks no finished hypotheses, and generate warns of one."""
+    given = given or {}
+    saved = generation_config.to_diff_dict() if generation_config is not None else {}
+    sampling = {"num_beams": 1} if given.get("do_sample", saved.get("do_sample")) else {}
+    layers = (
+        (FROM_CALLER, given),
+        (FROM_CHECKPOINT, saved),
+        (FROM_SAMPLING, sampling),
+        (FROM_PAPER, PAPER_GENERATION_KWARGS),
+    )
+    values, sources = {}, {}
+    for name in DECODING_NAMES:
+        # The paper's output limit is no one number (None: each sentence its own), so it is what is left.
+        found = ((chosen[name], source) for source, chosen in layers if chosen.get(name) is not None)
+        values[name], sources[name] = next(found, (None, FROM_PAPER))
+    if values["num_beams"] == 1:
+        values["length_penalty"] = None
+        del sources["length_penalty"]
+    return ResolvedDecoding(**values, sources=sources)
 
 
 def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerBase) -> str:

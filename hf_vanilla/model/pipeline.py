@@ -22,8 +22,8 @@ from .decoding import (
     decode_translations,
     encode_sources,
     max_source_tokens,
-    paper_decoding_defaults,
     paper_length_limit,
+    resolve_decoding,
     writes_right_to_left,
 )
 
@@ -36,9 +36,9 @@ class VanillaTranslationPipeline(Pipeline):
     """Text in, `[{"translation_text": ...}]` out (one dict per returned sequence), with `model.generate`.
 
     Decoding follows the paper (section 6.1) where the call, the pipeline's construction and the model's
-    generation config leave it open: beam 4 with length penalty 0.6 (transformers' length penalty, not
-    GNMT's; see `hf_vanilla.model.decoding`) unless num_beams or do_sample is set, and each sentence at most its
-    source length + `extra_output_tokens` new tokens unless max_new_tokens or max_length is set. Any
+    generation config leave it open (`resolve_decoding`): beam 4 with length penalty 0.6 (transformers' length
+    penalty, not GNMT's; see `hf_vanilla.model.decoding`), one beam with do_sample, and each sentence at most
+    its source length + `extra_output_tokens` new tokens unless max_new_tokens or max_length is set. Any
     `generate` keyword (num_beams, max_new_tokens, do_sample, num_return_sequences, generation_config...)
     can be given at construction or per call. A blank input gives an empty translation; an input longer than
     the model's positions (`max_position_embeddings`) is cut to fit, with a warning. A tokenizer whose
@@ -104,10 +104,10 @@ class VanillaTranslationPipeline(Pipeline):
         generation_config = copy.deepcopy(
             generate_kwargs.pop("generation_config", None) or self.model.generation_config
         )
-        settings = {**generation_config.to_diff_dict(), **generate_kwargs}
-        generation_config.update(**paper_decoding_defaults(settings))
-        model_kwargs = generation_config.update(**generate_kwargs)
-        if "max_new_tokens" not in settings and "max_length" not in settings:
+        resolved = resolve_decoding(generation_config, generate_kwargs)
+        model_kwargs = generation_config.update(**{**generate_kwargs, **resolved.generate_kwargs()})
+        generation_config.length_penalty = resolved.length_penalty  # None for greedy search, whoever set one
+        if resolved.max_new_tokens is None and generation_config.max_length is None:
             limit = paper_length_limit(self.model, model_inputs["attention_mask"], extra_output_tokens)
             generation_config.max_new_tokens = limit["max_new_tokens"]
             model_kwargs["stopping_criteria"] = StoppingCriteriaList(

@@ -94,9 +94,10 @@ def distill_dataset(
     the wrong direction scores near 0), returned. Only the two languages are kept.
 
     The teachers are loaded one at a time on the engine `runtime` names; `generate_kwargs` (num_beams,
-    length_penalty...) are the decoding options. An `output_dir` that exists and is not empty is refused unless `overwrite`; the
-    directory appears only once it is whole. Every teacher's config is read before any decoding, so a wrong name
-    fails at once, not after the models before it have decoded.
+    length_penalty...) are the decoding options (what they leave open: each teacher's generation config's, else
+    the paper's). An `output_dir` that exists and is not empty is refused unless `overwrite`; the directory
+    appears only once it is whole. Every teacher's config is read before any decoding, so a wrong name fails at
+    once, not after the models before it have decoded.
 
     Each teacher's translations are saved as `saved` says, keyed by the model's digest (weights, configs,
     tokenizer), the sentences, the engine and the decoding settings: a stopped run given again goes on where it stopped, and another run that

@@ -294,10 +294,11 @@ def translate_reranked(
     options: DecodingOptions,
     logits_processors: BatchLogitsProcessors | None = None,
 ) -> list[list[str]]:
-    """`engine`'s translations with beam search's n-best list (`options.num_beams`, 1 if None) reranked by `models`
-    (and each translation's words, where `weightings` name a word bonus), once for each of `weightings`
-    (`reranking_weights`' names, one weight each): one list of translations each, the n-best list and its scores
-    computed once for all. The engine must score its n-best lists as generate ranks them (`NBEST_SCORES`)."""
+    """`engine`'s translations with beam search's n-best list (`options.num_beams`, else the model's generation
+    config's, else the paper's) reranked by `models` (and each translation's words, where `weightings` name a word
+    bonus), once for each of `weightings` (`reranking_weights`' names, one weight each): one list of translations
+    each, the n-best list and its scores computed once for all. The engine must score its n-best lists as generate
+    ranks them (`NBEST_SCORES`)."""
     require(engine, NBEST_SCORES, "reranking adds beam search's scores of the n-best list to the rerankers'")
     nbest = engine.translate_nbest(sources, options, logits_processors)
     features = reranking_features(nbest, sources, models, options.max_tokens, options.show_progress)

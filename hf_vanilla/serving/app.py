@@ -31,10 +31,10 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from transformers import PretrainedConfig
 
-from hf_vanilla.checkpoints import generation_defaults, load_config
+from hf_vanilla.checkpoints import decoding_for, load_config
 from hf_vanilla.engines import DEFAULT_ENGINE, EngineSettings, load_engine
 from hf_vanilla.model.configuration_vanilla import VanillaTransformerConfig
-from hf_vanilla.model.decoding import beam_settings, max_new_tokens_room
+from hf_vanilla.model.decoding import PAPER_GENERATION_KWARGS, max_new_tokens_room
 from hf_vanilla.model.hub import checkpoint_card
 from hf_vanilla.translation import DecodingOptions, unencodable_character
 
@@ -276,11 +276,14 @@ def check_pair(parameters: TranslationParameters, pair: tuple[str, str] | None) 
 def server_options(
     checkpoint: str | os.PathLike, batching: BatchingSettings, cache_implementation: str | None = None
 ) -> DecodingOptions:
-    """The options a request without generate_parameters decodes with: the checkpoint's beam size and length
-    penalty, each batch one `generate` call within the batching budget, no progress bar."""
-    defaults = generation_defaults(checkpoint)
+    """The options a request without generate_parameters decodes with: the checkpoint's beam size, length
+    penalty and output limit, else the paper's (`resolve_decoding`, logged), each batch one `generate` call
+    within the batching budget, no progress bar."""
+    decoding = decoding_for(checkpoint)
     return DecodingOptions(
-        **beam_settings(defaults.num_beams, defaults.length_penalty),
+        num_beams=decoding.num_beams,
+        length_penalty=decoding.length_penalty,
+        max_new_tokens=decoding.max_new_tokens,
         cache_implementation=cache_implementation,
         max_tokens=batching.max_tokens,
         show_progress=False,
@@ -290,8 +293,8 @@ def server_options(
 def request_options(
     base: DecodingOptions, chosen: GenerateParameters | None, limits: RequestLimits, room: int
 ) -> DecodingOptions:
-    """`base` with the request's choices over it; RequestRefused (422) for beams or new tokens over the limits.
-    Greedy search takes no length penalty (`beam_settings`)."""
+    """`base` with the request's choices over it, as the engine resolves them (`DecodingOptions.resolved`:
+    greedy search takes no length penalty); RequestRefused (422) for beams or new tokens over the limits."""
     settings = chosen.model_dump(exclude_none=True) if chosen else {}
     num_beams = settings.get("num_beams", base.num_beams)
     if num_beams > limits.max_beams:
@@ -305,8 +308,8 @@ def request_options(
             f"max_new_tokens {settings['max_new_tokens']} is over this server's limit of {most_new_tokens} "
             "(--request-max-new-tokens)",
         )
-    beam = beam_settings(num_beams, settings.get("length_penalty", base.length_penalty))
-    return base.replace(**{**settings, "length_penalty": None, **beam})
+    # `base` holds the checkpoint's values already; resolved here, requests that decode alike batch together.
+    return base.replace(**settings).resolved(None)
 
 
 def check_request_size(texts: list[str], limits: RequestLimits) -> None:
@@ -390,7 +393,10 @@ def create_app(
         return error(503, "the model is loading", **{"Retry-After": RETRY_AFTER_SECONDS})
 
     limits_shown = (limits.max_beams, MAX_LENGTH_PENALTY, limits.max_characters)
-    page = page_html(PageSettings(base.num_beams, base.length_penalty, *limits_shown, pair))
+    # Greedy by default: the page's penalty control starts where a beam search request's would.
+    penalty = base.length_penalty
+    penalty = PAPER_GENERATION_KWARGS["length_penalty"] if penalty is None else penalty
+    page = page_html(PageSettings(base.num_beams, penalty, *limits_shown, pair))
     app = FastAPI(title="hf_vanilla translation", summary=f"Translation with {checkpoint}", lifespan=lifespan)
     app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes)
     app.state.batcher = batcher

@@ -16,11 +16,12 @@ SETTINGS_MARK = "/*SERVER_SETTINGS*/"
 
 @dataclass(frozen=True)
 class PageSettings:
-    """What the page's controls start at and may go to: the server's decoding defaults and request limits, and
-    the languages the model translates between (None: unknown)."""
+    """What the page's controls start at and may go to: the server's decoding defaults (the length penalty a
+    beam search takes, should the default be greedy search) and request limits, and the languages the model
+    translates between (None: unknown)."""
 
     num_beams: int
-    length_penalty: float | None
+    length_penalty: float
     max_beams: int
     max_length_penalty: float
     max_characters: int

@@ -9,16 +9,20 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
-from matplotlib.figure import Figure
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from hf_vanilla.attention import SentenceAttentions, teacher_forced_attentions
 from hf_vanilla.engines import model_engine
+from hf_vanilla.extras import require
 from hf_vanilla.files import atomic_file
 from hf_vanilla.model.decoding import cut_source
 from hf_vanilla.translation import DecodingOptions
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 ATTENTION_KINDS = {
     "encoder": ("encoder self-attention", "source (query)", "source (key)"),
@@ -64,7 +68,8 @@ def plot_layer(
     rows = math.ceil(num_heads / columns)
     # Inches per heatmap, so that each token label has room and the cells come out about square.
     width, height = (max(2.0, 0.18 * len(tokens)) + 0.8 for tokens in (key_tokens, query_tokens))
-    figure = Figure(figsize=(columns * width + 1.2, rows * height + 0.8), layout="constrained")
+    size = (columns * width + 1.2, rows * height + 0.8)
+    figure = require("matplotlib.figure", extra="plot").Figure(figsize=size, layout="constrained")
     axes_grid = figure.subplots(rows, columns, squeeze=False, sharex=True, sharey=True)
     vmax = float(weights.max())
     for head, axes in enumerate(axes_grid.flat):

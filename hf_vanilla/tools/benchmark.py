@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import logging
 import os
 import statistics
 import tempfile
@@ -27,6 +28,7 @@ from tqdm.auto import tqdm
 from transformers import CompileConfig, PreTrainedTokenizerFast
 
 from hf_vanilla.engines.ctranslate2_engine import save_ctranslate2_model
+from hf_vanilla.extras import MissingExtra, require
 from hf_vanilla.files import write_json
 from hf_vanilla.model.attention_kernels import AUTO_ATTENTION
 from hf_vanilla.model.configuration_vanilla import SIZE_FIELDS, VanillaTransformerConfig
@@ -41,6 +43,8 @@ MODEL_NAMES = ("ours", "marian")
 # Multi30k sentences are about 15 tokens; a length-bucketed batch holds sentences of nearly equal length.
 SENTENCE_LENGTHS = (17, 21)
 SOURCE_LENGTH = 20
+
+logger = logging.getLogger(__name__)
 
 
 def benchmark_config(size: str, **overrides) -> VanillaTransformerConfig:
@@ -317,7 +321,7 @@ def synthetic_tokenizer(vocab_size: int) -> PreTrainedTokenizerFast:
 
 def _ctranslate2_runs(model, shapes, new_tokens: int, workdir: Path, quantizations) -> dict:
     """CTranslate2 translators of the converted model, one generation run per (shape, quantization)."""
-    import ctranslate2
+    ctranslate2 = require("ctranslate2", extra="ct2")
 
     tokenizer = synthetic_tokenizer(model.config.vocab_size)
     runs = {}
@@ -559,8 +563,9 @@ def _benchmark_ctranslate2(ours, inputs, new_tokens, quantizations, runner: Runn
 
 def _has_ctranslate2() -> bool:
     try:
-        import ctranslate2  # noqa: F401
-    except ImportError:
+        require("ctranslate2", extra="ct2")
+    except MissingExtra as missing:
+        logger.info("CTranslate2 left out (%s)", missing)
         return False
     return True
 

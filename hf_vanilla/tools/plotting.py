@@ -5,18 +5,22 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from hf_vanilla.extras import require
 from hf_vanilla.files import atomic_file
 from hf_vanilla.training.run_directory import LOG_FILE, read_training_log
+
+
+def pyplot():
+    """matplotlib's pyplot, drawing into files (the Agg backend: no display needed), or MissingExtra naming
+    the plot extra."""
+    require("matplotlib", extra="plot").use("Agg")
+    return require("matplotlib.pyplot", extra="plot")
 
 
 def plot_training_log(run_dir: str | os.PathLike, output_path: str | os.PathLike) -> Path:
     """Write a PNG of the run's loss (training and validation), validation BLEU and learning rate against
     updates."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     log = read_training_log(run_dir)
     training, validation = log.training, log.validation
     if not training and not validation:

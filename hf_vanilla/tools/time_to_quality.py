@@ -1,10 +1,10 @@
 """Time to quality: the minutes of training a run needed to reach a BLEU score, e.g. what a peer reached.
 
-Every numbered checkpoint a run saved is decoded on a split with the paper's settings (beam 4, length penalty 0.6,
-source length + 50) and scored with sacreBLEU. Its minutes are the run's wall clock when it saved that checkpoint
-(periodic validation included), read from the run's log. A peer model (any saved seq2seq model, e.g. the
-MarianMTModel that transformers' Seq2SeqTrainer trained in the same time on the same machine), decoded and scored
-the same way, gives the score to reach.
+Every numbered checkpoint a run saved is decoded on a split as its generation config says, else with the
+paper's settings (beam 4, length penalty 0.6, source length + 50), and scored with sacreBLEU. Its minutes are
+the run's wall clock when it saved that checkpoint (periodic validation included), read from the run's log. A
+peer model (any saved seq2seq model, e.g. the MarianMTModel that transformers' Seq2SeqTrainer trained in the
+same time on the same machine), decoded and scored the same way, gives the score to reach.
 """
 
 from __future__ import annotations
@@ -17,10 +17,11 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from hf_vanilla.checkpoints import decoding_for
 from hf_vanilla.evaluation.scoring import Runtime, TranslationData, score_model
 from hf_vanilla.files import atomic_file, write_json
-from hf_vanilla.model.decoding import PAPER_GENERATION_KWARGS, beam_settings
 from hf_vanilla.precision import cpu_description
+from hf_vanilla.tools.plotting import pyplot
 from hf_vanilla.training.run_directory import (
     LOG_FILE,
     checkpoint_step,
@@ -98,12 +99,13 @@ def time_to_quality(
 ) -> dict[str, Any]:
     """Score every numbered checkpoint of `run_dir` on `split` of `data`, and the minutes to reach `target`.
 
-    Decoding defaults to the paper's (`generate_kwargs` override). Writes time_to_quality.json and .png into
-    `output_dir` (default: the run directory) and returns the report.
+    What `generate_kwargs` leave open of the decoding is the run's checkpoints' generation config's, else the
+    paper's (`resolve_decoding`, over the first checkpoint's), and the peer decodes the same way. Writes
+    time_to_quality.json and .png into `output_dir` (default: the run directory) and returns the report.
     """
-    decoding = {**PAPER_GENERATION_KWARGS, **generate_kwargs}
-    decoding.update(beam_settings(decoding.pop("num_beams"), decoding.pop("length_penalty", None)))
     minutes = checkpoint_minutes(run_dir)
+    resolved = decoding_for(Path(run_dir) / next(iter(minutes)), generate_kwargs)
+    decoding = resolved.applied_to(generate_kwargs)
     pairs = data.pairs(split)
     scoring = dict(pairs=pairs, target_lang=data.target_lang, runtime=runtime, settings=[decoding])
     target_score = target.score(scoring)
@@ -117,7 +119,7 @@ def time_to_quality(
         "split": split,
         "sentences": len(pairs),
         "direction": f"{data.source_lang}-{data.target_lang}",
-        "decoding": decoding,
+        "decoding": {**decoding, **resolved.report()},
         "engine": runtime.engine.engine,
         "dtype": runtime.engine.precision,
         "cpu": cpu_description(),
@@ -133,11 +135,7 @@ def time_to_quality(
 
 def plot_time_to_quality(report: dict[str, Any], output_path: str | os.PathLike) -> Path:
     """A PNG of cased BLEU against minutes of training, the target as a horizontal line."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     points = report["checkpoints"]
     figure, axes = plt.subplots(figsize=(7, 4))
     axes.plot(

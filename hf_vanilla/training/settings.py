@@ -25,138 +25,181 @@ class TrainingError(Exception):
     """A known problem with the inputs or the run, told in one line (scripts print it without a traceback)."""
 
 
-def setting(default, help: str):
-    """A dataclass field whose help text its flag shows (`cli.add_training_config_arguments`)."""
+# The sections of the training flags in --help, in order, each with what it holds.
+SETTING_GROUPS = {
+    "data": "the corpus, its splits and cleaning",
+    "model": "the tokenizer, the model's shape and its dropout",
+    "optimisation": "the loss, batches, Adam and the seed",
+    "schedule": "the learning rate over the run, and when the run stops (whichever limit comes first)",
+    "hardware": "precision, batch shapes, loader processes, compilation",
+    "logging": "training log records and TensorBoard",
+    "checkpoints": "the run directory, saves with validation, averaging, and the decoding defaults each checkpoint "
+    "carries",
+}
+
+
+def setting(default, help: str, group: str):
+    """A dataclass field whose flag shows `help` in the --help section `group` of `SETTING_GROUPS`
+    (`cli.add_training_config_arguments`)."""
+    if group not in SETTING_GROUPS:
+        raise ValueError(f"setting group {group!r} is not one of {list(SETTING_GROUPS)}")
+    metadata = {"help": help, "group": group}
     if isinstance(default, dict):
-        return field(default_factory=lambda: dict(default), metadata={"help": help})
-    return field(default=default, metadata={"help": help})
+        return field(default_factory=lambda: dict(default), metadata=metadata)
+    return field(default=default, metadata=metadata)
 
 
 @dataclass
 class TrainingConfig:
     """Everything a run needs. Defaults are the paper's recipe (section 5) for the base model."""
 
-    # Data
+    # Data: the corpus, its splits and cleaning
     dataset: str = setting(
         PUBLIC_MULTI30K,
         "the data: a Hub id or folder, a file (.jsonl .json .csv .tsv .parquet, compressed or not; FILE#en=3,fr=4 "
         "for a TSV/CSV without a header), or two aligned text files as PATTERN.{lang}; a file alone is the "
         "training split, SPLIT=FILE names another (several words on the command line, or a mapping in YAML)",
+        group="data",
     )
-    dataset_config: str | None = setting(None, "Hub dataset config, e.g. de-en for wmt/wmt14")
-    source_lang: str = setting("", "source language code (a column or translation key of the dataset)")
-    target_lang: str = setting("", "target language code")
-    train_split: str = setting("train", "split to train on")
-    validation_split: str | None = setting("validation", "split to validate on at each save; null: none")
+    dataset_config: str | None = setting(None, "Hub dataset config, e.g. de-en for wmt/wmt14", group="data")
+    source_lang: str = setting("", "source language code (a column or translation key of the dataset)", group="data")
+    target_lang: str = setting("", "target language code", group="data")
+    train_split: str = setting("train", "split to train on", group="data")
+    validation_split: str | None = setting("validation", "split to validate on at each save; null: none", group="data")
     holdout: float | None = setting(
         None,
         "where the data has no validation or test split, hold out this many training pairs for each (a share when "
         "below 1), by seed, into RUN/heldout/; null: 1,000 or a tenth, whichever is fewer; 0: hold out none",
+        group="data",
     )
+    validation_max_sentences: int | None = setting(None, "validate on the first N sentences only", group="data")
     clean_max_tokens: int = setting(
-        250, "drop training and validation pairs with a side longer than this many tokens (fairseq's 250)"
+        250, "drop training and validation pairs with a side longer than this many tokens (fairseq's 250)", group="data"
     )
     clean_max_length_ratio: float = setting(
-        9.0, "drop training and validation pairs whose token counts differ more than this (Moses' 9)"
+        9.0, "drop training and validation pairs whose token counts differ more than this (Moses' 9)", group="data"
     )
     right_to_left: bool = setting(
         False,
         "train on every split with the target's words reversed, so the model writes its translations last word "
         "first (its saved config says so: translations come back in reading order): a right-to-left model, for "
         "reranking a left-to-right one's n-best lists (--rerank-right-to-left; not in the paper)",
+        group="data",
     )
-    preprocessing_workers: int | None = setting(None, "processes for cleaning and tokenizing (datasets.map)")
-    # Tokenizer and model
+    preprocessing_workers: int | None = setting(
+        None, "processes for cleaning and tokenizing (datasets.map)", group="data"
+    )
+    # Model: the tokenizer, the shape and its dropout
     tokenizer: str = setting(
-        "", "tokenizer directory; a joint BPE is trained on the training split if missing"
+        "", "tokenizer directory; a joint BPE is trained on the training split if missing", group="model"
     )
-    tokenizer_vocab_size: int = setting(8000, "vocabulary size of a newly trained joint BPE")
+    tokenizer_vocab_size: int = setting(8000, "vocabulary size of a newly trained joint BPE", group="model")
     init_from: str | None = setting(
-        None, "start from these saved weights and their tokenizer (directory or Hub id): fine-tuning"
+        None, "start from these saved weights and their tokenizer (directory or Hub id): fine-tuning", group="model"
     )
-    model_preset: str = setting("base", "model shape: tiny, small, base or big (VanillaTransformerConfig)")
-    model_overrides: dict = setting({}, "model config fields over the preset, e.g. {d_model: 192}")
-    dropout: float = setting(0.1, "residual and embedding dropout (section 5.4)")
-    attention_dropout: float = setting(0.0, "dropout on attention weights (not in the paper)")
-    activation_dropout: float = setting(0.0, "dropout after the feed-forward ReLU (not in the paper)")
+    model_preset: str = setting(
+        "base", "model shape: tiny, small, base or big (VanillaTransformerConfig)", group="model"
+    )
+    model_overrides: dict = setting({}, "model config fields over the preset, e.g. {d_model: 192}", group="model")
+    dropout: float = setting(0.1, "residual and embedding dropout (section 5.4)", group="model")
+    attention_dropout: float = setting(0.0, "dropout on attention weights (not in the paper)", group="model")
+    activation_dropout: float = setting(0.0, "dropout after the feed-forward ReLU (not in the paper)", group="model")
     early_dropout_updates: int = setting(
         0,
         "late dropout (Liu et al., 2023): the first N updates use early_dropout and no attention or "
         "activation dropout; 0: the configured dropout from the first update, as in the paper",
+        group="model",
     )
-    early_dropout: float = setting(0.1, "dropout of the first early_dropout_updates updates")
-    label_smoothing: float = setting(0.1, "label smoothing of the training loss (section 5.4)")
+    early_dropout: float = setting(0.1, "dropout of the first early_dropout_updates updates", group="model")
+    # Optimisation: the loss, batches and Adam (sections 5.1, 5.3, 5.4)
+    label_smoothing: float = setting(0.1, "label smoothing of the training loss (section 5.4)", group="optimisation")
     rdrop_alpha: float = setting(
         0.0,
         "R-Drop (Liang et al., 2021; not in the paper): each batch runs twice with its own dropout and the loss "
         "adds alpha/4 x the two predictions' symmetric KL divergence per target token (the weight of fairseq's "
         "--rdrop-alpha; the logged training loss includes it); twice the compute an update; 0: off",
+        group="optimisation",
     )
-    # Batches
-    max_tokens: int = setting(4096, "padded tokens a side per batch and process (section 5.1)")
-    tokens_per_update: int | None = setting(None, "accumulate batches to about this many tokens per update")
-    # Optimizer and schedule (section 5.3)
-    adam_beta1: float = setting(0.9, "Adam beta1")
-    adam_beta2: float = setting(0.98, "Adam beta2")
-    adam_eps: float = setting(1e-9, "Adam epsilon")
-    weight_decay: float = setting(0.0, "Adam weight decay")
-    warmup: int = setting(4000, "warm-up updates of the inverse-sqrt schedule")
+    max_tokens: int = setting(4096, "padded tokens a side per batch and process (section 5.1)", group="optimisation")
+    tokens_per_update: int | None = setting(
+        None, "accumulate batches to about this many tokens per update", group="optimisation"
+    )
+    adam_beta1: float = setting(0.9, "Adam beta1", group="optimisation")
+    adam_beta2: float = setting(0.98, "Adam beta2", group="optimisation")
+    adam_eps: float = setting(1e-9, "Adam epsilon", group="optimisation")
+    weight_decay: float = setting(0.0, "Adam weight decay", group="optimisation")
+    clip_grad_norm: float | None = setting(
+        None, "clip the gradient norm to this; null: no clipping", group="optimisation"
+    )
+    seed: int = setting(1, "seed of the weights, batches and dropout", group="optimisation")
+    # Schedule: the learning rate over the run, and when it stops (whichever limit comes first)
+    warmup: int = setting(4000, "warm-up updates of the inverse-sqrt schedule", group="schedule")
     lr_scale: float = setting(
-        1.0, "factor on the paper's learning rate (the Annotated Transformer's `factor`)"
+        1.0, "factor on the paper's learning rate (the Annotated Transformer's `factor`)", group="schedule"
     )
-    lr: float | None = setting(None, "peak learning rate replacing the paper's (fairseq inverse_sqrt)")
+    lr: float | None = setting(
+        None, "peak learning rate replacing the paper's (fairseq inverse_sqrt)", group="schedule"
+    )
     lr_cooldown: float = setting(
-        0.0, "over this last share of the budget the learning rate falls linearly to 0 (Hagele et al., 2024)"
+        0.0, "over this last share of the budget the learning rate falls linearly to 0 (Hagele et al., 2024)",
+        group="schedule",
     )
-    clip_grad_norm: float | None = setting(None, "clip the gradient norm to this; null: no clipping")
-    # Stopping: whichever comes first
-    max_steps: int | None = setting(None, "stop after this many updates")
-    max_epochs: int | None = setting(None, "stop after this many epochs")
-    max_minutes: float | None = setting(None, "stop after this much wall clock (resumes add up), then save")
+    max_steps: int | None = setting(None, "stop after this many updates", group="schedule")
+    max_epochs: int | None = setting(None, "stop after this many epochs", group="schedule")
+    max_minutes: float | None = setting(
+        None, "stop after this much wall clock (resumes add up), then save", group="schedule"
+    )
     patience: int | None = setting(
         None,
         "stop once the validation loss has not improved for N validations in a row (fairseq's --patience); "
         "null: never",
+        group="schedule",
     )
+    # Hardware: precision, batch shapes, loader processes, compilation
     mixed_precision: str = setting(
         "auto",
         "auto (bf16 where the GPU or CPU runs it natively, fp16 on a GPU without bf16, else fp32), "
         "no, bf16 or fp16",
+        group="hardware",
     )
     shape_buckets: str = setting(
         "auto",
         "auto (on a GPU, off on a CPU), yes or no: batches of a few fixed shapes (length buckets, fixed rows), "
         "which a GPU runs at its pace; the CPU keeps batches padded to their longest example",
+        group="hardware",
     )
     dataloader_workers: str = setting(
         "auto",
         "auto or N: processes that read and pad the training batches while the model trains (torch DataLoader "
         "workers); auto: none on a CPU, whose cores train the model, and on a GPU one fewer than the machine's "
         "cores per local process, at most 4",
+        group="hardware",
     )
     compile: str = setting(
         "auto",
         "auto (off: the compile time outweighs the gain on a Multi30k run; docs/training.md), yes or no: "
         "the update's forward and loss through torch.compile, one graph for every batch shape",
+        group="hardware",
     )
-    seed: int = setting(1, "seed of the weights, batches and dropout")
-    # Output
-    output_dir: str = setting("", "run directory: checkpoints, logs, the saved config")
-    save_interval_updates: int | None = setting(None, "save and validate every N updates")
-    save_interval_minutes: float | None = setting(None, "save and validate every N minutes")
-    keep_checkpoints: int | None = setting(None, "numbered checkpoints kept; null keeps all")
+    # Logging
+    log_interval: int = setting(100, "updates between training log records", group="logging")
+    tensorboard: bool = setting(True, "also log to TensorBoard (needs the tensorboard package)", group="logging")
+    # Checkpoints: the run directory, saves and validation, averaging, and the decoding defaults
+    # written to each checkpoint's generation_config.json (section 6.1)
+    output_dir: str = setting("", "run directory: checkpoints, logs, the saved config", group="checkpoints")
+    save_interval_updates: int | None = setting(None, "save and validate every N updates", group="checkpoints")
+    save_interval_minutes: float | None = setting(None, "save and validate every N minutes", group="checkpoints")
+    keep_checkpoints: int | None = setting(None, "numbered checkpoints kept; null keeps all", group="checkpoints")
     average_last: int | None = setting(
-        None, "at the end, average the last N numbered checkpoints (section 6.1)"
+        None, "at the end, average the last N numbered checkpoints (section 6.1)", group="checkpoints"
     )
-    validation_max_sentences: int | None = setting(None, "validate on the first N sentences only")
     validation_bleu: bool = setting(
-        True, "greedy sacreBLEU at each save; the best checkpoint is chosen by it"
+        True, "greedy sacreBLEU at each save; the best checkpoint is chosen by it", group="checkpoints"
     )
-    log_interval: int = setting(100, "updates between training log records")
-    tensorboard: bool = setting(True, "also log to TensorBoard (needs the tensorboard package)")
-    # Decoding defaults written to each checkpoint's generation_config.json (section 6.1)
-    num_beams: int = setting(4, "beam size saved as the checkpoint's decoding default")
-    length_penalty: float = setting(0.6, "length penalty saved as the checkpoint's decoding default")
+    num_beams: int = setting(4, "beam size saved as the checkpoint's decoding default", group="checkpoints")
+    length_penalty: float = setting(
+        0.6, "length penalty saved as the checkpoint's decoding default", group="checkpoints"
+    )
 
     def check(self) -> None:
         """Raise TrainingError naming the first key whose value cannot work."""

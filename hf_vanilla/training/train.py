@@ -27,7 +27,6 @@ from accelerate.logging import get_logger
 from accelerate.utils import (
     RNG_STATE_NAME,
     broadcast_object_list,
-    is_tensorboard_available,
     parse_flag_from_env,
     set_seed,
 )
@@ -46,10 +45,11 @@ from hf_vanilla.data import (
     make_collator,
 )
 from hf_vanilla.evaluation.scoring import TEST_SPLIT, bleu_metric
+from hf_vanilla.extras import MissingExtra, require
 from hf_vanilla.files import write_text_atomic
 from hf_vanilla.model.attention_kernels import AUTO_ATTENTION
 from hf_vanilla.model.configuration_vanilla import SIZE_FIELDS, VanillaTransformerConfig
-from hf_vanilla.model.decoding import beam_settings
+from hf_vanilla.model.decoding import resolve_decoding
 from hf_vanilla.model.modeling_vanilla import VanillaTransformerForConditionalGeneration
 from hf_vanilla.precision import resolve_precision
 from hf_vanilla.tokenization import (
@@ -279,23 +279,26 @@ def _run_lock(output_dir: Path, accelerator: Accelerator):
             lock.unlink(missing_ok=True)
 
 
+def _tensorboard_installed(output_dir: Path) -> bool:
+    """Whether tensorboard is installed; where it is not, a warning naming its extra, and training goes on."""
+    try:
+        require("tensorboard", extra="tensorboard")
+    except MissingExtra as missing:
+        logger.warning("TensorBoard logging is off (%s); the log is in %s", missing, output_dir / LOG_FILE)
+        return False
+    return True
+
+
 def _make_accelerator(config: TrainingConfig, output_dir: Path) -> Accelerator:
     """accelerate's Accelerator in the precision chosen for the device, with the run's accumulation steps."""
     # The device accelerate will train on (ACCELERATE_USE_CPU, as Accelerator reads it, keeps a GPU machine on CPU).
     device_type = PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU")).device.type
     precision = resolve_precision(config.mixed_precision, device_type)
-    tensorboard = config.tensorboard and is_tensorboard_available()
-    if config.tensorboard and not tensorboard:
-        logger.warning(
-            "TensorBoard logging is off: the tensorboard package is not installed (pip install tensorboard); "
-            "the log is in %s",
-            output_dir / LOG_FILE,
-        )
     accelerator = Accelerator(
         mixed_precision=precision.mixed_precision,
         # Our batches are already global per update: one scheduler step per optimizer step, not one per process.
         dataloader_config=DataLoaderConfiguration(split_batches=True),
-        log_with="tensorboard" if tensorboard else None,
+        log_with="tensorboard" if config.tensorboard and _tensorboard_installed(output_dir) else None,
         project_dir=str(output_dir),
     )
     logger.info(
@@ -579,8 +582,9 @@ def generation_config(config: TrainingConfig, model_config: VanillaTransformerCo
     plain `generate` runs to the decoder's positions (the model's `generate`). Checked now, so that a bad setting
     fails before training, not at the first save.
     """
+    beam = resolve_decoding(None, {"num_beams": config.num_beams, "length_penalty": config.length_penalty})
     generation = GenerationConfig(
-        **beam_settings(config.num_beams, config.length_penalty),
+        **beam.generate_kwargs(),
         **{
             name: getattr(model_config, name)
             for name in ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id")

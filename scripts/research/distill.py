@@ -22,6 +22,7 @@ from hf_vanilla.cli import (
     cache_kwargs,
     configure_logging,
     decoding_kwargs,
+    exits_on_missing_extra,
     runtime_kwargs,
     translation_data,
 )
@@ -29,7 +30,7 @@ from hf_vanilla.evaluation.scoring import Runtime
 from hf_vanilla.research.distillation import SavedTranslations, Teachers, distill_dataset
 
 
-def main() -> None:
+def build_parser() -> ArgumentParser:
     parser = ArgumentParser(description=__doc__)
     parser.add_argument(
         "--forward", nargs="+", default=[], help="source -> target models (directories or Hub ids)"
@@ -52,7 +53,11 @@ def main() -> None:
     add_runtime_arguments(parser)
     add_progress_argument(parser)
     add_logging_argument(parser)
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = build_parser().parse_args()
     configure_logging(args.log_level)
 
     try:
@@ -77,4 +82,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with exits_on_missing_extra():
+        main()

@@ -23,7 +23,7 @@ from hf_vanilla.research.tries import TRIES_TABLE, TriesError, load_tries, run_t
 SCRIPTS = Path(__file__).resolve().parents[1]  # train.py and select_checkpoint.py, which each try runs
 
 
-def main() -> None:
+def build_parser() -> ArgumentParser:
     parser = ArgumentParser(description=__doc__)
     parser.add_argument("tries_file", help="YAML: config, train and select flags, and tries (name: flags)")
     parser.add_argument(
@@ -43,7 +43,11 @@ def main() -> None:
         "--check", action="store_true", help="check the tries and print their commands; run none"
     )
     add_logging_argument(parser)
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = build_parser().parse_args()
     configure_logging(args.log_level)
     try:
         if args.check:

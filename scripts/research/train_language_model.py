@@ -23,7 +23,7 @@ from hf_vanilla.cli import (
 from hf_vanilla.research.language_model import RECORD_FILE, LanguageModelTraining, train_language_model
 
 
-def main() -> None:
+def build_parser() -> ArgumentParser:
     parser = ArgumentParser(description=__doc__)
     parser.add_argument(
         "--tokenizer",
@@ -43,7 +43,11 @@ def main() -> None:
     add_device_argument(parser)
     add_progress_argument(parser)
     add_logging_argument(parser)
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = build_parser().parse_args()
     configure_logging(args.log_level)
 
     try:

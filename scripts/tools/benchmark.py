@@ -10,6 +10,7 @@ from hf_vanilla.cli import (
     add_dtype_argument,
     add_logging_argument,
     configure_logging,
+    exits_on_missing_extra,
 )
 from hf_vanilla.precision import resolve_device
 from hf_vanilla.tools.benchmark import (
@@ -21,7 +22,7 @@ from hf_vanilla.tools.benchmark import (
 )
 
 
-def main() -> None:
+def build_parser() -> ArgumentParser:
     parser = ArgumentParser(description=__doc__)
     parser.add_argument(
         "--size", default="small", choices=["tiny", "small", "base", "big"], help="model preset"
@@ -69,7 +70,11 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="few tiny runs, to check that everything works")
     parser.add_argument("--output", default=None, help="JSON path (default outputs/benchmark-SIZE.json)")
     add_logging_argument(parser)
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = build_parser().parse_args()
     configure_logging(args.log_level)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -102,4 +107,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with exits_on_missing_extra():
+        main()

@@ -115,7 +115,7 @@ def compared(runs: list[dict]) -> list[dict]:
     ]
 
 
-def main() -> None:
+def build_parser() -> ArgumentParser:
     parser = ArgumentParser(description=__doc__)
     parser.add_argument(
         "--lines", type=positive_int, nargs="+", default=[10_000, 1_000_000], help="input sizes"
@@ -137,7 +137,11 @@ def main() -> None:
         "--output", default=None, help="JSON file to write after each run (default: print only)"
     )
     add_logging_argument(parser)
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = build_parser().parse_args()
     configure_logging(args.log_level)
 
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="corpus-translation-"))

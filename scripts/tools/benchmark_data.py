@@ -251,7 +251,7 @@ def measure(pairs: int, args, work_dir: Path) -> dict:
     }
 
 
-def main() -> None:
+def build_parser() -> ArgumentParser:
     parser = ArgumentParser(description=__doc__)
     parser.add_argument(
         "--pairs", type=positive_int, nargs="+", default=[500_000, 1_000_000, 4_500_000],
@@ -278,7 +278,11 @@ def main() -> None:
         "--time-loader", metavar="OVERRIDES", help="(internal) time the loader of this config"
     )
     add_logging_argument(parser)
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = build_parser().parse_args()
     configure_logging(args.log_level)
     if args.time_loader:
         config = load_training_config(args.config, **json.loads(args.time_loader))

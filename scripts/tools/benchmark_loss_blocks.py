@@ -43,11 +43,15 @@ def symmetric_kl_runs(rows: int, vocabulary: int) -> dict:
     return {"blocked": lambda: symmetric_kl(first, second, kept), "at_once": at_once}
 
 
-def main() -> None:
+def build_parser() -> ArgumentParser:
     parser = ArgumentParser(description=__doc__)
     parser.add_argument("--repeats", type=positive_int, default=10, help="timed rounds of each way")
     add_logging_argument(parser)
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = build_parser().parse_args()
     configure_logging(args.log_level)
     results = {"cpu": cpu_description(), "threads": torch.get_num_threads(), "torch": torch.__version__}
     for name, runs in (

@@ -35,6 +35,7 @@ import numpy as np
 import requests
 from _server_process import ServerProcess  # beside this script
 
+from hf_vanilla.checkpoints import decoding_for, load_tokenizer
 from hf_vanilla.cli import (
     ArgumentParser,
     add_beam_arguments,
@@ -43,11 +44,14 @@ from hf_vanilla.cli import (
     add_max_new_tokens_argument,
     add_max_tokens_argument,
     add_model_argument,
+    beam_kwargs,
     configure_logging,
+    exits_on_missing_extra,
     positive_int,
     translation_data,
 )
 from hf_vanilla.engines import COMPUTE_TYPES, EngineSettings, engine_names, load_engine
+from hf_vanilla.extras import require
 from hf_vanilla.files import write_json
 from hf_vanilla.precision import cpu_description
 from hf_vanilla.serving.batching import DEFAULT_BATCHING
@@ -58,9 +62,8 @@ STARTUP_SECONDS = 300
 
 
 def decoding(args) -> dict:
-    """The decoding of every run, as a request's generate_parameters."""
-    limit = {"max_new_tokens": args.max_new_tokens} if args.max_new_tokens else {}
-    return {"num_beams": args.num_beams, "length_penalty": args.length_penalty, **limit}
+    """The decoding of every run, as a request's generate_parameters: `args.decoding`, resolved in `main`."""
+    return args.decoding.generate_kwargs()
 
 
 def engine_settings(args, threads: int, workdir: Path) -> EngineSettings:
@@ -80,7 +83,7 @@ def server_flags(args, settings: EngineSettings) -> tuple[str, ...]:
     )  # fmt: skip
 
 
-def parse_args():
+def build_parser() -> ArgumentParser:
     parser = ArgumentParser(description=__doc__)
     add_model_argument(parser)
     add_dataset_arguments(parser)
@@ -122,7 +125,7 @@ def parse_args():
     )
     parser.add_argument("--output", default="docs/benchmarks/serving.json", help="the JSON report (the CPU named in it)")
     add_logging_argument(parser)
-    return parser.parse_args()
+    return parser
 
 
 def latency_summary(seconds: list[float], wall: float, sentences: int) -> dict:
@@ -211,11 +214,9 @@ def raw_translate_batch(args, settings: EngineSettings) -> Callable[[list], obje
     """CTranslate2's `translate_batch` alone on the converted model, with the engine's threads: sentences
     tokenized as token strings and batched by it in the same token budget, one limit for all (256, its default),
     none of our batching or texts."""
-    import ctranslate2
-
-    from hf_vanilla.checkpoints import load_tokenizer
     from hf_vanilla.engines.ctranslate2_engine import cached_conversion
 
+    ctranslate2 = require("ctranslate2", extra="ct2")
     inter_threads, intra_threads = settings.cpu_threads()
     translator = ctranslate2.Translator(
         str(cached_conversion(Path(args.model), settings.ctranslate2_dir)),
@@ -225,8 +226,10 @@ def raw_translate_batch(args, settings: EngineSettings) -> Callable[[list], obje
         intra_threads=intra_threads,
     )
     tokenizer = load_tokenizer(args.model)
-    limit = {"max_decoding_length": args.max_new_tokens} if args.max_new_tokens else {}
-    options = {"beam_size": args.num_beams, "length_penalty": args.length_penalty, "batch_type": "tokens", **limit}
+    chosen = args.decoding
+    limit = {"max_decoding_length": chosen.max_new_tokens} if chosen.max_new_tokens else {}
+    penalty = {} if chosen.length_penalty is None else {"length_penalty": chosen.length_penalty}
+    options = {"beam_size": chosen.num_beams, **penalty, "batch_type": "tokens", **limit}
 
     def translate(batch: list[str]) -> object:
         tokens = [tokenizer.convert_ids_to_tokens(ids) for ids in tokenizer(batch)["input_ids"]]
@@ -285,9 +288,11 @@ def checked_bleu(args) -> float | None:
 
 
 def main() -> None:
-    args = parse_args()
+    args = build_parser().parse_args()
     configure_logging(args.log_level)
     bleu = checked_bleu(args)
+    # The flags', else the checkpoint's, else the paper's: every run below decodes with these values.
+    args.decoding = decoding_for(args.model, {**beam_kwargs(args), "max_new_tokens": args.max_new_tokens})
     data = translation_data(args)
     sentences = list(data.pairs(args.split)["source"])
     load_before = os.getloadavg()
@@ -303,8 +308,7 @@ def main() -> None:
         "load_average_before_and_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
         "model_validation_bleu": bleu,
         "engine": ":".join(filter(None, (args.engine, args.compute_type))),
-        "num_beams": args.num_beams,
-        "length_penalty": args.length_penalty,
+        "decoding": args.decoding.report(),
         "dataset": f"{data.dataset} {args.split} ({args.source_lang}), {len(sentences)} sentences",
         "scaling": scaling(args, by_threads),
         **by_threads,
@@ -326,4 +330,5 @@ def scaling(args, by_threads: dict) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    with exits_on_missing_extra():
+        main()

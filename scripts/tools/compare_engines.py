@@ -19,6 +19,7 @@ from hf_vanilla.cli import (
     add_logging_argument,
     add_model_argument,
     configure_logging,
+    exits_on_missing_extra,
     translation_data,
 )
 from hf_vanilla.engines import EngineSettings, load_engine
@@ -35,7 +36,7 @@ ENGINES = {
 }
 
 
-def main() -> None:
+def build_parser() -> ArgumentParser:
     parser = ArgumentParser(description=__doc__)
     add_model_argument(parser)
     add_dataset_arguments(parser)
@@ -43,7 +44,11 @@ def main() -> None:
     add_device_argument(parser)
     parser.add_argument("--output", required=True, help="the JSON report to write")
     add_logging_argument(parser)
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = build_parser().parse_args()
     configure_logging(args.log_level)
     pairs = translation_data(args).pairs(args.split)
     sources, references = list(pairs["source"]), list(pairs["target"])
@@ -66,4 +71,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with exits_on_missing_extra():
+        main()

@@ -3,12 +3,13 @@
 
 from transformers import MarianMTModel
 
-from hf_vanilla.cli import ArgumentParser, add_logging_argument, configure_logging
+from hf_vanilla.cli import ArgumentParser, add_logging_argument, configure_logging, exits_on_missing_extra
 from hf_vanilla.engines.ctranslate2_engine import convert_to_ctranslate2
+from hf_vanilla.extras import require
 from hf_vanilla.tools.export import export_to_marian, load_vanilla, max_logit_difference
 
 
-def main() -> None:
+def build_parser() -> ArgumentParser:
     parser = ArgumentParser(description=__doc__)
     parser.add_argument("model_dir", help="a saved hf_vanilla model directory")
     parser.add_argument("output_dir", help="where the MarianMTModel directory goes")
@@ -24,8 +25,15 @@ def main() -> None:
     )
     parser.add_argument("--overwrite", action="store_true", help="replace existing output directories")
     add_logging_argument(parser)
+    return parser
+
+
+def main() -> None:
+    parser = build_parser()
     args = parser.parse_args()
     configure_logging(args.log_level)
+    if args.ctranslate2_output_dir:
+        require("ctranslate2", extra="ct2")  # before the Marian export, not after it
 
     try:
         model, tokenizer = load_vanilla(args.model_dir)
@@ -40,4 +48,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with exits_on_missing_extra():
+        main()

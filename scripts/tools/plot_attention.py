@@ -18,11 +18,12 @@ from hf_vanilla.cli import (
     add_logging_argument,
     add_model_argument,
     configure_logging,
+    exits_on_missing_extra,
 )
 from hf_vanilla.tools.attention_plots import ATTENTION_KINDS, save_attention_plots, sentence_attentions
 
 
-def main() -> None:
+def build_parser() -> ArgumentParser:
     parser = ArgumentParser(description=__doc__)
     add_model_argument(parser)
     parser.add_argument("--source", required=True, help="source sentence")
@@ -41,7 +42,11 @@ def main() -> None:
     add_dtype_argument(parser)
     parser.add_argument("--dpi", type=int, default=120, help="resolution of the PNGs")
     add_logging_argument(parser)
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = build_parser().parse_args()
     configure_logging(args.log_level)
 
     try:
@@ -57,4 +62,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with exits_on_missing_extra():
+        main()

@@ -3,17 +3,21 @@
 import sys
 from pathlib import Path
 
-from hf_vanilla.cli import ArgumentParser, add_logging_argument, configure_logging
+from hf_vanilla.cli import ArgumentParser, add_logging_argument, configure_logging, exits_on_missing_extra
 from hf_vanilla.tools.plotting import plot_training_log
 from hf_vanilla.training.run_directory import LOG_FILE
 
 
-def main() -> None:
+def build_parser() -> ArgumentParser:
     parser = ArgumentParser(description=__doc__)
     parser.add_argument("run", help=f"a training output directory or its {LOG_FILE}")
     parser.add_argument("--output", help="PNG to write (default: training_curves.png in the run directory)")
     add_logging_argument(parser)
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = build_parser().parse_args()
     configure_logging(args.log_level)
     run_dir = Path(args.run)
     if run_dir.name == LOG_FILE:
@@ -26,4 +30,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with exits_on_missing_extra():
+        main()

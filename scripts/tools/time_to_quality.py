@@ -1,8 +1,8 @@
 """Minutes of training a run needed to reach a BLEU score: a peer model's, or one given.
 
-Decodes every numbered checkpoint of the run on the split (beam 4, length penalty 0.6 unless told otherwise) and
-takes each one's minutes from the run's log; writes time_to_quality.json and time_to_quality.png. Compare only
-runs made side by side on one machine:
+Decodes every numbered checkpoint of the run on the split (what the flags leave open: as its generation config
+says, else the paper's beam 4, length penalty 0.6) and takes each one's minutes from the run's log; writes
+time_to_quality.json and time_to_quality.png. Compare only runs made side by side on one machine:
 
     python scripts/train.py --config configs/multi30k-small.yaml --output-dir RUN
     # PEER: the saved model to compare with, e.g. a MarianMTModel of the same shape trained for the same minutes
@@ -20,6 +20,7 @@ from hf_vanilla.cli import (
     beam_kwargs,
     cache_kwargs,
     configure_logging,
+    exits_on_missing_extra,
     runtime_kwargs,
     translation_data,
 )
@@ -27,7 +28,7 @@ from hf_vanilla.evaluation.scoring import Runtime
 from hf_vanilla.tools.time_to_quality import QualityTarget, time_to_quality
 
 
-def main() -> None:
+def build_parser() -> ArgumentParser:
     parser = ArgumentParser(description=__doc__)
     parser.add_argument("run", help="a training run directory (its numbered checkpoints and train_log.jsonl)")
     parser.add_argument(
@@ -40,7 +41,11 @@ def main() -> None:
     add_runtime_arguments(parser)
     parser.add_argument("--output-dir", help="where the report and plot go (default: the run directory)")
     add_logging_argument(parser)
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = build_parser().parse_args()
     configure_logging(args.log_level)
     try:
         report = time_to_quality(
@@ -69,4 +74,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with exits_on_missing_extra():
+        main()

@@ -1,6 +1,6 @@
-import importlib.util
 import json
 import shutil
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -8,6 +8,7 @@ import sacrebleu
 import torch
 from conftest import DE_EN, run_script, with_another_vocabulary_of_the_same_size, with_truncated_weights
 from huggingface_hub import ModelCard
+from synthetic_corpus import SPLIT_SIZES
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
 
 from hf_vanilla.checkpoints import load_model_and_tokenizer
@@ -26,7 +27,7 @@ from hf_vanilla.evaluation.scoring import (
 )
 from hf_vanilla.evaluation.selection import SelectionGrid, select_on_validation
 from hf_vanilla.model.decoding import cut_source
-from hf_vanilla.publishing import CARD_FILE, RunRecord, model_card, save_card
+from hf_vanilla.publishing import CARD_FILE, RunRecord, model_card, save_card, set_decoding_defaults
 from hf_vanilla.tokenization import save_tokenizer
 from hf_vanilla.translation import (
     DecodingOptions,
@@ -51,6 +52,7 @@ class EchoModel:
 
     def __init__(self):
         self.config = SimpleNamespace(max_position_embeddings=1024)
+        self.generation_config = GenerationConfig()
         self.device = torch.device("cpu")
         self.training = True
         self.calls = []
@@ -349,6 +351,46 @@ def test_translate_script_keeps_lines_in_order(tiny_model_dir, tiny_model_and_to
     assert expected[1] == ""
 
 
+def test_translate_script_decodes_with_the_checkpoints_saved_beam_unless_told(tiny_model_copy, tiny_model_and_tokenizer):
+    set_decoding_defaults(tiny_model_copy, 3, 1.0)
+    lines = ["Ein Hund rennt.", "Zwei Katzen schlafen auf dem Sofa.", "Kinder."]
+    flags = ("--max-new-tokens", "4", "--device", "cpu", "--quiet")
+    completed = run_script("translate.py", tiny_model_copy, *flags, stdin="\n".join(lines) + "\n", check=True)
+    model, tokenizer = tiny_model_and_tokenizer
+    chosen = translate_sentences(
+        model, tokenizer, lines, show_progress=False, num_beams=3, length_penalty=1.0, max_new_tokens=4
+    )
+    assert completed.stdout.splitlines() == chosen
+    assert "num_beams 3 (checkpoint), length_penalty 1.0 (checkpoint), max_new_tokens 4 (given)" in completed.stderr
+    refused = run_script("translate.py", tiny_model_copy, *flags, "--nbest", "4", stdin="Ein Hund.\n")
+    assert refused.returncode != 0 and "give --num-beams 4 or more" in refused.stderr
+    told = run_script("translate.py", tiny_model_copy, *flags, "--num-beams", "1", stdin="Ein Hund.\n", check=True)
+    assert "num_beams 1 (given), no length_penalty (greedy)" in told.stderr
+
+
+def test_evaluate_bleu_script_decodes_a_selected_checkpoint_as_selection_did(tiny_model_copy, corpus_path, tmp_path):
+    """Selection saves its choice (greedy here, not the paper's 4 / 0.6) into the checkpoint; evaluate_bleu.py on
+    it without decoding flags decodes the test split as selection did and reports the same score."""
+    data = ("--dataset", corpus_path, *DE_EN, "--first-pairs", "4", "--device", "cpu")
+    run_script(
+        "select_checkpoint.py", tiny_model_copy, *data, "--num-beams", "1", "2", "--length-penalty", "1.0",
+        "--output-dir", tmp_path / "selection", check=True,
+    )  # fmt: skip
+    selection = json.loads((tmp_path / "selection" / "selection.json").read_text())
+    completed = run_script("evaluate_bleu.py", tiny_model_copy, *data, "--output-dir", tmp_path / "again", check=True)
+    report = json.loads((tmp_path / "again" / "test.de-en.json").read_text())
+    chosen = selection["chosen"]
+    assert (report["generation"]["num_beams"], report["generation"].get("length_penalty")) == (
+        chosen["num_beams"],
+        chosen.get("length_penalty"),
+    )
+    assert report["generation"]["sources"]["num_beams"] == "checkpoint"
+    assert f"num_beams {chosen['num_beams']} (checkpoint)" in completed.stderr
+    assert read_lines(tmp_path / "again" / "test.de-en.hyp") == read_lines(tmp_path / "selection" / "test.de-en.hyp")
+    assert report["cased"] == selection["reports"]["test"]["cased"]
+    assert f"cased BLEU {report['cased']['bleu']:.2f}" in completed.stdout
+
+
 @pytest.fixture
 def run_dir(tiny_model_dir, tmp_path):
     """A training run directory: best and average hold the tiny model, last holds other weights."""
@@ -432,6 +474,15 @@ def test_selection_makes_its_choice_what_generate_decodes_with(tiny_model_copy, 
     assert saved["num_beams"] == 1 and "length_penalty" not in saved  # greedy search takes no length penalty
 
 
+def test_selection_on_the_first_validation_pairs_still_reports_the_whole_test_split(
+    tiny_model_copy, corpus_path, tmp_path
+):
+    data, grid = TranslationData(corpus_path, "de", "en"), SelectionGrid(num_beams=[1], validation_pairs=2)
+    selection = select_on_validation([tiny_model_copy], data, tmp_path, grid, QUIET)
+    test_report = json.loads((tmp_path / "test.de-en.json").read_text())
+    assert (selection["validation_sentences"], test_report["sentences"]) == (2, SPLIT_SIZES["test"])
+
+
 def test_selection_writes_the_test_scores_into_the_chosen_checkpoints_card(tiny_model_copy, corpus_path, tmp_path):
     model = AutoModelForSeq2SeqLM.from_pretrained(tiny_model_copy)
     run = RunRecord("de", "en", corpus_path, "Trained.", validation={"val_bleu": 1.5})
@@ -495,12 +546,7 @@ def test_selection_reports_tokenized_bleu_of_the_test_hypotheses(tiny_model_copy
 def test_tokenized_bleu_without_sacremoses_is_refused_before_any_decoding(
     tiny_model_dir, corpus_path, tmp_path, monkeypatch
 ):
-    find_spec = importlib.util.find_spec
-    monkeypatch.setattr(
-        importlib.util,
-        "find_spec",
-        lambda name, *args: None if name == "sacremoses" else find_spec(name, *args),
-    )
+    monkeypatch.setitem(sys.modules, "sacremoses", None)  # as if not installed
 
     def no_decoding(*args, **kwargs):
         raise AssertionError("decoded before the missing tokenizer was named")

@@ -12,6 +12,7 @@ import requests
 from fastapi.testclient import TestClient
 
 from hf_vanilla.engines import EngineSettings
+from hf_vanilla.publishing import set_decoding_defaults
 from hf_vanilla.serving import RequestLimits, create_app
 
 from .conftest import BEAM, STARTUP_SECONDS, Server
@@ -24,17 +25,27 @@ SOURCES = ["Zwei junge Männer sind im Freien.", "Ein Hund läuft über die Wies
 def test_the_page_is_served_while_the_model_loads_and_attention_waits_for_it(served_model_dir):
     app = create_app(served_model_dir, EngineSettings(device="cpu"), limits=RequestLimits(max_beams=6))
     client = TestClient(app)  # outside a `with`, the worker never starts: the model is loading
-    page = client.get("/")
-    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
-    settings = json.loads(page.text.split("const SETTINGS = ", 1)[1].split(";\n", 1)[0])
-    assert settings == {
+    assert page_settings(client) == {
         "num_beams": 4, "length_penalty": 0.6, "max_beams": 6, "max_length_penalty": 10.0,
         "max_characters": 20_000, "pair": ["de", "en"],
     }  # fmt: skip
-    assert "3.2.1" in page.text and "3.2.2" in page.text
+    assert "3.2.1" in client.get("/").text and "3.2.2" in client.get("/").text
     loading = client.post("/attention", json={"inputs": SOURCES[0]})
     assert loading.status_code == 503 and loading.json() == {"error": "the model is loading"}
     assert client.get("/ready").status_code == 503
+
+
+def page_settings(client: TestClient) -> dict:
+    page = client.get("/")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    return json.loads(page.text.split("const SETTINGS = ", 1)[1].split(";\n", 1)[0])
+
+
+def test_a_greedy_checkpoints_page_offers_beam_search_the_papers_length_penalty(served_model_dir, tmp_path):
+    checkpoint = shutil.copytree(served_model_dir, tmp_path / "greedy")
+    set_decoding_defaults(checkpoint, 1, None)
+    settings = page_settings(TestClient(create_app(checkpoint, EngineSettings(device="cpu"))))
+    assert (settings["num_beams"], settings["length_penalty"]) == (1, 0.6)
 
 
 @pytest.fixture(scope="module")

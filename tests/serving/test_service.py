@@ -8,6 +8,7 @@ compared exactly.
 """
 
 import json
+import shutil
 import signal
 import socket
 import time
@@ -24,6 +25,7 @@ from hypothesis import strategies as st
 from transformers import AutoConfig
 
 from hf_vanilla.corpus import load_translation_split
+from hf_vanilla.publishing import set_decoding_defaults
 
 from .conftest import BEAM, STARTUP_SECONDS, Server
 
@@ -31,6 +33,9 @@ pytest.importorskip("fastapi", reason="the service needs pip install 'hf_vanilla
 pytest.importorskip("uvicorn", reason="the service needs pip install 'hf_vanilla[serve]'")
 import huggingface_hub  # noqa: E402
 from huggingface_hub import InferenceClient  # noqa: E402
+
+from hf_vanilla.serving.app import GenerateParameters, RequestLimits, request_options, server_options  # noqa: E402
+from hf_vanilla.serving.batching import DEFAULT_BATCHING  # noqa: E402
 
 PATIENT = ["--max-wait-ms", "3000", "--max-queued-sentences", "6", "--request-max-sentences", "4"]
 PATIENT += ["--request-max-characters", "300", "--request-max-beams", "4", "--request-max-new-tokens", "16"]
@@ -51,6 +56,25 @@ def servers(served_model_dir, tmp_path_factory):
     finally:
         for server in started.values():
             server.kill()
+
+
+def test_requests_decode_with_the_checkpoints_choice_unless_they_choose(served_model_dir, tmp_path):
+    checkpoint = Path(shutil.copytree(served_model_dir, tmp_path / "checkpoint"))
+    set_decoding_defaults(checkpoint, 2, 1.0)
+    base = server_options(checkpoint, DEFAULT_BATCHING)
+    assert (base.num_beams, base.length_penalty, base.max_new_tokens) == (2, 1.0, None)
+
+    def asked(options=base, **parameters):
+        return request_options(options, GenerateParameters(**parameters), RequestLimits(), room=100)
+
+    assert asked() == base
+    assert (asked(num_beams=3).num_beams, asked(num_beams=3).length_penalty) == (3, 1.0)
+    assert (asked(length_penalty=2.0).num_beams, asked(length_penalty=2.0).length_penalty) == (2, 2.0)
+    assert (asked(num_beams=1, length_penalty=2.0).num_beams, asked(num_beams=1).length_penalty) == (1, None)
+    set_decoding_defaults(checkpoint, 1, None)
+    greedy = server_options(checkpoint, DEFAULT_BATCHING)
+    assert (greedy.num_beams, greedy.length_penalty) == (1, None)
+    assert asked(greedy, num_beams=4).length_penalty == 0.6  # none saved: the paper's
 
 
 @pytest.fixture(scope="module")
