@@ -27,7 +27,7 @@ from hf_vanilla.training.settings import PUBLIC_MULTI30K, SETTING_GROUPS, Traini
 
 from .corpus import ACCEPTED_FORMS, COMPRESSION_SUFFIXES, dataset_spec
 from .corpus_translation import DEFAULT_CHUNK_LINES, ERROR_HANDLERS, OUTPUT_FORMATS, CorpusSettings
-from .engines import COMPUTE_TYPES, CPU_THREADS_PER_BATCH, DEFAULT_ENGINE, EngineSettings, engine_names
+from .engines import COMPUTE_TYPES, DEFAULT_ENGINE, EngineSettings, engine_names
 from .evaluation.scoring import TranslationData
 from .extras import MissingExtra
 from .precision import DTYPE_NAMES
@@ -311,7 +311,7 @@ def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
         type=positive_int,
         default=None,
         help="the ctranslate2 engine on a CPU: batches decoded at once, a model replica each, sharing --threads "
-        f"(default: one for every {CPU_THREADS_PER_BATCH} threads), logged",
+        "(default: one a thread, each on one thread), logged",
     )
     group.add_argument(
         "--cache-implementation",

@@ -6,7 +6,6 @@ first use, its library imported only then)."""
 from .base import (
     ATTENTION,
     COMPUTE_TYPES,
-    CPU_THREADS_PER_BATCH,
     LOGITS_PROCESSORS,
     NBEST_SCORES,
     SAMPLING,
@@ -34,7 +33,6 @@ def model_engine(model, tokenizer) -> TranslationEngine:
 __all__ = [
     "ATTENTION",
     "COMPUTE_TYPES",
-    "CPU_THREADS_PER_BATCH",
     "DEFAULT_ENGINE",
     "LOGITS_PROCESSORS",
     "NBEST_SCORES",

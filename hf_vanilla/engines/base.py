@@ -22,9 +22,6 @@ LOGITS_PROCESSORS = "logits processors"  # `translate(..., logits_processors=)`:
 TRANSFORMERS, CTRANSLATE2 = "transformers", "ctranslate2"  # the engines this package registers
 # CTranslate2's compute types (weights_activations); "auto": the fastest the device runs
 COMPUTE_TYPES = ("auto", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "float32", "float16", "bfloat16")
-# A small model's decoding step is too little work to share among many threads: past this many, another batch
-# decodes at once instead (CTranslate2's inter_threads), each on its share of the threads.
-CPU_THREADS_PER_BATCH = 4
 
 
 class TranslationEngine(Protocol):
@@ -103,9 +100,11 @@ class EngineSettings:
     def cpu_threads(self) -> tuple[int, int]:
         """On a CPU: how many batches decode at once (`inter_threads`; CTranslate2 keeps a replica of the model
         for each) and the threads each decodes with, `threads` (None: torch's count, OMP_NUM_THREADS or the
-        cores) shared among them. Unless told, a replica for every `CPU_THREADS_PER_BATCH` threads."""
+        cores) shared among them. Unless told, a replica for every thread: a batch's decoding step is too little
+        work to share among threads (the service on 2 cores answered 1.5x as many sentences with two replicas of
+        one thread as with one of two, docs/serving.md)."""
         threads = self.threads or torch.get_num_threads()
-        inter_threads = self.inter_threads or max(1, threads // CPU_THREADS_PER_BATCH)
+        inter_threads = self.inter_threads or threads
         return inter_threads, max(1, threads // inter_threads)
 
     @property
