@@ -55,7 +55,7 @@ from hf_vanilla.extras import require
 from hf_vanilla.files import write_json
 from hf_vanilla.precision import cpu_description
 from hf_vanilla.serving.batching import DEFAULT_BATCHING
-from hf_vanilla.tools.benchmark import interleaved_seconds, recorded_validation_bleu
+from hf_vanilla.tools.benchmark import recorded_validation_bleu
 from hf_vanilla.translation import DecodingOptions
 
 STARTUP_SECONDS = 300
@@ -240,18 +240,27 @@ def raw_translate_batch(args, settings: EngineSettings) -> Callable[[list], obje
 
 def offline(args, sentences: list[str], decoders: dict[str, Callable[[list], object]]) -> dict:
     """Each decoder warmed on 8 sentences (as the service warms up before it is ready), then timed on all of them,
-    the decoders in turn `--repeats` times (A B A B ...) on the wall clock: the median rate and every sample."""
+    the decoders in turn `--repeats` times (A B A B ...), on the wall clock (as the service is timed) and in this
+    process's CPU time (which other processes on a shared machine barely disturb): the median rates and every
+    sample."""
     for translate in decoders.values():
         translate(sentences[:8])
-    runs = {name: lambda translate=translate: translate(sentences) for name, translate in decoders.items()}
-    seconds = interleaved_seconds(runs, args.repeats, warmup=0, clock="wall")
+    samples = {name: {"wall": [], "cpu": []} for name in decoders}
+    for _ in range(args.repeats):
+        for name, translate in decoders.items():
+            wall, cpu = time.perf_counter(), time.process_time()
+            translate(sentences)
+            samples[name]["wall"].append(time.perf_counter() - wall)
+            samples[name]["cpu"].append(time.process_time() - cpu)
     return {
         name: {
             "sentences": len(sentences),
-            "sentences_per_second": round(len(sentences) / statistics.median(samples), 2),
-            "seconds": [round(sample, 2) for sample in samples],
+            "sentences_per_second": round(len(sentences) / statistics.median(seconds["wall"]), 2),
+            "sentences_per_cpu_second": round(len(sentences) / statistics.median(seconds["cpu"]), 2),
+            "seconds": [round(sample, 2) for sample in seconds["wall"]],
+            "cpu_seconds": [round(sample, 2) for sample in seconds["cpu"]],
         }
-        for name, samples in seconds.items()
+        for name, seconds in samples.items()
     }
 
 
@@ -272,6 +281,9 @@ def thread_count_runs(args, sentences: list[str], threads: int, workdir: Path) -
         for position, under in enumerate(ceilings)
         for over in [*ceilings[position + 1 :], *(name for name in rate if name.startswith("service"))]
     }
+    if len(ceilings) == 2:  # the engine's cost beside CTranslate2's own, on the clock the other jobs disturb least
+        cpu_rate = [runs[name]["sentences_per_cpu_second"] for name in ("offline", "translate_batch")]
+        ratios["offline / translate_batch, CPU time"] = round(cpu_rate[0] / cpu_rate[1], 3)
     return {"inter_threads": inter_threads, "intra_threads": intra_threads, "ratios": ratios, **runs}
 
 
