@@ -3,6 +3,8 @@ cannot take, a batch that fails, a job that fails, or a worker that stops fails 
 and says so; a job (the attention behind a translation) runs alone, ahead of the batches waiting."""
 
 import asyncio
+import threading
+import time
 
 import pytest
 
@@ -208,3 +210,32 @@ def test_a_served_sentence_meets_the_real_tokenizer_once(tiny_model_dir, monkeyp
         batcher.stop()
     assert calls == [["Ein Hund.", "Zwei Kinder spielen."], ["Eine Frau."]]
     assert answers == [engine.translate(["Ein Hund.", "Zwei Kinder spielen."], OPTIONS), engine.translate(["Eine Frau."], OPTIONS)]
+
+
+class TwoBatchEngine(EchoEngine):
+    """Decodes two batches at once, each slowly enough that the other worker takes the next."""
+
+    concurrent_batches = 2
+
+    def __init__(self):
+        super().__init__()
+        self.threads: set[str] = set()
+
+    def translate_encoded(self, batch, options):
+        self.threads.add(threading.current_thread().name)
+        time.sleep(0.05)
+        return super().translate_encoded(batch, options)
+
+
+def test_an_engine_of_two_replicas_gets_two_workers_and_every_request_its_answer():
+    engine = TwoBatchEngine()
+    batcher = Batcher(lambda: engine, OPTIONS, BatchingSettings(max_tokens=4, max_wait_ms=0))
+    batcher.start()
+    batcher.wait_until_loaded()
+    try:
+        texts = [[f"w{index} x"] for index in range(12)]
+        answers = asyncio.run(_answers(batcher, *((text, True) for text in texts)))
+    finally:
+        batcher.stop()
+    assert answers == [[text.upper() for text in request] for request in texts]
+    assert len(engine.threads) == 2 and batcher.queued == 0
