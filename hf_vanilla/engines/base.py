@@ -149,7 +149,8 @@ def register_engine(name: str, load: EngineLoader, abilities: frozenset[str]) ->
 
 
 def engine_names() -> tuple[str, ...]:
-    return tuple(_REGISTRY)
+    """The registered engines, the reference (transformers) first."""
+    return tuple(sorted(_REGISTRY, key=lambda name: name != TRANSFORMERS))
 
 
 def engine_abilities() -> Mapping[str, frozenset[str]]:
