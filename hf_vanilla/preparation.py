@@ -19,7 +19,7 @@ from accelerate import PartialState
 from hf_vanilla.data import example_lengths
 from hf_vanilla.tokenization import describe_tokenizer_training, train_tokenizer_on_pairs
 from hf_vanilla.training.settings import TrainingConfig, TrainingError
-from hf_vanilla.training.train import load_inputs, pairs_source, training_pairs
+from hf_vanilla.training.train import load_inputs, pairs_source, training_pairs, with_corpus_recipe
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +45,7 @@ def prepare_training_data(
         raise TrainingError("tokenizer is required: the directory to load it from, or to train it into")
     state = state or PartialState()
     started = time.perf_counter()
+    config = with_corpus_recipe(config)  # a tokenizer_vocab_size left auto is known before the tokenizer is trained
     report: dict[str, Any] = {"dataset": config.dataset, "dataset_config": config.dataset_config}
     if not config.init_from and not Path(config.tokenizer).exists():
         with state.main_process_first():

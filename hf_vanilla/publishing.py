@@ -241,10 +241,12 @@ def training_procedure(settings: Mapping[str, Any]) -> str:
     """The card's recipe: the settings the run recorded, as its training config names them."""
     if not settings:
         return "Not recorded with this checkpoint.\n"
-    listed = "".join(f"- {name}: {value}\n" for name, value in settings.items())
+    listed = "".join(f"- {name}: {value}\n" for name, value in settings.items() if name != "corpus_recipe")
+    chosen = settings.get("corpus_recipe")
+    by_size = f"\nSettings the config left to the corpus size (hf_vanilla's size table): {chosen}.\n" if chosen else ""
     return (
         "hf_vanilla's training loop (section 5: Adam, the learning rate warmed up, then decayed with the inverse "
-        f"square root of the update), with these settings of its training config:\n{listed}"
+        f"square root of the update), with these settings of its training config:\n{listed}{by_size}"
     )
 
 

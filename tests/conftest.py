@@ -51,6 +51,14 @@ def corpus_path(tmp_path_factory) -> str:
     return str(write_synthetic_corpus(tmp_path_factory.mktemp("synthetic_corpus")))
 
 
+@pytest.fixture(autouse=True)
+def fresh_accelerator_state():
+    """Each test starts with no Accelerator, as a new process does: `train` fixes the process-wide precision,
+    which on a CPU with native bf16 (where `auto` picks bf16) a later run of another precision may not change."""
+    yield
+    AcceleratorState._reset_state(reset_partial_state=True)
+
+
 def run_script(script: str, *args, stdin: str = "", check: bool = False) -> subprocess.CompletedProcess:
     """`python scripts/SCRIPT ARGS` run in this process, without a new process's ~8 s of imports: its exit status
     and what it wrote to stdout and stderr, log records included, as `subprocess.run(..., text=True)` returns

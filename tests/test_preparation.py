@@ -12,9 +12,11 @@ from conftest import SCRIPTS, tiny_config
 from transformers import AutoTokenizer
 
 from hf_vanilla.corpus import load_translation_split
+from hf_vanilla.model.configuration_vanilla import DROPOUT_FIELDS
 from hf_vanilla.preparation import PREPARATION_SETTINGS, prepare_training_data
 from hf_vanilla.tokenization import PairsSource, sample_pairs, train_tokenizer_on_pairs
 from hf_vanilla.tools.options_page import script_parser
+from hf_vanilla.training.recipes import RECIPE_KEYS
 from hf_vanilla.training.settings import TrainingConfig, TrainingError
 
 
@@ -119,8 +121,9 @@ class ReadSettings(TrainingConfig):
 
 
 TRAINING_KEYS = {field.name for field in dataclasses.fields(TrainingConfig)}
-# The model's dropout goes into the model config that preparation builds for its positions, and changes no pair.
-READ_FOR_THE_MODEL_CONFIG_ONLY = {"dropout", "attention_dropout", "activation_dropout"}
+# The model's dropout goes into the model config that preparation builds for its positions, and changes no pair;
+# the keys the corpus-size table fills are each looked at to see whether the config leaves it auto.
+READ_FOR_THE_MODEL_CONFIG_ONLY = {*DROPOUT_FIELDS, *RECIPE_KEYS}
 
 
 def test_preparation_reads_only_the_settings_prepare_data_takes_as_flags(corpus_path, tmp_path):

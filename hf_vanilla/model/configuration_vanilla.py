@@ -33,6 +33,16 @@ SIZE_FIELDS = (
     "max_position_embeddings",
 )
 
+# The regularisers: off (0) in the paper's recipe but for `dropout`.
+DROPOUT_FIELDS = (
+    "dropout",
+    "attention_dropout",
+    "activation_dropout",
+    "layer_dropout",
+    "source_word_dropout",
+    "target_word_dropout",
+)
+
 
 @strict
 class VanillaTransformerConfig(PreTrainedConfig):
@@ -50,6 +60,11 @@ class VanillaTransformerConfig(PreTrainedConfig):
     - `attention_dropout` / `activation_dropout`: dropout on attention probabilities / after the ReLU, which the
       paper does not describe (section 5.4 drops out sublayer outputs and embedding sums only) but small-data
       recipes use.
+    - `layer_dropout`: LayerDrop (Fan et al., 2019), each encoder and decoder layer skipped with this probability
+      in training.
+    - `source_word_dropout` / `target_word_dropout`: each source / decoder-input token's embedding zeroed with this
+      probability in training, so the model cannot lean on any one word (Gal and Ghahramani, 2016; Sennrich et al.,
+      2016); the labels are untouched.
     - `right_to_left`: the model was trained to write each translation's words last first (reversed target words,
       `TrainingConfig.right_to_left`), to rerank a left-to-right model's n-best list (Sennrich et al., 2016;
       `hf_vanilla.research.reranking`). The weights are the same; our translation helpers and pipeline put the words back in
@@ -73,6 +88,9 @@ class VanillaTransformerConfig(PreTrainedConfig):
     dropout: float | int = 0.1
     attention_dropout: float | int = 0.0
     activation_dropout: float | int = 0.0
+    layer_dropout: float | int = 0.0
+    source_word_dropout: float | int = 0.0
+    target_word_dropout: float | int = 0.0
     max_position_embeddings: int = 1024
     layer_norm_eps: float = 1e-6
     pre_layernorm: bool = False
@@ -104,7 +122,7 @@ class VanillaTransformerConfig(PreTrainedConfig):
             raise ValueError(
                 f"d_model must be even for the sinusoidal positional encoding, got {self.d_model}"
             )
-        for name in ("dropout", "attention_dropout", "activation_dropout"):
+        for name in DROPOUT_FIELDS:
             if not 0 <= getattr(self, name) < 1:
                 raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
         if self.layer_norm_eps <= 0:
@@ -155,4 +173,4 @@ class VanillaTransformerConfig(PreTrainedConfig):
         return cls(**{**PRESETS[name], **overrides})
 
 
-__all__ = ["PRESETS", "SIZE_FIELDS", "VanillaTransformerConfig"]
+__all__ = ["DROPOUT_FIELDS", "PRESETS", "SIZE_FIELDS", "VanillaTransformerConfig"]

@@ -180,15 +180,19 @@ class PositionwiseFeedForward(nn.Module):
 
 
 class TokenEmbedding(nn.Module):
-    """3.4 Embedding * sqrt(d_model) plus 3.5 positional encoding, then dropout: ids (B,L) or embeddings (B,L,D) -> (B,L,D)."""
+    """3.4 Embedding * sqrt(d_model) plus 3.5 positional encoding, then dropout: ids (B,L) or embeddings (B,L,D) -> (B,L,D).
 
-    def __init__(self, config: VanillaTransformerConfig):
+    `word_dropout` (training only): each token's embedding zeroed with this probability before its position is
+    added (`source_word_dropout` / `target_word_dropout`)."""
+
+    def __init__(self, config: VanillaTransformerConfig, word_dropout: float = 0.0):
         super().__init__()
         self.config = config
         self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
         self.embed_scale = math.sqrt(config.d_model)
         self.embed_positions = SinusoidalPositionalEncoding(config)
         self.dropout = config.dropout
+        self.word_dropout = word_dropout
 
     def forward(
         self,
@@ -203,6 +207,10 @@ class TokenEmbedding(nn.Module):
             self._check_inputs(input_ids, inputs_embeds, offset)
         if inputs_embeds is None:
             inputs_embeds = self.embed_tokens(input_ids)
+        if self.training and self.word_dropout:
+            # Word dropout: whole tokens vanish, their positions stay; not rescaled, a missing word is no signal.
+            kept = torch.rand(inputs_embeds.shape[:2], device=inputs_embeds.device) >= self.word_dropout
+            inputs_embeds = inputs_embeds * kept.unsqueeze(-1).to(inputs_embeds.dtype)
         embeddings = inputs_embeds * self.embed_scale + self.embed_positions(inputs_embeds.shape[1], offset)
         return F.dropout(embeddings, p=self.dropout, training=self.training)
 
@@ -364,10 +372,13 @@ class VanillaTransformerPreTrainedModel(PipelineCodeAndCardMixin, PreTrainedMode
 class LayerStack(VanillaTransformerPreTrainedModel):
     """3.1 N identical layers over token embeddings, a final LayerNorm only with pre_layernorm: -> (B,L,D)."""
 
-    def __init__(self, config: VanillaTransformerConfig, layer_class: type[nn.Module], num_layers: int):
+    def __init__(
+        self, config: VanillaTransformerConfig, layer_class: type[nn.Module], num_layers: int, word_dropout: float
+    ):
         super().__init__(config)
-        self.embeddings = TokenEmbedding(config)
+        self.embeddings = TokenEmbedding(config, word_dropout)
         self.layers = nn.ModuleList([layer_class(config, i) for i in range(num_layers)])
+        self.layer_dropout = config.layer_dropout
         self.final_layer_norm = (
             nn.LayerNorm(config.d_model, config.layer_norm_eps) if config.pre_layernorm else None
         )
@@ -379,6 +390,13 @@ class LayerStack(VanillaTransformerPreTrainedModel):
     def set_input_embeddings(self, value: nn.Embedding):
         self.embeddings.embed_tokens = value
 
+    def active_layers(self) -> list[nn.Module]:
+        """The layers this forward runs: in training each skipped with `layer_dropout` (LayerDrop, Fan et al., 2019)."""
+        if not (self.training and self.layer_dropout):
+            return list(self.layers)
+        kept = torch.rand(len(self.layers)) >= self.layer_dropout  # on the CPU: no device synchronisation
+        return [layer for layer, keep in zip(self.layers, kept.tolist(), strict=True) if keep]
+
 
 class VanillaTransformerEncoder(LayerStack):
     """3.1 Encoder: embeddings then N encoder layers: ids (B,S) -> (B,S,D)."""
@@ -386,7 +404,7 @@ class VanillaTransformerEncoder(LayerStack):
     _can_record_outputs = {"hidden_states": EncoderLayer, "attentions": MultiHeadAttention}
 
     def __init__(self, config: VanillaTransformerConfig):
-        super().__init__(config, EncoderLayer, config.encoder_layers)
+        super().__init__(config, EncoderLayer, config.encoder_layers, config.source_word_dropout)
 
     @capture_outputs
     def forward(
@@ -400,7 +418,7 @@ class VanillaTransformerEncoder(LayerStack):
         attention_mask = create_bidirectional_mask(
             config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask
         )
-        for layer in self.layers:
+        for layer in self.active_layers():
             hidden_states = layer(hidden_states, attention_mask, **kwargs)
         if self.final_layer_norm is not None:
             hidden_states = self.final_layer_norm(hidden_states)
@@ -417,7 +435,7 @@ class VanillaTransformerDecoder(LayerStack):
     }
 
     def __init__(self, config: VanillaTransformerConfig):
-        super().__init__(config, DecoderLayer, config.decoder_layers)
+        super().__init__(config, DecoderLayer, config.decoder_layers, config.target_word_dropout)
 
     @capture_outputs
     @takes_cache_by_either_name
@@ -453,7 +471,7 @@ class VanillaTransformerDecoder(LayerStack):
             attention_mask=encoder_attention_mask,
             encoder_hidden_states=encoder_hidden_states,
         )
-        for layer in self.layers:
+        for layer in self.active_layers():
             hidden_states = layer(
                 hidden_states,
                 causal_mask,

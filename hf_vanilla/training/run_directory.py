@@ -304,14 +304,20 @@ def _alive(holder: dict) -> bool:
 
 
 def average_run_checkpoints(
-    output_dir: str | os.PathLike, count: int, config: TrainingConfig | None = None, target=None
+    output_dir: str | os.PathLike,
+    count: int,
+    config: TrainingConfig | None = None,
+    target=None,
+    around_step: int | None = None,
 ) -> list[Path]:
-    """Average the run's last `count` numbered checkpoints into `target` (default checkpoint_average), with a
-    model card of its own; return the checkpoints averaged. `config` defaults to the run's saved one."""
+    """Average `count` of the run's numbered checkpoints into `target` (default checkpoint_average), with a model
+    card of its own; return the checkpoints averaged: the last ones, or those around update `around_step` (the
+    best, where the run stopped early). `config` defaults to the run's saved one."""
     output_dir = Path(output_dir)
-    checkpoints = numbered_checkpoints(output_dir)[-count:]
+    checkpoints = numbered_checkpoints(output_dir)
     if len(checkpoints) < count:
         raise TrainingError(f"{output_dir} holds {len(checkpoints)} numbered checkpoints, fewer than {count}")
+    checkpoints = checkpoints_around(checkpoints, around_step, count)
     config = config or load_training_config(output_dir / CONFIG_FILE)
     summary = f"The average of the weights of {', '.join(path.name for path in checkpoints)} (section 6.1)."
     try:
@@ -321,12 +327,23 @@ def average_run_checkpoints(
     return checkpoints
 
 
+def checkpoints_around(checkpoints: list[Path], step: int | None, count: int) -> list[Path]:
+    """`count` consecutive `checkpoints` (oldest first) centred on the one of update `step`, shifted to fit at
+    either end; the last `count` where `step` is None or not among them. Past the best, an early-stopped run's
+    checkpoints are the ones that memorised the data."""
+    steps = [checkpoint_step(path) for path in checkpoints]
+    best = steps.index(step) if step in steps else len(checkpoints) - 1
+    start = max(0, min(best - count // 2, len(checkpoints) - count))
+    return checkpoints[start : start + count]
+
+
 # The training settings a checkpoint's card lists: what the recipe chose where the paper gives a value or a range.
 CARD_SETTINGS = (
     "init_from", "max_steps", "max_minutes", "max_tokens", "tokens_per_update", "adam_beta1", "adam_beta2",
     "adam_eps", "warmup", "lr", "lr_cooldown", "label_smoothing", "rdrop_alpha", "dropout", "early_dropout_updates",
-    "early_dropout", "attention_dropout", "activation_dropout", "clip_grad_norm", "average_last", "mixed_precision",
-    "seed",
+    "early_dropout", "attention_dropout", "activation_dropout", "layer_dropout", "source_word_dropout",
+    "target_word_dropout", "clip_grad_norm", "early_stopping_patience", "average_last", "mixed_precision", "seed",
+    "corpus_recipe",
 )  # fmt: skip
 
 

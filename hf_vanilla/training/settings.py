@@ -18,7 +18,10 @@ import yaml
 from hf_vanilla.corpus import dataset_spec
 from hf_vanilla.precision import MIXED_PRECISION_DTYPES
 
+from .recipes import AUTO, RECIPE_KEYS
+
 PUBLIC_MULTI30K = "bentrevett/multi30k"
+BY_SIZE = f"; {AUTO}: by corpus size (training/recipes.py)"
 
 
 class TrainingError(Exception):
@@ -93,17 +96,39 @@ class TrainingConfig:
     tokenizer: str = setting(
         "", "tokenizer directory; a joint BPE is trained on the training split if missing", group="model"
     )
-    tokenizer_vocab_size: int = setting(8000, "vocabulary size of a newly trained joint BPE", group="model")
+    tokenizer_vocab_size: int | str = setting(
+        8000, "vocabulary size of a newly trained joint BPE" + BY_SIZE, group="model"
+    )
     init_from: str | None = setting(
         None, "start from these saved weights and their tokenizer (directory or Hub id): fine-tuning", group="model"
     )
     model_preset: str = setting(
-        "base", "model shape: tiny, small, base or big (VanillaTransformerConfig)", group="model"
+        "base",
+        "model shape: tiny, small, base or big (VanillaTransformerConfig); auto: by corpus size, with its "
+        "model_overrides under the config's",
+        group="model",
     )
     model_overrides: dict = setting({}, "model config fields over the preset, e.g. {d_model: 192}", group="model")
-    dropout: float = setting(0.1, "residual and embedding dropout (section 5.4)", group="model")
-    attention_dropout: float = setting(0.0, "dropout on attention weights (not in the paper)", group="model")
-    activation_dropout: float = setting(0.0, "dropout after the feed-forward ReLU (not in the paper)", group="model")
+    dropout: float | str = setting(0.1, "residual and embedding dropout (section 5.4)" + BY_SIZE, group="model")
+    attention_dropout: float | str = setting(
+        0.0, "dropout on attention weights (not in the paper)" + BY_SIZE, group="model"
+    )
+    activation_dropout: float | str = setting(
+        0.0, "dropout after the feed-forward ReLU (not in the paper)" + BY_SIZE, group="model"
+    )
+    layer_dropout: float | str = setting(
+        0.0,
+        "LayerDrop (Fan et al., 2019; not in the paper): each layer skipped with this probability" + BY_SIZE,
+        group="model",
+    )
+    source_word_dropout: float | str = setting(
+        0.0, "each source token's embedding zeroed with this probability (not in the paper)" + BY_SIZE, group="model"
+    )
+    target_word_dropout: float | str = setting(
+        0.0,
+        "each decoder input token's embedding zeroed with this probability (not in the paper)" + BY_SIZE,
+        group="model",
+    )
     early_dropout_updates: int = setting(
         0,
         "late dropout (Liu et al., 2023): the first N updates use early_dropout and no attention or "
@@ -112,7 +137,9 @@ class TrainingConfig:
     )
     early_dropout: float = setting(0.1, "dropout of the first early_dropout_updates updates", group="model")
     # Optimisation: the loss, batches and Adam (sections 5.1, 5.3, 5.4)
-    label_smoothing: float = setting(0.1, "label smoothing of the training loss (section 5.4)", group="optimisation")
+    label_smoothing: float | str = setting(
+        0.1, "label smoothing of the training loss (section 5.4)" + BY_SIZE, group="optimisation"
+    )
     rdrop_alpha: float = setting(
         0.0,
         "R-Drop (Liang et al., 2021; not in the paper): each batch runs twice with its own dropout and the loss "
@@ -120,7 +147,9 @@ class TrainingConfig:
         "--rdrop-alpha; the logged training loss includes it); twice the compute an update; 0: off",
         group="optimisation",
     )
-    max_tokens: int = setting(4096, "padded tokens a side per batch and process (section 5.1)", group="optimisation")
+    max_tokens: int | str = setting(
+        4096, "padded tokens a side per batch and process (section 5.1)" + BY_SIZE, group="optimisation"
+    )
     tokens_per_update: int | None = setting(
         None, "accumulate batches to about this many tokens per update", group="optimisation"
     )
@@ -133,12 +162,13 @@ class TrainingConfig:
     )
     seed: int = setting(1, "seed of the weights, batches and dropout", group="optimisation")
     # Schedule: the learning rate over the run, and when it stops (whichever limit comes first)
-    warmup: int = setting(4000, "warm-up updates of the inverse-sqrt schedule", group="schedule")
+    warmup: int | str = setting(4000, "warm-up updates of the inverse-sqrt schedule" + BY_SIZE, group="schedule")
     lr_scale: float = setting(
         1.0, "factor on the paper's learning rate (the Annotated Transformer's `factor`)", group="schedule"
     )
-    lr: float | None = setting(
-        None, "peak learning rate replacing the paper's (fairseq inverse_sqrt)", group="schedule"
+    lr: float | str | None = setting(
+        None, "peak learning rate replacing the paper's (fairseq inverse_sqrt); null: the paper's" + BY_SIZE,
+        group="schedule",
     )
     lr_cooldown: float = setting(
         0.0, "over this last share of the budget the learning rate falls linearly to 0 (Hagele et al., 2024)",
@@ -149,10 +179,11 @@ class TrainingConfig:
     max_minutes: float | None = setting(
         None, "stop after this much wall clock (resumes add up), then save", group="schedule"
     )
-    patience: int | None = setting(
+    early_stopping_patience: int | str | None = setting(
         None,
-        "stop once the validation loss has not improved for N validations in a row (fairseq's --patience); "
-        "null: never",
+        "stop once the validation score that picks checkpoint_best (BLEU, else loss) has not improved for N "
+        "validations in a row (fairseq's --patience), and average the checkpoints around the best; null: never"
+        + BY_SIZE,
         group="schedule",
     )
     # Hardware: precision, batch shapes, loader processes, compilation
@@ -196,10 +227,20 @@ class TrainingConfig:
     validation_bleu: bool = setting(
         True, "greedy sacreBLEU at each save; the best checkpoint is chosen by it", group="checkpoints"
     )
+    corpus_recipe: str | None = setting(
+        None,
+        "written by the run: what the corpus-size table chose for the keys left auto (not a setting)",
+        group="checkpoints",
+    )
     num_beams: int = setting(4, "beam size saved as the checkpoint's decoding default", group="checkpoints")
     length_penalty: float = setting(
         0.6, "length penalty saved as the checkpoint's decoding default", group="checkpoints"
     )
+
+    def given(self, name: str):
+        """The key's value, None while it is left auto (the corpus-size table fills it when the run starts)."""
+        value = getattr(self, name)
+        return None if value == AUTO and name in RECIPE_KEYS else value
 
     def check(self) -> None:
         """Raise TrainingError naming the first key whose value cannot work."""
@@ -231,14 +272,14 @@ class TrainingConfig:
         if self.dataloader_workers != "auto" and not str(self.dataloader_workers).isdigit():
             raise TrainingError(f"dataloader_workers must be auto or a whole number, got {self.dataloader_workers!r}")
         for name in ("max_tokens", "warmup", "log_interval", "tokenizer_vocab_size", "num_beams", "clean_max_tokens"):
-            if getattr(self, name) <= 0:
+            if self.given(name) is not None and self.given(name) <= 0:
                 raise TrainingError(f"{name} must be positive, got {getattr(self, name)}")
         for name in (
             "tokens_per_update",
             "max_steps",
             "max_epochs",
             "max_minutes",
-            "patience",
+            "early_stopping_patience",
             "lr",
             "clip_grad_norm",
             "save_interval_updates",
@@ -247,7 +288,7 @@ class TrainingConfig:
             "average_last",
             "validation_max_sentences",
         ):
-            if getattr(self, name) is not None and getattr(self, name) <= 0:
+            if self.given(name) is not None and self.given(name) <= 0:
                 raise TrainingError(f"{name} must be positive or null, got {getattr(self, name)}")
         if self.holdout is not None and self.holdout < 0:
             raise TrainingError(f"holdout must be 0 or more (pairs, or a share below 1), got {self.holdout}")
@@ -263,18 +304,20 @@ class TrainingConfig:
             )
 
     def _check_combinations(self) -> None:
-        """Keys that must agree: patience with validation and saves, averaging with what is kept."""
-        if self.patience is not None and self.validation_split is None:
-            raise TrainingError("patience counts validations: set validation_split")
-        if self.patience is not None and self.save_interval_updates is None and self.save_interval_minutes is None:
+        """Keys that must agree: early stopping with validation and saves, averaging with what is kept."""
+        patience = self.given("early_stopping_patience")
+        if patience is not None and self.validation_split is None:
+            raise TrainingError("early_stopping_patience counts validations: set validation_split")
+        if patience is not None and self.save_interval_updates is None and self.save_interval_minutes is None:
             raise TrainingError(
-                "patience counts validations, which come at the saves: set save_interval_updates or "
-                "save_interval_minutes"
+                "early_stopping_patience counts validations, which come at the saves: set save_interval_updates "
+                "or save_interval_minutes"
             )
-        if self.patience is not None and self.average_last and self.average_last > self.patience + 1:
+        if patience is not None and self.average_last and self.average_last > patience + 1:
             raise TrainingError(
-                f"average_last ({self.average_last}) can exceed the checkpoints of a run that patience stops "
-                f"(at least patience + 1 = {self.patience + 1}): lower average_last or raise patience"
+                f"average_last ({self.average_last}) can exceed the checkpoints of a run that early stopping ends "
+                f"(at least early_stopping_patience + 1 = {patience + 1}): lower average_last or raise "
+                "early_stopping_patience"
             )
         if self.keep_checkpoints and self.average_last and self.keep_checkpoints < self.average_last:
             raise TrainingError(
@@ -308,6 +351,8 @@ def load_training_config(path: str | os.PathLike | None = None, **overrides) -> 
 def _coerce(name: str, value, annotation):
     """`value` as the field type: YAML 1.1 reads 1e-9 as a string, CLI flags arrive as strings."""
     allowed = typing.get_args(annotation) if isinstance(annotation, types.UnionType) else (annotation,)
+    if value == AUTO and name in RECIPE_KEYS:
+        return value
     if value is None:
         if type(None) in allowed:
             return None

@@ -22,7 +22,7 @@ from pathlib import Path
 import datasets
 import torch
 import yaml
-from accelerate import Accelerator, DataLoaderConfiguration, PartialState
+from accelerate import Accelerator, DataLoaderConfiguration, DistributedDataParallelKwargs, PartialState
 from accelerate.logging import get_logger
 from accelerate.utils import (
     RNG_STATE_NAME,
@@ -62,6 +62,7 @@ from hf_vanilla.tokenization import (
 
 from .heldout import hold_out, write_heldout
 from .loss import training_loss_function
+from .recipes import apply_recipe, keys_left_auto
 from .run_directory import (
     AVERAGE,
     CONFIG_FILE,
@@ -107,10 +108,15 @@ def train(config: TrainingConfig, resume: bool = False, overwrite_output_dir: bo
     accelerator = _make_accelerator(config, output_dir)
     set_seed(config.seed)
     inputs = load_inputs(config, accelerator)
+    config = inputs.config
+    accelerator.gradient_accumulation_steps = max(
+        1, round((config.tokens_per_update or 0) / (config.max_tokens * accelerator.num_processes))
+    )
     with _run_lock(output_dir, accelerator):
-        _prepare_run(config, accelerator, inputs, resume, overwrite_output_dir, run_started).run()
+        trainer = _prepare_run(config, accelerator, inputs, resume, overwrite_output_dir, run_started)
+        trainer.run()
         if accelerator.is_main_process and config.average_last:
-            _average_what_was_saved(config, output_dir)
+            _average_what_was_saved(config, output_dir, trainer.progress.best_step)
         accelerator.wait_for_everyone()
         accelerator.end_training()
         logger.info("Checkpoints in %s", output_dir)
@@ -208,9 +214,9 @@ def _check_bleu_available(target_lang: str) -> None:
         raise TrainingError(str(err)) from err
 
 
-def _average_what_was_saved(config: TrainingConfig, output_dir: Path) -> None:
-    """Average the last `average_last` numbered checkpoints, or all there are when the run saved fewer (a small
-    corpus, a short run), saying so."""
+def _average_what_was_saved(config: TrainingConfig, output_dir: Path, best_step: int | None) -> None:
+    """Average `average_last` numbered checkpoints, or all there are when the run saved fewer (a small corpus, a
+    short run), saying so: the last ones, or with early stopping those around the best (update `best_step`)."""
     saved = len(numbered_checkpoints(output_dir))
     if saved < config.average_last:
         logger.warning(
@@ -219,7 +225,8 @@ def _average_what_was_saved(config: TrainingConfig, output_dir: Path) -> None:
             saved,
             saved,
         )
-    checkpoints = average_run_checkpoints(output_dir, min(saved, config.average_last), config)
+    around = best_step if config.early_stopping_patience else None
+    checkpoints = average_run_checkpoints(output_dir, min(saved, config.average_last), config, around_step=around)
     logger.info("Averaged %s into %s", ", ".join(path.name for path in checkpoints), output_dir / AVERAGE)
 
 
@@ -290,7 +297,8 @@ def _tensorboard_installed(output_dir: Path) -> bool:
 
 
 def _make_accelerator(config: TrainingConfig, output_dir: Path) -> Accelerator:
-    """accelerate's Accelerator in the precision chosen for the device, with the run's accumulation steps."""
+    """accelerate's Accelerator in the precision chosen for the device (`train` sets its accumulation steps once
+    the config's keys left auto are filled)."""
     # The device accelerate will train on (ACCELERATE_USE_CPU, as Accelerator reads it, keeps a GPU machine on CPU).
     device_type = PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU")).device.type
     precision = resolve_precision(config.mixed_precision, device_type)
@@ -300,6 +308,8 @@ def _make_accelerator(config: TrainingConfig, output_dir: Path) -> Accelerator:
         dataloader_config=DataLoaderConfiguration(split_batches=True),
         log_with="tensorboard" if config.tensorboard and _tensorboard_installed(output_dir) else None,
         project_dir=str(output_dir),
+        # A layer LayerDrop skips has no gradient, which DDP must be told to expect (auto may turn LayerDrop on).
+        kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=config.layer_dropout != 0)],
     )
     logger.info(
         "Precision %s on %s: %s; %s",
@@ -307,9 +317,6 @@ def _make_accelerator(config: TrainingConfig, output_dir: Path) -> Accelerator:
         accelerator.device,
         precision.reason,
         _distributed_setup(accelerator),
-    )
-    accelerator.gradient_accumulation_steps = max(
-        1, round((config.tokens_per_update or 0) / (config.max_tokens * accelerator.num_processes))
     )
     return accelerator
 
@@ -412,8 +419,9 @@ def _start_or_resume(config: TrainingConfig, accelerator: Accelerator, output_di
 
 @dataclass(frozen=True)
 class RunInputs:
-    """What a run trains on, made before its run directory is touched."""
+    """What a run trains on, made before its run directory is touched, and its config with every key set."""
 
+    config: TrainingConfig  # the keys left auto filled by corpus size (`with_corpus_recipe`)
     tokenizer: PreTrainedTokenizerBase
     model_config: VanillaTransformerConfig
     train_data: datasets.Dataset  # the cleaned training pairs, tokenized
@@ -427,10 +435,23 @@ def load_inputs(config: TrainingConfig, state: PartialState | Accelerator) -> Ru
     cleans and tokenizes into its datasets cache while the node's other processes wait, then read that cache;
     nodes without a shared file system thus prepare at once, not one after another."""
     with state.main_process_first():
+        config = with_corpus_recipe(config)
         tokenizer = load_or_train_tokenizer(config)
     model_config = _model_config(config, tokenizer)
     with state.local_main_process_first():
         return _load_data(config, tokenizer, model_config)
+
+
+def with_corpus_recipe(config: TrainingConfig) -> TrainingConfig:
+    """`config` with the keys it leaves auto taken from the corpus-size table (recipes.py) by its training pairs,
+    counted before any tokenizer is trained, since the table picks the vocabulary size; logged in one line."""
+    if not keys_left_auto(config):
+        return config
+    train_pairs, _ = training_pairs(config)
+    chosen = apply_recipe(config, len(train_pairs))
+    chosen.check()
+    logger.info(chosen.corpus_recipe)
+    return chosen
 
 
 def load_or_train_tokenizer(config: TrainingConfig) -> PreTrainedTokenizerBase:
@@ -533,7 +554,7 @@ def _load_data(
     train_pairs, heldout = training_pairs(config)
     train_data = _cleaned(config, train_pairs, tokenizer, f"{config.train_split} pairs", max_length, keep_text=False)
     validation = _validation_set(config, tokenizer, heldout, max_length)
-    return RunInputs(tokenizer, model_config, train_data, validation, heldout)
+    return RunInputs(config, tokenizer, model_config, train_data, validation, heldout)
 
 
 def _validation_set(
@@ -563,6 +584,9 @@ def _model_config(config: TrainingConfig, tokenizer: PreTrainedTokenizerBase) ->
         "dropout": config.dropout,
         "attention_dropout": config.attention_dropout,
         "activation_dropout": config.activation_dropout,
+        "layer_dropout": config.layer_dropout,
+        "source_word_dropout": config.source_word_dropout,
+        "target_word_dropout": config.target_word_dropout,
         "right_to_left": config.right_to_left,
         **config.model_overrides,
     }

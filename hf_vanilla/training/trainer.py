@@ -3,11 +3,11 @@
 `train` (train.py) prepares everything and hands it to `Trainer`: `Trainer.run` is the loop,
 `Trainer._update` one update (sections 5.1, 5.3, 5.4). An update reads nothing back from the device: its loss
 and token count are added up there and read at a log or save point, where the run also checks that it has not
-diverged. Decisions that follow the update count (max_steps, save_interval_updates) or the validation loss
-(patience: every process reads the same reduced loss) are the same on every process; those that follow the
-clock (max_minutes, save_interval_minutes) and a stop signal are taken on the main process and shared with
-every process in one reduction as `TrainerControl`, every update with one process (no device involved) and
-every `SHARE_INTERVAL` updates with several, so all stop and save together.
+diverged. Decisions that follow the update count (max_steps, save_interval_updates) or the validation scores
+(early stopping: every process reads the same reduced loss and gathered BLEU) are the same on every process;
+those that follow the clock (max_minutes, save_interval_minutes) and a stop signal are taken on the main process
+and shared with every process in one reduction as `TrainerControl`, every update with one process (no device
+involved) and every `SHARE_INTERVAL` updates with several, so all stop and save together.
 """
 
 from __future__ import annotations
@@ -83,8 +83,10 @@ class TrainingProgress:
     elapsed_seconds: float = 0.0
     last_save_seconds: float = 0.0
     best_metric: float | None = None
-    best_val_loss: float | None = None
-    validations_since_best: int = 0  # validations without a lower loss since best_val_loss (for patience)
+    best_step: int | None = None  # checkpoint_best's update
+    best_checked: float | None = None  # the best validation_score of the interval saves (early stopping's)
+    validations_since_best: int = 0  # interval validations since best_checked (early_stopping_patience)
+    stop_reason: str | None = None  # why the run stopped: a budget spent or no validation improvement
     # Totals since the last log record, so that a resumed run logs the same averages.
     interval_loss: float = 0.0
     interval_tokens: int = 0
@@ -97,12 +99,18 @@ class TrainingProgress:
         for name, value in state.items():
             setattr(self, name, value)
 
-    def count_validation_loss(self, loss: float) -> None:
-        """Note a validation loss: a new best, or one more validation without improvement."""
-        if self.best_val_loss is None or loss < self.best_val_loss:
-            self.best_val_loss, self.validations_since_best = loss, 0
+    def count_validation(self, score: float) -> None:
+        """Note an interval validation's `validation_score`: a new best, or one more validation without
+        improvement."""
+        if self.best_checked is None or score > self.best_checked:
+            self.best_checked, self.validations_since_best = score, 0
         else:
             self.validations_since_best += 1
+
+
+def validation_score(metrics: dict[str, float]) -> float:
+    """What picks checkpoint_best and counts for early stopping, higher better: BLEU where validated, else -loss."""
+    return metrics.get("val_bleu", -metrics["val_loss"])
 
 
 @dataclass
@@ -190,8 +198,8 @@ class Trainer:
         return self.clock_offset + time.monotonic()
 
     def run(self) -> None:
-        """Update until a budget (steps, epochs, minutes) or the patience is spent or a stop signal comes, saving
-        (and validating) at the intervals and at the end."""
+        """Update until a budget (steps, epochs, minutes) or the early-stopping patience is spent or a stop signal
+        comes, saving (and validating) at the intervals and at the end; the reason is logged and in the cards."""
         progress = self.progress
         bar = tqdm(
             total=self.optimization.schedule.total_updates,
@@ -201,32 +209,34 @@ class Trainer:
             mininterval=1,
         )
         # A resumed run may have reached its limits already (every process reads the same progress).
-        stop = self._epochs_done() or self._steps_done() or self._over_time() or self._out_of_patience()
+        progress.stop_reason = (
+            self._epochs_done() or self._steps_done() or self._over_time() or self._out_of_patience()
+        )
         self._follow_clock(progress.elapsed_seconds)
         with self._stop_signals_caught():
-            while not stop:
+            while not progress.stop_reason:
                 self.data.sampler.set_epoch(progress.epoch, first_update=progress.updates_in_epoch)
                 batches = iter(self.data.loader)
-                while not stop:
+                while not progress.stop_reason:
                     started = time.monotonic()
                     group = list(islice(batches, self.accelerator.gradient_accumulation_steps))
                     if not group:
                         break
                     self._update(group, started, bar)
                     control = self._decide()
-                    stop = control.should_stop or control.stop_signal or self._steps_done()
-                    if stop or control.should_save:
-                        self.save(at_interval=control.should_save)
-                        stop = stop or self._out_of_patience()
+                    progress.stop_reason = (control.should_stop and self._time_budget()) or self._steps_done()
+                    if progress.stop_reason or control.should_save or control.stop_signal:
+                        self.save(at_interval=control.should_save)  # early stopping decides here
                     if control.stop_signal:
                         self._stopped_by(control.stop_signal)
-                if not stop:
+                if not progress.stop_reason:
                     progress.epoch += 1
                     progress.updates_in_epoch = 0
-                    stop = self._epochs_done()
+                    progress.stop_reason = self._epochs_done()
         bar.close()
         if self.saved_step != progress.step:
             self.save()
+        logger.info("Training stopped after update %d: %s", progress.step, progress.stop_reason)
 
     def _update(self, group: list[dict], started: float, bar: tqdm) -> None:
         """One update over this process's token batches `group` (section 5.1): each batch's forward and
@@ -349,32 +359,42 @@ class Trainer:
             logger.info("Update %d: dropout %s from now on (late dropout)", step + 1, wanted.dropout)
         self.dropout = wanted
 
-    def _epochs_done(self) -> bool:
-        return self.config.max_epochs is not None and self.progress.epoch >= self.config.max_epochs
+    # Each stopping rule: the reason to stop (logged, and in the cards of the last checkpoints), or None.
 
-    def _steps_done(self) -> bool:
-        return self.config.max_steps is not None and self.progress.step >= self.config.max_steps
+    def _epochs_done(self) -> str | None:
+        if self.config.max_epochs is not None and self.progress.epoch >= self.config.max_epochs:
+            return f"max_epochs ({self.config.max_epochs})"
+        return None
 
-    def _over_time(self) -> bool:
-        return (
-            self.config.max_minutes is not None
-            and self.progress.elapsed_seconds >= 60 * self.config.max_minutes
-        )
+    def _steps_done(self) -> str | None:
+        if self.config.max_steps is not None and self.progress.step >= self.config.max_steps:
+            return f"max_steps ({self.config.max_steps})"
+        return None
 
-    def _out_of_patience(self) -> bool:
-        """Whether the validation loss has gone `patience` validations without improving (every process reads
-        the same reduced loss, so all agree)."""
-        patience, progress = self.config.patience, self.progress
+    def _over_time(self) -> str | None:
+        minutes = self.config.max_minutes
+        return self._time_budget() if minutes is not None and self.progress.elapsed_seconds >= 60 * minutes else None
+
+    def _time_budget(self) -> str:
+        return f"time budget ({self.config.max_minutes:g} min)"
+
+    def _out_of_patience(self) -> str | None:
+        """Early stopping: the validation score (`validation_score`) has gone `early_stopping_patience` interval
+        validations without improving (every process reads the same scores, so all agree)."""
+        patience, progress = self.config.early_stopping_patience, self.progress
         if patience is None or progress.validations_since_best < patience:
-            return False
+            return None
+        best = f"BLEU {progress.best_checked:.2f}" if self.config.validation_bleu else f"loss {-progress.best_checked:.4f}"
         logger.info(
-            "Update %d: the validation loss has not improved for %d validations (best %.4f); stopping (patience %d)",
+            "Update %d: the validation %s has not improved for %d validations (best %s); stopping "
+            "(early_stopping_patience %d)",
             progress.step,
+            "BLEU" if self.config.validation_bleu else "loss",
             progress.validations_since_best,
-            progress.best_val_loss,
+            best,
             patience,
         )
-        return True
+        return f"no validation improvement for {progress.validations_since_best} checks"
 
     def _follow_clock(self, elapsed_seconds: float) -> None:
         if self.config.max_minutes is not None:
@@ -383,8 +403,8 @@ class Trainer:
     def save(self, at_interval: bool = False) -> None:
         """Check, validate, log, then write checkpoint_<step>, checkpoint_best (if it is) and checkpoint_last.
 
-        Only the validations of interval saves count for the patience, so that a run stopped by a signal and
-        resumed stops where an uninterrupted one does. Nothing is written from a run whose loss or weights are no
+        Only the validations of interval saves count for early stopping, so that a run stopped by a signal and
+        resumed stops where an uninterrupted one does; one that runs out of patience says so in its cards. Nothing is written from a run whose loss or weights are no
         longer finite."""
         accelerator, progress, model = self.accelerator, self.progress, self.optimization.model
         self._read_totals()
@@ -400,7 +420,8 @@ class Trainer:
                 metrics = validate(accelerator, model, self.data.tokenizer, self.data.validation, self.config)
         is_best = accelerator.is_main_process and metrics is not None and self.log.validation(metrics)
         if metrics is not None and at_interval:
-            progress.count_validation_loss(metrics["val_loss"])
+            progress.count_validation(validation_score(metrics))
+            progress.stop_reason = progress.stop_reason or self._out_of_patience()
         progress.last_save_seconds = progress.elapsed_seconds = self.elapsed()
         try:
             self.checkpoints.save(model, progress, metrics, is_best)
@@ -455,10 +476,10 @@ class RunLog:
     def validation(self, metrics: dict[str, float]) -> bool:
         """Log the validation `metrics` (main process); whether they are the best so far (BLEU, else loss)."""
         progress = self.progress
-        metric = metrics.get("val_bleu", -metrics["val_loss"])
+        metric = validation_score(metrics)
         is_best = math.isfinite(metric) and (progress.best_metric is None or metric > progress.best_metric)
         if is_best:
-            progress.best_metric = metric
+            progress.best_metric, progress.best_step = metric, progress.step
         self._write({**self._position(), **metrics})
         tqdm.write(
             f"update {progress.step}: "
@@ -519,9 +540,9 @@ class CheckpointWriter:
         if accelerator.is_main_process:
             shutil.rmtree(staging, ignore_errors=True)
             model = accelerator.unwrap_model(model)
-            summary = (
-                f"Checkpoint after {progress.step} updates ({progress.elapsed_seconds / 60:.1f} minutes)."
-            )
+            summary = f"Checkpoint after {progress.step} updates ({progress.elapsed_seconds / 60:.1f} minutes)."
+            if progress.stop_reason:
+                summary += f" Training stopped: {progress.stop_reason}."
             run = run_record(self.config, summary, metrics)
             save_model_directory(model, self.tokenizer, staging, run, state_dict=state_dict)
             if publish:

@@ -422,3 +422,36 @@ def test_plain_forward_honours_config_use_cache_and_accepts_a_dynamic_cache():
     assert isinstance(getattr(first, CACHE_NAME), EncoderDecoderCache)
     last = model(input_ids=source, decoder_input_ids=target[:, 3:], **{CACHE_NAME: getattr(first, CACHE_NAME)})
     torch.testing.assert_close(last.logits, full[:, 3:])
+
+
+REGULARISERS = ("layer_dropout", "source_word_dropout", "target_word_dropout")
+
+
+def logits_of(model, seed: int = 0) -> torch.Tensor:
+    torch.manual_seed(seed)
+    inputs = {"input_ids": random_ids(4, 9), "labels": random_ids(4, 7)}
+    torch.manual_seed(seed + 1)  # the same draws of the switches for both models
+    return model(**inputs).logits
+
+
+@pytest.mark.parametrize("name", REGULARISERS)
+def test_regularisers_are_off_by_default_and_act_only_in_training(name):
+    """LayerDrop and word dropout: a model with the switch at 0 is today's model; on, training-mode outputs change
+    (a layer or a word gone) while evaluation-mode outputs do not."""
+    assert getattr(VanillaTransformerConfig(), name) == 0
+    torch.manual_seed(0)
+    plain = tiny_model(dropout=0.0)
+    switched = VanillaTransformerForConditionalGeneration(
+        VanillaTransformerConfig.from_preset("tiny", vocab_size=VOCAB, dropout=0.0, **{name: 0.5})
+    )
+    switched.load_state_dict(plain.state_dict())
+    switched.eval()
+    torch.testing.assert_close(logits_of(switched), logits_of(plain))
+    plain.train(), switched.train()
+    assert not torch.allclose(logits_of(switched), logits_of(plain))
+
+
+@pytest.mark.parametrize("name", REGULARISERS)
+def test_a_regulariser_rate_outside_0_to_1_is_refused_naming_it(name):
+    with pytest.raises(ValueError, match=f"{name} must be in"):
+        VanillaTransformerConfig.from_preset("tiny", vocab_size=VOCAB, **{name: 1.0})

@@ -25,6 +25,7 @@ from hf_vanilla.checkpoints import load_model_and_tokenizer
 from hf_vanilla.precision import auto_precision
 from hf_vanilla.tools.plotting import plot_training_log
 from hf_vanilla.training.loss import label_smoothed_loss, training_loss_function
+from hf_vanilla.training.recipes import apply_recipe, keys_left_auto
 from hf_vanilla.training.run_directory import (
     LOCK_FILE,
     LOG_FILE,
@@ -397,33 +398,67 @@ def test_time_budget_stops_and_saves_and_counts_across_resumes(tiny_dataset, tok
         train(load_training_config(**{**vars(config), "model_overrides": {"d_ff": 128}}), resume=True)
 
 
-def test_patience_stops_after_validations_without_a_lower_loss_and_stays_stopped_on_resume(
+def test_early_stopping_ends_after_validations_without_a_lower_loss_and_stays_stopped_on_resume(
     tiny_dataset, tokenizer_dir, tmp_path, monkeypatch, caplog
 ):
-    """fairseq's --patience: the run ends at the third validation in a row that is no better than the best."""
+    """fairseq's --patience: the run ends at the third validation in a row that is no better than the best, says
+    why in its log and its last checkpoint's card, and averages the checkpoints around the best."""
     scripted_losses = iter([5.0, 4.0, 4.5, 4.0, 4.2, 3.0, 2.0])
 
     def scripted_validation(*args):
         return {"val_loss": next(scripted_losses)}
 
     monkeypatch.setattr("hf_vanilla.training.trainer.validate", scripted_validation)
-    config = tiny_config(tiny_dataset, tokenizer_dir, tmp_path, max_steps=100, save_interval_updates=2, patience=3)
-    with caplog.at_level(logging.INFO, logger="hf_vanilla.training.trainer"):
+    config = tiny_config(
+        tiny_dataset,
+        tokenizer_dir,
+        tmp_path,
+        max_steps=100,
+        save_interval_updates=2,
+        early_stopping_patience=3,
+        validation_bleu=False,
+        average_last=3,
+    )
+    with caplog.at_level(logging.INFO, logger="hf_vanilla.training"):
         train(config)
     assert max(step for step, _ in training_losses(tmp_path)) == 10  # validations at 2, 4 (best), 6, 8, 10
     saved = [path.name for path in numbered_checkpoints(tmp_path)]
     assert saved == [f"checkpoint_{step}" for step in (2, 4, 6, 8, 10)]
-    assert "not improved for 3 validations (best 4.0000); stopping (patience 3)" in caplog.text
+    assert "loss has not improved for 3 validations (best loss 4.0000); stopping (early_stopping_patience 3)" in (
+        caplog.text
+    )
+    assert "Training stopped after update 10: no validation improvement for 3 checks" in caplog.text
+    card = (tmp_path / "checkpoint_10" / "README.md").read_text()
+    assert "Training stopped: no validation improvement for 3 checks." in card
+    assert "Averaged checkpoint_2, checkpoint_4, checkpoint_6 into" in caplog.text  # around the best, update 4
     train(config, resume=True)  # the patience is spent and saved with the run: nothing more to train
     assert max(step for step, _ in training_losses(tmp_path)) == 10
     assert next(scripted_losses) == 3.0  # no validation ran on resume
+
+
+def test_early_stopping_follows_validation_bleu_where_the_run_scores_it(
+    tiny_dataset, tokenizer_dir, tmp_path, monkeypatch
+):
+    """The score that picks checkpoint_best counts: BLEU stalls at the second validation while the loss still falls."""
+    scripted = iter([(5.0, 10.0), (4.0, 12.0), (3.5, 11.0), (3.0, 12.0), (2.5, 20.0)])
+
+    def scripted_validation(*args):
+        loss, bleu = next(scripted)
+        return {"val_loss": loss, "val_bleu": bleu}
+
+    monkeypatch.setattr("hf_vanilla.training.trainer.validate", scripted_validation)
+    config = tiny_config(
+        tiny_dataset, tokenizer_dir, tmp_path, max_steps=100, save_interval_updates=2, early_stopping_patience=2
+    )
+    train(config)
+    assert max(step for step, _ in training_losses(tmp_path)) == 8  # BLEU 12 at update 4, no better at 6 and 8
 
 
 def test_patience_ignores_the_validation_of_a_signal_stop_so_resume_stops_where_an_uninterrupted_run_does(
     tiny_dataset, tokenizer_dir, tmp_path, monkeypatch
 ):
     monkeypatch.setattr("hf_vanilla.training.trainer.validate", lambda *args: {"val_loss": 4.0})  # best at the first
-    settings = {"max_steps": 100, "save_interval_updates": 2, "patience": 2}
+    settings = {"max_steps": 100, "save_interval_updates": 2, "early_stopping_patience": 2}
     uninterrupted = tmp_path / "uninterrupted"
     train(tiny_config(tiny_dataset, tokenizer_dir, uninterrupted, **settings))
     assert max(step for step, _ in training_losses(uninterrupted)) == 6  # validations at 2 (best), 4, 6
@@ -447,15 +482,18 @@ def test_patience_ignores_the_validation_of_a_signal_stop_so_resume_stops_where_
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ({"validation_split": None}, "patience counts validations: set validation_split"),
+        ({"validation_split": None}, "early_stopping_patience counts validations: set validation_split"),
         ({"save_interval_updates": None}, "which come at the saves: set save_interval_updates or"),
-        ({"patience": 0}, "patience must be positive or null, got 0"),
-        ({"average_last": 4}, r"average_last \(4\) can exceed the checkpoints of a run that patience stops"),
+        ({"early_stopping_patience": 0}, "early_stopping_patience must be positive or null, got 0"),
+        ({"average_last": 4}, r"average_last \(4\) can exceed the checkpoints of a run that early stopping ends"),
     ],
 )
-def test_patience_settings_that_cannot_work_are_refused(tiny_dataset, tokenizer_dir, tmp_path, overrides, message):
+def test_early_stopping_settings_that_cannot_work_are_refused(
+    tiny_dataset, tokenizer_dir, tmp_path, overrides, message
+):
+    settings = {"early_stopping_patience": 2, **overrides}
     with pytest.raises(TrainingError, match=message):
-        train(tiny_config(tiny_dataset, tokenizer_dir, tmp_path / "out", **{"patience": 2, **overrides}))
+        train(tiny_config(tiny_dataset, tokenizer_dir, tmp_path / "out", **settings))
     assert not (tmp_path / "out").exists() or not list((tmp_path / "out").glob("checkpoint*"))
 
 
@@ -595,14 +633,12 @@ def test_config_file_keys_are_overridden_by_flags(tmp_path):
 @pytest.mark.parametrize("path", CONFIGS, ids=[path.stem for path in CONFIGS])
 def test_shipped_configs_are_complete(path):
     config = load_training_config(path)
+    if keys_left_auto(config):  # configs/your-pair.yaml, complete once the corpus-size table fills its keys
+        config = apply_recipe(config, pairs=7_112)
     config.check()
     VanillaTransformerConfig.from_preset(config.model_preset, **config.model_overrides, vocab_size=1000)
-    assert (config.adam_beta1, config.adam_beta2, config.adam_eps, config.label_smoothing) == (
-        0.9,
-        0.98,
-        1e-9,
-        0.1,
-    )
+    assert (config.adam_beta1, config.adam_beta2, config.adam_eps) == (0.9, 0.98, 1e-9)
+    assert config.label_smoothing == (0.2 if path.stem == "your-pair" else 0.1)  # the small corpus's, the paper's
     assert (config.num_beams, config.length_penalty) == (4, 0.6)
 
 
