@@ -9,6 +9,7 @@ weights of other shapes than config.json gives them, a tokenizer of another voca
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 from collections.abc import Mapping, Sequence
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from huggingface_hub import snapshot_download
 from safetensors import SafetensorError, safe_open
 from transformers import (
     AutoConfig,
@@ -39,6 +41,35 @@ TOKENIZER_FILE, WEIGHTS_FILE = "tokenizer.json", "model.safetensors"
 # What a saved tokenizer needs to load here, and a saved model directory: the model's config and weights too.
 TOKENIZER_FILES = (TOKENIZER_FILE, "tokenizer_config.json")
 MODEL_DIRECTORY_FILES = ("config.json", WEIGHTS_FILE, *TOKENIZER_FILES)
+
+
+# The files of a model directory its translations depend on: weights, configs, tokenizer (not its model card)
+MODEL_FILE_PATTERNS = ("*.safetensors", "*.bin", "*.json")
+
+
+def model_directory(model_name_or_path: str | os.PathLike, local_files_only: bool = False) -> Path:
+    """A saved model directory as it is, or a Hub id's weights, configs and tokenizer in the Hub cache
+    (downloaded unless `local_files_only`)."""
+    if Path(model_name_or_path).is_dir():
+        return Path(model_name_or_path)
+    patterns = [pattern for pattern in MODEL_FILE_PATTERNS if pattern != "*.bin"]
+    return Path(
+        snapshot_download(str(model_name_or_path), allow_patterns=patterns, local_files_only=local_files_only)
+    )
+
+
+def model_digest(model_name_or_path: str | os.PathLike) -> str:
+    """The SHA-256 of what a saved model's translations depend on (`MODEL_FILE_PATTERNS`: weights, configs,
+    tokenizer; not its model card); a Hub id's, of its cached copy. The one fingerprint of a model: resumed corpus
+    translations, distillation's saved translations and CTranslate2's cached conversions are keyed by it."""
+    directory = model_directory(model_name_or_path, local_files_only=True)
+    digest = hashlib.sha256()
+    for path in sorted(path for pattern in MODEL_FILE_PATTERNS for path in directory.glob(pattern)):
+        digest.update(path.name.encode())
+        with path.open("rb") as file:
+            while block := file.read(1 << 20):
+                digest.update(block)
+    return digest.hexdigest()
 
 
 def _no_checkpoint(model_name_or_path: str | os.PathLike, err: OSError) -> FileNotFoundError:

@@ -27,10 +27,10 @@ from hf_vanilla.training.settings import PUBLIC_MULTI30K, SETTING_GROUPS, Traini
 
 from .corpus import ACCEPTED_FORMS, COMPRESSION_SUFFIXES, dataset_spec
 from .corpus_translation import DEFAULT_CHUNK_LINES, ERROR_HANDLERS, OUTPUT_FORMATS, CorpusSettings
+from .engines import COMPUTE_TYPES, DEFAULT_ENGINE, EngineSettings, engine_names
 from .evaluation.scoring import TranslationData
 from .extras import MissingExtra
 from .precision import DTYPE_NAMES
-from .translation import COMPUTE_TYPES, ENGINES, TRANSFORMERS, EngineSettings
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -280,8 +280,8 @@ def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
     add_max_tokens_argument(group)
     group.add_argument(
         "--engine",
-        choices=ENGINES,
-        default=TRANSFORMERS,
+        choices=engine_names(),
+        default=DEFAULT_ENGINE.engine,
         help="transformers: generate, the reference; ctranslate2: the same decoding, faster (converted from the "
         "checkpoint on first use; pip install 'hf_vanilla[ct2]'; docs/speed.md says what it cannot do)",
     )
@@ -301,6 +301,19 @@ def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
         "$HF_HOME/hf_vanilla/ctranslate2, never the checkpoint's directory)",
     )
     group.add_argument(
+        "--threads",
+        type=positive_int,
+        default=None,
+        help="CPU threads to decode with (default: torch's count: OMP_NUM_THREADS, else the cores), logged",
+    )
+    group.add_argument(
+        "--inter-threads",
+        type=positive_int,
+        default=None,
+        help="the ctranslate2 engine on a CPU: batches decoded at once, a model replica each, sharing --threads "
+        "(default: one a thread, each on one thread), logged",
+    )
+    group.add_argument(
         "--cache-implementation",
         choices=["dynamic", "static"],
         default="dynamic",
@@ -316,7 +329,9 @@ def runtime_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 def engine_settings(args: argparse.Namespace) -> EngineSettings:
     """The `EngineSettings` of the options of `add_runtime_arguments`."""
-    return EngineSettings(args.engine, args.device, args.dtype, args.compute_type, args.ctranslate2_dir)
+    return EngineSettings(
+        args.engine, args.device, args.dtype, args.compute_type, args.ctranslate2_dir, args.threads, args.inter_threads
+    )
 
 
 def cache_kwargs(args: argparse.Namespace) -> dict[str, Any]:

@@ -31,7 +31,6 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, TextIO
 
-import huggingface_hub
 import numpy as np
 from accelerate import PartialState
 from accelerate.utils import parse_flag_from_env
@@ -39,9 +38,10 @@ from tqdm.auto import tqdm
 from transformers import set_seed
 
 from .corpus import not_utf8, raw_lines
+from .engines import TranslationEngine
 from .files import atomic_file, write_json, write_text_atomic
 from .precision import resolve_device
-from .translation import DecodingOptions, TranslationEngine, lines_numbered_from, named_lines
+from .translation import DecodingOptions, lines_numbered_from, named_lines
 
 logger = logging.getLogger(__name__)
 
@@ -53,8 +53,6 @@ DEFAULT_CHUNK_LINES = 2000
 # minutes for NCCL and 30 for gloo, is less than the processes of a run of hours can drift apart.
 SHARE_WAIT = timedelta(days=7)
 CHUNKS_SUFFIX, FINGERPRINT_FILE = ".chunks", "fingerprint.json"
-# The files of a model directory its translations depend on: weights, configs, tokenizer (not its model card)
-MODEL_FILE_PATTERNS = ("*.safetensors", "*.bin", "*.json")
 # What each part of a run's fingerprint is, as a refusal to resume names it.
 FINGERPRINT_PARTS = {
     "model": "model weights",
@@ -143,20 +141,6 @@ def describe_decoding(options: DecodingOptions, **more: Any) -> str:
     described = dataclasses.asdict(options)
     del described["show_progress"]
     return json.dumps({**described, **more}, sort_keys=True, default=str)
-
-
-def model_digest(model_name_or_path: str) -> str:
-    """The SHA-256 of a saved model's weights, configs and tokenizer (a Hub id: its locally cached copy)."""
-    directory = Path(model_name_or_path)
-    if not directory.is_dir():
-        directory = Path(huggingface_hub.snapshot_download(model_name_or_path, local_files_only=True))
-    digest = hashlib.sha256()
-    for path in sorted(path for pattern in MODEL_FILE_PATTERNS for path in directory.glob(pattern)):
-        digest.update(path.name.encode())
-        with path.open("rb") as file:
-            while block := file.read(1 << 20):
-                digest.update(block)
-    return digest.hexdigest()
 
 
 def process_state(device: str | None) -> PartialState:

@@ -1,5 +1,5 @@
-"""Batched translation with `generate` (paper section 6.1): the decoding options, the engines that take them, and
-the text files they work on."""
+"""Batched translation with `generate` (paper section 6.1): the decoding options every engine takes
+(`hf_vanilla.engines`), `generate` over batches of them, and the text files they work on."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 from tqdm.auto import tqdm
@@ -25,7 +25,6 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from hf_vanilla.attention import SentenceAttentions, teacher_forced_attentions
 from hf_vanilla.model.decoding import (
     DEFAULT_MAX_TOKENS,
     PAPER_EXTRA_OUTPUT_TOKENS,
@@ -38,7 +37,6 @@ from hf_vanilla.model.decoding import (
     writes_right_to_left,
 )
 
-from .checkpoints import load_model_and_tokenizer
 from .data import TokenBatchSampler
 from .files import write_text_atomic
 
@@ -178,34 +176,71 @@ def _encode_within_positions(
     }
 
 
-def encoded_batches(
+def encoded_sources(
     tokenizer: PreTrainedTokenizerBase, config: PreTrainedConfig, sources: Sequence[str], options: DecodingOptions
-) -> Iterator[tuple[list[int], list[list[int]]]]:
-    """The token ids of the nonblank `sources` in the batches every engine decodes, each with the indices in
-    `sources` of its sentences (`translate_sentences` says how sentences are batched and cut), under a progress bar.
-
-    An explicit `max_new_tokens` beyond the decoder's positions is a ValueError before anything is encoded."""
+) -> dict[int, list[int]]:
+    """The token ids of the nonblank `sources` by index, each within the model's positions (`translate_sentences`
+    says how a longer one is cut or left out). An explicit `max_new_tokens` beyond the decoder's positions is a
+    ValueError before anything is encoded."""
     if (options.max_new_tokens or 0) > (room := max_new_tokens_room(config)):
         raise ValueError(
             f"max_new_tokens={options.max_new_tokens} is more than the decoder has positions for: at most {room} "
             f"(max_position_embeddings {config.max_position_embeddings} less the start token)"
         )
-    to_translate = _encode_within_positions(
-        tokenizer, sources, max_source_tokens(config), options.skip_long_lines
-    )
+    return _encode_within_positions(tokenizer, sources, max_source_tokens(config), options.skip_long_lines)
+
+
+def encoded_batches(
+    tokenizer: PreTrainedTokenizerBase,
+    config: PreTrainedConfig,
+    sources: Sequence[str],
+    options: DecodingOptions,
+    batch_tokens: int | None = None,
+) -> Iterator[tuple[list[int], list[list[int]]]]:
+    """The token ids of the nonblank `sources` (`encoded_sources`) sorted by length and batched so that sentences *
+    longest source stays within `batch_tokens` (default: `options.max_tokens`), each batch with the indices in
+    `sources` of its sentences, under a progress bar."""
+    to_translate = encoded_sources(tokenizer, config, sources, options)
     if not to_translate:
         return
     indices, input_ids = list(to_translate), list(to_translate.values())
-    sampler = TokenBatchSampler([len(ids) for ids in input_ids], options.max_tokens, shuffle=False)
+    lengths = [len(ids) for ids in input_ids]
+    sampler = TokenBatchSampler(lengths, batch_tokens or options.max_tokens, shuffle=False)
     with tqdm(total=len(indices), unit="sent", desc="Translating", disable=not options.show_progress) as progress:
         for batch in sampler:
             yield [indices[position] for position in batch], [input_ids[position] for position in batch]
             progress.update(len(batch))
 
 
-def source_length(tokenizer: PreTrainedTokenizerBase, source: str) -> int:
-    """The tokens `source` encodes to, `</s>` included, before any cut to the model's positions."""
-    return len(tokenizer(source, verbose=False)["input_ids"])
+def generate_batch(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    batch_ids: Sequence[Sequence[int]],
+    options: DecodingOptions,
+    logits_processors: BatchLogitsProcessors | None = None,
+) -> Any:
+    """`generate`'s output for one batch of encoded sources, each sentence within its own output limit."""
+    generate_kwargs = options.generate_kwargs()
+    encoded = tokenizer.pad({"input_ids": list(batch_ids)}, return_tensors="pt").to(model.device)
+    limit = (
+        {}
+        if "max_new_tokens" in generate_kwargs
+        else paper_length_limit(model, encoded["attention_mask"], options.extra_output_tokens)
+    )
+    processors = {"logits_processor": LogitsProcessorList(logits_processors(encoded))} if logits_processors else {}
+    return model.generate(**encoded, **limit, **processors, **generate_kwargs)
+
+
+@contextlib.contextmanager
+def evaluation_mode(model: PreTrainedModel) -> Iterator[None]:
+    """`model` in eval mode without autograd within the block, back in the mode it was in after."""
+    model_was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode():
+            yield
+    finally:
+        model.train(model_was_training)
 
 
 def _generate_in_batches(
@@ -218,26 +253,9 @@ def _generate_in_batches(
     """`generate`'s output for each batch of the nonblank `sources` (`encoded_batches`), with the indices in
     `sources` of its sentences."""
     options = options.resolved(model.generation_config)
-    generate_kwargs = options.generate_kwargs()
-    model_was_training = model.training
-    model.eval()
-    try:
-        with torch.inference_mode():
-            for indices, batch_ids in encoded_batches(tokenizer, model.config, sources, options):
-                encoded = tokenizer.pad({"input_ids": batch_ids}, return_tensors="pt").to(model.device)
-                limit = (
-                    {}
-                    if "max_new_tokens" in generate_kwargs
-                    else paper_length_limit(model, encoded["attention_mask"], options.extra_output_tokens)
-                )
-                processors = (
-                    {"logits_processor": LogitsProcessorList(logits_processors(encoded))}
-                    if logits_processors
-                    else {}
-                )
-                yield indices, model.generate(**encoded, **limit, **processors, **generate_kwargs)
-    finally:
-        model.train(model_was_training)
+    with evaluation_mode(model):
+        for indices, batch_ids in encoded_batches(tokenizer, model.config, sources, options):
+            yield indices, generate_batch(model, tokenizer, batch_ids, options, logits_processors)
 
 
 def translate_sentences(
@@ -306,134 +324,6 @@ def translate_nbest(
             rows = range(position * num_beams, (position + 1) * num_beams)
             nbest[index] = [(texts[row], scores[row]) for row in rows]
     return nbest
-
-
-class TranslationEngine(Protocol):
-    """What decodes sentences with `DecodingOptions`, whichever engine is behind it: transformers' `generate`
-    (`TransformersEngine`, the reference) or another that gives the options the same meaning.
-
-    An engine that can also give the attention behind a translation has `attention(source, options)` returning
-    `SentenceAttentions` (`TransformersEngine.attention`); the service refuses attention to one without."""
-
-    def translate(self, sources: Sequence[str], options: DecodingOptions) -> list[str]:
-        """`translate_sentences`' contract: one translation a source, in order, "" for a blank one."""
-        ...
-
-    def translate_nbest(self, sources: Sequence[str], options: DecodingOptions) -> list[list[tuple[str, float]]]:
-        """`translate_nbest`'s contract, a translation a source for each beam of the resolved `options`."""
-        ...
-
-    @property
-    def max_source_tokens(self) -> int:
-        """The longest source the model takes, in tokens: a longer one is cut or left blank (`skip_long_lines`)."""
-        ...
-
-    def source_tokens(self, source: str) -> int:
-        """The tokens `source` encodes to, `</s>` included, before any cut to `max_source_tokens`."""
-        ...
-
-    def describe(self) -> dict[str, str]:
-        """What a report records of the engine: its name, device and precision."""
-        ...
-
-
-@dataclass(frozen=True)
-class TransformersEngine:
-    """Decoding through transformers' `generate`, as `translate_sentences` and `translate_nbest` do."""
-
-    model: PreTrainedModel
-    tokenizer: PreTrainedTokenizerBase
-
-    def translate(self, sources: Sequence[str], options: DecodingOptions = DEFAULT_DECODING) -> list[str]:
-        return translate_sentences(self.model, self.tokenizer, sources, options)
-
-    def translate_nbest(
-        self, sources: Sequence[str], options: DecodingOptions = DEFAULT_DECODING
-    ) -> list[list[tuple[str, float]]]:
-        options = options.resolved(self.model.generation_config)
-        return translate_nbest(self.model, self.tokenizer, sources, options.num_beams, options)
-
-    @property
-    def max_source_tokens(self) -> int:
-        return max_source_tokens(self.model.config)
-
-    def source_tokens(self, source: str) -> int:
-        return source_length(self.tokenizer, source)
-
-    def describe(self) -> dict[str, str]:
-        dtype = str(self.model.dtype).removeprefix("torch.")
-        return {"engine": TRANSFORMERS, "device": str(self.model.device), "dtype": dtype}
-
-    def attention(self, source: str, options: DecodingOptions = DEFAULT_DECODING) -> SentenceAttentions:
-        """`source`'s translation as `translate` gives it with `options`, and the attention behind it: the
-        output's own tokens teacher-forced through the model (`hf_vanilla.attention`). A blank source is a
-        ValueError."""
-        decoded = list(_generate_in_batches(self.model, self.tokenizer, [source], options))
-        if not decoded:
-            raise ValueError("the source sentence is blank")
-        [(_, output_ids)] = decoded
-        [source_ids], _ = encode_sources(self.tokenizer, [source], self.max_source_tokens)
-        text = options.detokenize(self.model.config, self.tokenizer, output_ids)[0]
-        return teacher_forced_attentions(self.model, self.tokenizer, source_ids, output_ids[0].tolist(), text)
-
-
-TRANSFORMERS, CTRANSLATE2 = "transformers", "ctranslate2"
-ENGINES = (TRANSFORMERS, CTRANSLATE2)
-# CTranslate2's compute types (weights_activations); "auto": the fastest the device runs (`hf_vanilla.ctranslate2_engine`)
-COMPUTE_TYPES = ("auto", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "float32", "float16", "bfloat16")
-
-
-@dataclass(frozen=True)
-class EngineSettings:
-    """Which engine decodes and how it runs: `engine` "transformers" (`generate`, the reference) or "ctranslate2";
-    `device` (None or "auto": the GPU if present); the transformers engine's `dtype` ("auto", "float32",
-    "bfloat16", "float16"); the CTranslate2 engine's `compute_type` (`COMPUTE_TYPES`) and `ctranslate2_dir`, where
-    its converted models are cached (None: under the Hugging Face cache)."""
-
-    engine: str = TRANSFORMERS
-    device: str | None = None
-    dtype: str = "float32"
-    compute_type: str = "auto"
-    ctranslate2_dir: str | os.PathLike | None = None
-
-    @property
-    def precision(self) -> str:
-        """What the engine was asked to compute in: the transformers engine's dtype, the ctranslate2 engine's
-        compute type."""
-        return self.dtype if self.engine == TRANSFORMERS else self.compute_type
-
-    def __post_init__(self):
-        if self.engine not in ENGINES:
-            raise ValueError(f"unknown engine {self.engine!r}; choose one of {', '.join(ENGINES)}")
-        if self.compute_type not in COMPUTE_TYPES:
-            raise ValueError(f"unknown compute type {self.compute_type!r}; choose one of {', '.join(COMPUTE_TYPES)}")
-        if self.engine == TRANSFORMERS and self.compute_type != "auto":
-            raise ValueError(
-                f"compute type {self.compute_type} is the ctranslate2 engine's (--engine ctranslate2); the transformers "
-                "engine takes --dtype"
-            )
-        if self.engine == CTRANSLATE2 and self.dtype != "float32":
-            raise ValueError(
-                f"dtype {self.dtype} is the transformers engine's; the ctranslate2 engine takes --compute-type "
-                "(float32, bfloat16, float16, int8...)"
-            )
-
-
-DEFAULT_ENGINE = EngineSettings()
-
-
-def load_engine(
-    model_name_or_path: str | os.PathLike, settings: EngineSettings = DEFAULT_ENGINE
-) -> TranslationEngine:
-    """The engine `settings` name for a saved model directory (or Hub id) and its tokenizer: `generate` over the
-    model as `load_model_and_tokenizer` loads it, or CTranslate2 over the model converted on first use
-    (`hf_vanilla.ctranslate2_engine.load_ctranslate2_engine`)."""
-    if settings.engine == CTRANSLATE2:
-        # ctranslate2 is an optional extra, imported only when chosen
-        from .ctranslate2_engine import load_ctranslate2_engine
-
-        return load_ctranslate2_engine(model_name_or_path, settings)
-    return TransformersEngine(*load_model_and_tokenizer(model_name_or_path, settings.device, settings.dtype))
 
 
 def read_lines(path: str | os.PathLike | None = None) -> list[str]:

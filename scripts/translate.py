@@ -18,7 +18,7 @@ search's whole n-best list is reranked (docs/research/extras.md, "Reranking with
 import signal
 import sys
 
-from hf_vanilla.checkpoints import decoding_for
+from hf_vanilla.checkpoints import decoding_for, model_digest
 from hf_vanilla.cli import (
     ArgumentParser,
     add_corpus_arguments,
@@ -42,14 +42,13 @@ from hf_vanilla.corpus_translation import (
     best_only,
     describe_decoding,
     engine_translator,
-    model_digest,
     process_device,
     process_state,
     translate_corpus,
 )
+from hf_vanilla.engines import load_engine
 from hf_vanilla.evaluation.scoring import Runtime
 from hf_vanilla.research.cli import add_research_arguments, research_decoder
-from hf_vanilla.translation import load_engine
 
 
 def build_parser() -> ArgumentParser:

@@ -22,16 +22,17 @@ from synthetic_corpus import synthetic_pairs
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from hf_vanilla import corpus_translation
+from hf_vanilla.checkpoints import model_digest
 from hf_vanilla.corpus import CorpusError
 from hf_vanilla.corpus_translation import (
     CorpusJob,
     CorpusSettings,
     CorpusTranslationError,
     engine_translator,
-    model_digest,
     translate_corpus,
 )
-from hf_vanilla.translation import DecodingOptions, TransformersEngine
+from hf_vanilla.engines import TransformersEngine
+from hf_vanilla.translation import DecodingOptions
 
 GREEDY = DecodingOptions(num_beams=1, max_new_tokens=4, show_progress=False)
 SAMPLING = GREEDY.replace(do_sample=True, top_k=0)

@@ -15,12 +15,13 @@ from conftest import DE_EN, run_script, sharpened
 from hf_vanilla import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from hf_vanilla.checkpoints import load_tokenizer
 from hf_vanilla.corpus import load_translation_split
+from hf_vanilla.engines import EngineSettings, load_engine
 from hf_vanilla.files import atomic_directory
 from hf_vanilla.publishing import set_decoding_defaults
-from hf_vanilla.translation import DecodingOptions, EngineSettings, load_engine
+from hf_vanilla.translation import DecodingOptions
 
 ctranslate2 = pytest.importorskip("ctranslate2")
-from hf_vanilla.ctranslate2_engine import cached_conversion, checkpoint_digest  # noqa: E402
+from hf_vanilla.engines.ctranslate2_engine import cached_conversion, checkpoint_digest  # noqa: E402
 
 VARIANTS = {
     "post-LN, tied (the paper)": {},
@@ -190,7 +191,7 @@ def test_lines_longer_than_the_positions_are_cut_or_left_blank_with_the_same_war
         with caplog.at_level(logging.WARNING, logger="hf_vanilla.translation"):
             found[name] = engine.translate(sources, options)
         assert "1 of 3 lines are longer than the model's 24 positions" in caplog.text
-        assert engine.max_source_tokens == 24 < engine.source_tokens(long_line)
+        assert engine.max_source_tokens == 24 < len(engine.encode([long_line])[0])
     assert found["ctranslate2"] == found["transformers"]
     assert (found["ctranslate2"][1] == "") == skip_long_lines
 
@@ -212,15 +213,15 @@ def test_what_ctranslate2_cannot_do_is_refused_before_decoding(paper_engines, se
 
 def test_int8_translates_and_auto_chooses_and_logs_a_compute_type(paper_engines, sources, cache_dir, caplog):
     directory, reference, _ = paper_engines
-    with caplog.at_level(logging.INFO, logger="hf_vanilla.ctranslate2_engine"):
+    with caplog.at_level(logging.INFO, logger="hf_vanilla.engines.ctranslate2_engine"):
         engine = load_engine(directory, EngineSettings("ctranslate2", "cpu", ctranslate2_dir=cache_dir))
-    chosen = engine.describe()["compute_type"]
+    chosen = engine.describe()["precision"]
     assert chosen in ctranslate2.get_supported_compute_types("cpu")
     assert f"ctranslate2 engine: {chosen} on cpu (auto: CTranslate2's fastest of" in caplog.text
     int8 = load_engine(directory, EngineSettings("ctranslate2", "cpu", compute_type="int8", ctranslate2_dir=cache_dir))
     translations = int8.translate(sources, QUIET.replace(num_beams=4))
     # What int8 costs in quality is measured on a trained model (docs/speed.md): an untrained one has only close calls.
-    assert int8.describe()["compute_type"].startswith("int8") and len(translations) == len(sources)
+    assert int8.describe()["precision"].startswith("int8") and len(translations) == len(sources)
     assert translations[20:22] == ["", ""] and all(translations[:20])
 
 
@@ -253,12 +254,12 @@ def test_the_conversion_is_cached_outside_the_checkpoint_and_a_damaged_copy_is_r
     converted = cache_dir / checkpoint_digest(directory)
     assert converted.is_dir() and not any(path.name.startswith("model.bin") for path in directory.iterdir())
     settings = ctranslate2_float32(cache_dir)
-    with caplog.at_level(logging.INFO, logger="hf_vanilla.ctranslate2_engine"):
+    with caplog.at_level(logging.INFO, logger="hf_vanilla.engines.ctranslate2_engine"):
         load_engine(directory, settings)
     assert "converting" not in caplog.text  # cached
     weights = converted / "model.bin"
     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
-    with caplog.at_level(logging.WARNING, logger="hf_vanilla.ctranslate2_engine"):
+    with caplog.at_level(logging.WARNING, logger="hf_vanilla.engines.ctranslate2_engine"):
         engine = load_engine(directory, settings)
     assert "does not load" in caplog.text and "converting again" in caplog.text
     assert engine.translate(sources, QUIET) == reference.translate(sources, QUIET)
@@ -294,7 +295,7 @@ def test_translate_evaluate_and_select_decode_with_either_engine(paper_engines, 
     data = ("--dataset", corpus_path, *DE_EN, "--first-pairs", "4")
     run_script("evaluate_bleu.py", directory, *data, "--output-dir", tmp_path, *ctranslate2_flags, check=True)
     report = json.loads((tmp_path / "test.de-en.json").read_text())
-    assert (report["engine"], report["compute_type"], report["sentences"]) == ("ctranslate2", "float32", 4)
+    assert (report["engine"], report["precision"], report["sentences"]) == ("ctranslate2", "float32", 4)
     selection = tmp_path / "selection"
     run_script(
         "select_checkpoint.py", directory, *data, "--num-beams", "1", "2", "--output-dir", selection, *ctranslate2_flags,
@@ -306,7 +307,7 @@ def test_translate_evaluate_and_select_decode_with_either_engine(paper_engines, 
 @pytest.mark.parametrize(
     "flags, refusal",
     [
-        (("--engine", "ctranslate2", "--ensemble", "{model}"), "ensembles and reranking decode with transformers'"),
+        (("--engine", "ctranslate2", "--ensemble", "{model}"), "an ensemble mixes its members' scores into the decoded model's by logits processors, which the ctranslate2 engine cannot (logits processors): decode with --engine transformers"),
         (("--compute-type", "int8"), "compute type int8 is the ctranslate2 engine's"),
     ],
 )

@@ -2,6 +2,7 @@
 nothing outside research/ imports research."""
 
 import ast
+import re
 import sys
 from pathlib import Path
 
@@ -71,3 +72,44 @@ def test_the_boundary_check_resolves_relative_imports():
         "hf_vanilla.evaluation.scoring",
         "hf_vanilla.research.ensemble",
     }
+
+
+# An engine asked for by name or type: a comparison with an engine's name, an isinstance of an engine class, or a
+# probe for a method. Callers ask for abilities (`hf_vanilla.engines.require`, `engine.abilities`) instead.
+ENGINE_TESTS = re.compile(
+    r"isinstance\([^)]*Engine\b"
+    r"|(==|!=|\bin)\s*\(?\s*(TRANSFORMERS|CTRANSLATE2|[\"'](transformers|ctranslate2)[\"'])"
+    r"|(TRANSFORMERS|CTRANSLATE2|[\"'](transformers|ctranslate2)[\"'])\s*(==|!=)"
+    r"|(hasattr|getattr)\(\s*engine\b"
+    r"|\.engine\s*(==|!=)"
+)
+
+
+def engine_tests(source: str) -> list[str]:
+    return [line.strip() for line in source.splitlines() if ENGINE_TESTS.search(line)]
+
+
+def test_no_engine_is_asked_for_by_name_or_type_outside_the_engines():
+    callers = [
+        path
+        for path in [*PACKAGE.rglob("*.py"), *(PACKAGE.parent / "scripts").rglob("*.py")]
+        if PACKAGE / "engines" not in path.parents
+    ]
+    offending = {str(path): lines for path in callers if (lines := engine_tests(path.read_text()))}
+    assert not offending
+
+
+def test_the_engine_check_catches_names_types_and_probes():
+    caught = [
+        'if settings.engine == "ctranslate2":',
+        "if not isinstance(engine, TransformersEngine):",
+        "if args.engine != TRANSFORMERS:",
+        'attention = getattr(engine, "attention", None)',
+    ]
+    assert engine_tests("\n".join(caught)) == caught
+    assert engine_tests('require(engine, ATTENTION, "why")\nif ATTENTION not in engine.abilities:') == []
+
+
+def test_the_decoding_options_import_no_engine():
+    """translation.py is what engines build on: importing an engine from it would close a circle."""
+    assert not any(module.startswith("hf_vanilla.engines") for module in imported_modules(PACKAGE / "translation.py"))

@@ -16,6 +16,7 @@ from transformers import set_seed
 
 from hf_vanilla.checkpoints import decoding_for, generation_defaults
 from hf_vanilla.corpus import load_translation_split
+from hf_vanilla.engines import DEFAULT_ENGINE, EngineSettings, TranslationEngine, load_engine
 from hf_vanilla.evaluation.paper_bleu import (
     PAPER_BLEU_LANGUAGES,
     PAPER_BLEU_NAME,
@@ -30,14 +31,7 @@ from hf_vanilla.model.decoding import (
     PAPER_EXTRA_OUTPUT_TOKENS,
     resolve_decoding,
 )
-from hf_vanilla.translation import (
-    DEFAULT_ENGINE,
-    DecodingOptions,
-    EngineSettings,
-    TranslationEngine,
-    load_engine,
-    write_lines_atomic,
-)
+from hf_vanilla.translation import DecodingOptions, write_lines_atomic
 
 logger = logging.getLogger(__name__)
 

@@ -37,19 +37,21 @@ def max_source_tokens(config: PreTrainedConfig) -> int:
     return config.max_position_embeddings
 
 
+def cut_source(ids: Sequence[int], limit: int) -> list[int]:
+    """Encoded source `ids` cut to `limit` tokens as the tokenizer's truncation cuts them: its first tokens, then
+    the end token `</s>` that ends every encoded source, so the model sees what it was trained on."""
+    return list(ids) if len(ids) <= limit else [*ids[: limit - 1], ids[-1]]
+
+
 def encode_sources(
     tokenizer: PreTrainedTokenizerBase, sources: Sequence[str], max_length: int
 ) -> tuple[list[list[int]], list[int]]:
-    """The token ids of `sources`, a source over `max_length` tokens cut to its first ones; and the indices cut.
-
-    The tokenizer truncates (its end token kept), so the model sees what it was trained on.
-    """
+    """The token ids of `sources`, a source over `max_length` tokens cut to its first ones (`cut_source`); and the
+    indices cut."""
     input_ids = tokenizer(list(sources), verbose=False)["input_ids"]
     too_long = [index for index, ids in enumerate(input_ids) if len(ids) > max_length]
-    if too_long:
-        cut = tokenizer([sources[index] for index in too_long], truncation=True, max_length=max_length)
-        for index, ids in zip(too_long, cut["input_ids"], strict=True):
-            input_ids[index] = ids
+    for index in too_long:
+        input_ids[index] = cut_source(input_ids[index], max_length)
     return input_ids, too_long
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import argparse
 
-from hf_vanilla.translation import TRANSFORMERS
+from hf_vanilla.engines import LOGITS_PROCESSORS, engine_abilities, missing_ability
 
-from .decoders import RESEARCH_NEEDS_GENERATE, ResearchDecoder, ResearchModels, load_research_decoder
+from .decoders import ENSEMBLE_NEEDS, ResearchDecoder, ResearchModels, load_research_decoder
 from .reranking import (
     DEFAULT_LANGUAGE_MODEL_WEIGHT,
     DEFAULT_RERANK_WEIGHT,
@@ -100,8 +100,8 @@ def research_decoder(args: argparse.Namespace) -> ResearchDecoder:
     models = ResearchModels(
         args.ensemble, args.rerank_with, args.rerank_right_to_left, args.rerank_language_model
     )
-    if models.by_role() and args.engine != TRANSFORMERS:
-        raise ValueError(f"{RESEARCH_NEEDS_GENERATE}, not --engine {args.engine}")
+    if models.ensemble and LOGITS_PROCESSORS not in engine_abilities()[args.engine]:
+        raise ValueError(missing_ability(args.engine, LOGITS_PROCESSORS, ENSEMBLE_NEEDS))
     weights = reranking_weights(
         models.rerank_with,
         tried(args.rerank_weight),

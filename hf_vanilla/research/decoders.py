@@ -11,14 +11,14 @@ from typing import Any
 
 from transformers import PreTrainedModel
 
+from hf_vanilla.engines import LOGITS_PROCESSORS, TranslationEngine, require
 from hf_vanilla.evaluation.scoring import BEAM_SEARCH, Runtime, Variant
-from hf_vanilla.translation import TransformersEngine, TranslationEngine, translate_sentences
+from hf_vanilla.translation import DecodingOptions
 
 from .ensemble import ensemble_logits_processors, load_ensemble
 from .reranking import RerankingModels, load_reranking_models, translate_reranked, weight_grid
 
-# Ensembles mix models' scores in generate's logits processors, reranking scores n-best lists with torch models.
-RESEARCH_NEEDS_GENERATE = "ensembles and reranking decode with transformers' generate (--engine transformers)"
+ENSEMBLE_NEEDS = "an ensemble mixes its members' scores into the decoded model's by logits processors"
 
 
 @dataclass(frozen=True)
@@ -45,8 +45,9 @@ class ResearchDecoder:
     """Decodes with `members` (an ensemble's models beside the evaluated one) and, given `weights` (each reranking
     weight's values to try, by name: `reranking_weights`), reranks beam search's n-best list with `rerankers` once
     for every combination of weights: one variant each, its weights in its settings. A weight named in the
-    settings is taken as given, so a variant's settings decode that variant alone. Without members or weights it is
-    plain beam search on any engine; with them, `generate`'s (`TransformersEngine`): a ValueError otherwise."""
+    settings is taken as given, so a variant's settings decode that variant alone. Members need an engine with
+    `LOGITS_PROCESSORS` (which decodes a torch `model`), reranking one that scores its n-best lists: a ValueError
+    otherwise."""
 
     members: Sequence[PreTrainedModel] = ()
     rerankers: RerankingModels = RerankingModels()
@@ -58,21 +59,20 @@ class ResearchDecoder:
     ) -> list[Variant]:
         if not self.members and not self.weights:
             return BEAM_SEARCH(engine, sources, settings, runtime)
-        if not isinstance(engine, TransformersEngine):
-            raise ValueError(f"{RESEARCH_NEEDS_GENERATE}, not {engine.describe()['engine']}")
-        model, tokenizer = engine.model, engine.tokenizer
-        options: dict[str, Any] = {"max_tokens": runtime.max_tokens, "show_progress": runtime.show_progress}
+        options = DecodingOptions(max_tokens=runtime.max_tokens, show_progress=runtime.show_progress)
+        processors = None
         if self.members:
-            options["logits_processors"] = ensemble_logits_processors(model, tokenizer, self.members)
+            require(engine, LOGITS_PROCESSORS, ENSEMBLE_NEEDS)
+            processors = ensemble_logits_processors(engine.model, engine.tokenizer, self.members)
         if not self.weights:
-            translations = translate_sentences(model, tokenizer, sources, **options, **settings)
+            translations = engine.translate(sources, options.replace(**settings), processors)
             return [Variant(dict(settings), translations)]
         beam_search = {name: value for name, value in settings.items() if name not in self.weights}
         weightings = weight_grid(
             {name: [settings[name]] if name in settings else tried for name, tried in self.weights.items()}
         )
         translations = translate_reranked(
-            model, tokenizer, sources, weightings, self.rerankers, **options, **beam_search
+            engine, sources, weightings, self.rerankers, options.replace(**beam_search), processors
         )
         return [
             Variant({**beam_search, **weights}, hypotheses)

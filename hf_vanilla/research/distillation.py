@@ -18,20 +18,15 @@ from pathlib import Path
 from typing import Any
 
 import datasets
-import torch
 from tqdm.auto import tqdm
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from hf_vanilla.checkpoints import load_config, load_model_and_tokenizer
+from hf_vanilla.checkpoints import load_config, model_digest
 from hf_vanilla.corpus import split_names, write_translation_jsonl
+from hf_vanilla.corpus_translation import describe_decoding
+from hf_vanilla.engines import TranslationEngine, load_engine
 from hf_vanilla.evaluation.scoring import DEFAULT_RUNTIME, Runtime, TranslationData, score_translations
 from hf_vanilla.files import atomic_directory, write_json
-from hf_vanilla.translation import (
-    TRANSFORMERS,
-    read_lines,
-    translate_sentences,
-    write_lines_atomic,
-)
+from hf_vanilla.translation import DecodingOptions, read_lines, write_lines_atomic
 
 logger = logging.getLogger(__name__)
 PROVENANCE_FILE = "distillation.json"  # not a split: datasets reads only the files named after splits
@@ -98,47 +93,41 @@ def distill_dataset(
     saying how it was made, with each teacher's sacreBLEU against the training split's own references (a model of
     the wrong direction scores near 0), returned. Only the two languages are kept.
 
-    The teachers are loaded one at a time as `runtime` says; `generate_kwargs` (num_beams, length_penalty...)
-    go to `translate_sentences` (what they leave open: each teacher's generation config's, else the paper's).
-    An `output_dir` that exists and is not empty is refused unless `overwrite`; the directory appears only
-    once it is whole. Every teacher's config is read before any decoding, so a wrong name fails at once, not
-    after the models before it have decoded.
+    The teachers are loaded one at a time on the engine `runtime` names; `generate_kwargs` (num_beams,
+    length_penalty...) are the decoding options (what they leave open: each teacher's generation config's, else
+    the paper's). An `output_dir` that exists and is not empty is refused unless `overwrite`; the directory
+    appears only once it is whole. Every teacher's config is read before any decoding, so a wrong name fails at
+    once, not after the models before it have decoded.
 
-    Each teacher's translations are saved as `saved` says, keyed by the model's weights, config and vocabulary, the
-    sentences and the decoding settings: a stopped run given again goes on where it stopped, and another run that
+    Each teacher's translations are saved as `saved` says, keyed by the model's digest (weights, configs,
+    tokenizer), the sentences, the engine and the decoding settings: a stopped run given again goes on where it stopped, and another run that
     asks the same model for the same sentences (the other direction's diversification: its backward model is this
     one's forward model) reads them instead of decoding.
     """
     output_dir = Path(output_dir)
-    if runtime.engine.engine != TRANSFORMERS:  # the saved translations are keyed by the torch model's weights
-        raise ValueError(
-            f"distillation decodes with transformers' generate (--engine transformers), not {runtime.engine.engine}"
-        )
     _check_request(teachers, saved, output_dir, overwrite)
     pairs = _load_splits(data, train_split)
     sources, targets = pairs[train_split]["source"], pairs[train_split]["target"]
     training_pairs = list(zip(sources, targets, strict=True)) if teachers.keep_original else []
     own_directory = saved.directory is None
     directory = output_dir.parent / f".{output_dir.name}.translations" if own_directory else Path(saved.directory)
-    translate_kwargs = {"max_tokens": runtime.max_tokens, **generate_kwargs}
+    options = DecodingOptions(max_tokens=runtime.max_tokens, show_progress=False).replace(**generate_kwargs)
     records = []
     for side, models, inputs, references, output_lang in (
         ("forward", teachers.forward, sources, targets, data.target_lang),
         ("backward", teachers.backward, targets, sources, data.source_lang),
     ):
         for model_name in models:
-            model, tokenizer = load_model_and_tokenizer(model_name, runtime.engine.device, runtime.engine.dtype)
+            engine = load_engine(model_name, runtime.engine)
             translations = _saved_translations(
-                model,
-                tokenizer,
+                Teacher(engine, model_digest(model_name), f"{side} {model_name}"),
                 inputs,
                 directory,
                 saved.chunk_size,
-                f"{side} {model_name}",
+                options,
                 runtime.show_progress,
-                **translate_kwargs,
             )
-            del model  # one teacher in memory at a time
+            del engine  # one teacher in memory at a time
             new_pairs = zip(inputs, translations, strict=True)
             training_pairs += new_pairs if side == "forward" else ((new, old) for old, new in new_pairs)
             scores = score_translations(translations, references, target_lang=output_lang)
@@ -175,32 +164,40 @@ def _write_dataset(
         write_json(staging / PROVENANCE_FILE, provenance)
 
 
+@dataclass(frozen=True)
+class Teacher:
+    """A loaded teacher: the engine that decodes, the model's digest (`checkpoints.model_digest`) and how the
+    progress bar names it."""
+
+    engine: TranslationEngine
+    digest: str
+    description: str
+
+
 def _saved_translations(
-    model: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerBase,
+    teacher: Teacher,
     inputs: Sequence[str],
     translations_dir: Path,
     chunk_size: int,
-    description: str,
+    options: DecodingOptions,
     show_progress: bool,
-    **translate_kwargs: Any,
 ) -> list[str]:
-    """`translate_sentences(model, tokenizer, inputs, **translate_kwargs)` a chunk at a time, each chunk saved
-    (`chunk-NNNNN.txt`, one translation a line) under a directory of `translations_dir` named by everything the
-    translations depend on; chunks already there are read, not decoded."""
+    """`teacher.engine.translate(inputs, options)` a chunk at a time, each chunk saved (`chunk-NNNNN.txt`, one
+    translation a line) under a directory of `translations_dir` named by everything the translations depend on;
+    chunks already there are read, not decoded."""
     key = {
-        "model": _model_fingerprint(model, tokenizer),
+        "model": teacher.digest,
         "inputs": hashlib.sha256(json.dumps(list(inputs)).encode()).hexdigest(),
         "chunk_size": chunk_size,
-        "dtype": str(model.dtype),
-        "translate_kwargs": translate_kwargs,
+        "engine": teacher.engine.describe(),
+        "decoding": describe_decoding(options),
     }
     directory = translations_dir / hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
     directory.mkdir(parents=True, exist_ok=True)
     if not (directory / "key.json").is_file():  # what made them, for a reader; the first run's words
-        write_json(directory / "key.json", {"made_by": description} | key)
+        write_json(directory / "key.json", {"made_by": teacher.description} | key)
     translations: list[str] = []
-    with tqdm(total=len(inputs), unit="sent", desc=description, disable=not show_progress) as progress:
+    with tqdm(total=len(inputs), unit="sent", desc=teacher.description, disable=not show_progress) as progress:
         for start in range(0, len(inputs), chunk_size):
             chunk = inputs[start : start + chunk_size]
             path = directory / f"chunk-{start // chunk_size:05d}.txt"
@@ -209,24 +206,8 @@ def _saved_translations(
                 if len(done) != len(chunk):
                     raise ValueError(f"{path} holds {len(done)} translations, not {len(chunk)}: remove it")
             else:
-                done = translate_sentences(model, tokenizer, chunk, show_progress=False, **translate_kwargs)
-                write_lines_atomic(path, done)  # translate_sentences keeps each translation on one line
+                done = teacher.engine.translate(chunk, options)
+                write_lines_atomic(path, done)  # an engine keeps each translation on one line
             translations += done
             progress.update(len(chunk))
     return translations
-
-
-def _model_fingerprint(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> str:
-    """A digest of what a model's translations depend on: its weights, config, generation config, vocabulary."""
-    digest = hashlib.sha256()
-    for name, tensor in sorted(model.state_dict().items()):
-        digest.update(name.encode())
-        digest.update(tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy())
-    for text in (
-        model.config.to_json_string(),
-        model.generation_config.to_json_string(),
-        json.dumps(tokenizer.get_vocab(), sort_keys=True),
-    ):
-        digest.update(text.encode())
-    return digest.hexdigest()
-

@@ -24,8 +24,9 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from hf_vanilla.checkpoints import load_models
 from hf_vanilla.data import TokenBatchSampler
-from hf_vanilla.model.decoding import DEFAULT_MAX_TOKENS, resolve_decoding, reverse_words
-from hf_vanilla.translation import translate_nbest
+from hf_vanilla.engines import NBEST_SCORES, TranslationEngine, require
+from hf_vanilla.model.decoding import DEFAULT_MAX_TOKENS, reverse_words
+from hf_vanilla.translation import BatchLogitsProcessors, DecodingOptions
 
 from .language_model import IGNORED, load_language_models, mean_label_log_probs, sentence_log_probs
 
@@ -286,26 +287,21 @@ def reranking_weights(
 
 
 def translate_reranked(
-    model: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerBase,
+    engine: TranslationEngine,
     sources: Sequence[str],
     weightings: Sequence[Mapping[str, float]],
     models: RerankingModels,
-    max_tokens: int = DEFAULT_MAX_TOKENS,
-    show_progress: bool = True,
-    **options,
+    options: DecodingOptions,
+    logits_processors: BatchLogitsProcessors | None = None,
 ) -> list[list[str]]:
-    """`translate_sentences` with beam search's n-best list (`num_beams` of `options`, else the model's
-    generation config's, else the paper's: `resolve_decoding`) reranked by `models` (and each translation's
-    words, where `weightings` name a word bonus), once for each of `weightings` (`reranking_weights`' names,
-    one weight each): one list of translations each, the n-best list and its scores computed once for all; the
-    other `options` as `translate_nbest` takes them."""
-    settings = resolve_decoding(model.generation_config, options).applied_to(options)
-    num_beams = settings.pop("num_beams")
-    nbest = translate_nbest(
-        model, tokenizer, sources, num_beams, max_tokens=max_tokens, show_progress=show_progress, **settings
-    )
-    features = reranking_features(nbest, sources, models, max_tokens, show_progress)
+    """`engine`'s translations with beam search's n-best list (`options.num_beams`, else the model's generation
+    config's, else the paper's) reranked by `models` (and each translation's words, where `weightings` name a word
+    bonus), once for each of `weightings` (`reranking_weights`' names, one weight each): one list of translations
+    each, the n-best list and its scores computed once for all. The engine must score its n-best lists as generate
+    ranks them (`NBEST_SCORES`)."""
+    require(engine, NBEST_SCORES, "reranking adds beam search's scores of the n-best list to the rerankers'")
+    nbest = engine.translate_nbest(sources, options, logits_processors)
+    features = reranking_features(nbest, sources, models, options.max_tokens, options.show_progress)
     if any(WORD_BONUS in weights for weights in weightings):
         features[WORD_BONUS] = word_counts(nbest)
     return [rerank(nbest, features, weights) for weights in weightings]

@@ -10,7 +10,9 @@ from typing import Any
 import torch
 
 from hf_vanilla.attention import SentenceAttentions
-from hf_vanilla.translation import DecodingOptions, TranslationEngine
+from hf_vanilla.engines import ATTENTION, TranslationEngine, missing_ability
+from hf_vanilla.model.decoding import cut_source
+from hf_vanilla.translation import DecodingOptions
 
 from .batching import RequestRefused
 
@@ -30,20 +32,18 @@ class AttentionQuery:
     def __call__(self, engine: TranslationEngine) -> dict[str, Any]:
         """The answer, computed on the worker (`Batcher.submit_job`); RequestRefused for an engine that gives
         no attention (501) or a source over `max_tokens` (422)."""
-        attention = getattr(engine, "attention", None)
-        if attention is None:
-            raise RequestRefused(
-                501,
-                f"this server's engine ({type(engine).__name__}) gives no attention weights: serve the model "
-                "on the transformers engine (--engine transformers) to see them",
-            )
-        if (tokens := engine.source_tokens(self.text)) > self.max_tokens:
+        if ATTENTION not in engine.abilities:
+            why = "this server's engine gives no attention weights: they need the attention behind a translation"
+            raise RequestRefused(501, missing_ability(engine.describe()["engine"], ATTENTION, why))
+        [source_ids] = engine.encode([self.text])  # its one tokenization
+        if len(source_ids) > self.max_tokens:
             raise RequestRefused(
                 422,
-                f"inputs is {tokens} tokens, over the {self.max_tokens} this server shows attention for "
+                f"inputs is {len(source_ids)} tokens, over the {self.max_tokens} this server shows attention for "
                 "(--request-max-attention-tokens): send a shorter sentence",
             )
-        return attention_json(attention(self.text, self.options), self.heads)
+        source_ids = cut_source(source_ids, engine.max_source_tokens)
+        return attention_json(engine.attention(source_ids, self.options), self.heads)
 
 
 def attention_json(attentions: SentenceAttentions, heads: bool) -> dict[str, Any]:

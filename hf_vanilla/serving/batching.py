@@ -1,18 +1,24 @@
-"""Requests batched on the fly: one worker thread owns the model and decodes the sentences that arrived close
-together in one `generate` call (through `translate_sentences`), sentences of other decoding options never mixed.
+"""Requests batched on the fly: worker threads decode the sentences that arrived close together in one call of
+the engine (`TranslationEngine.translate_encoded`), sentences of other decoding options never mixed.
 
-The worker never stops for a request's sake: a sentence the tokenizer cannot take fails its own request, a batch
+Each sentence is tokenized once, on the event loop as its request comes (the count that batches it and the ids
+that the engine decodes are the same), and its translation detokenized there as the answer goes: the workers
+only decode, and while they do (CTranslate2 lets go of Python's lock meanwhile) the event loop reads, tokenizes
+and answers the other requests. There are as many workers as the engine decodes batches at once
+(`concurrent_batches`: CTranslate2's `inter_threads`, 1 for `generate`).
+
+A worker never stops for a request's sake: a sentence the tokenizer cannot take fails its own request, a batch
 that fails is decoded again a sentence at a time so that only the sentences at fault fail; should the worker end
 anyway, `failure` says why and `on_failure` is called (the service then exits, for a supervisor to restart it).
 
-The event loop hands sentences in (`Batcher.submit`) and awaits its request's answer; the worker takes a batch
-when one fills the token budget or when its oldest sentence has waited `max_wait_ms` since it arrived or since the
+The event loop hands sentences in (`Batcher.submit`) and awaits its request's answer; a worker takes a batch
+when one fills the token budget or when its oldest sentence has waited `max_wait_ms` since it arrived or since a
 worker was last busy, whichever is later: the clients just answered send their next sentences in that time, and
 make the next batch full instead of the one after. A batch is cut as evaluation
 cuts them (sorted by length, sentences * longest source within `max_tokens`), and the one holding the oldest
 sentence goes first, so no sentence waits behind an endless stream of shorter ones. Work on one sentence that
-is no translation (the attention behind one, `submit_job`) goes alone between two batches, ahead of any batch
-whose sentences all came after it, so that neither kind of work can keep the other waiting.
+is no translation (the attention behind one, `submit_job`) goes between two batches, ahead of any batch whose
+sentences all came after it, so that neither kind of work can keep the other waiting.
 """
 
 from __future__ import annotations
@@ -28,8 +34,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from hf_vanilla.data import TokenBatchSampler
-from hf_vanilla.model.decoding import DEFAULT_MAX_TOKENS
-from hf_vanilla.translation import DecodingOptions, TranslationEngine
+from hf_vanilla.engines import TranslationEngine
+from hf_vanilla.model.decoding import DEFAULT_MAX_TOKENS, cut_source
+from hf_vanilla.translation import DecodingOptions
 
 logger = logging.getLogger(__name__)
 WARM_UP_TEXT = "Ein Hund läuft über die Wiese."  # one decoding before the service says it is ready
@@ -63,48 +70,55 @@ class RequestRefused(Exception):
 
 
 class _Request:
-    """One client request: its sentences' translations as the worker finishes them, and the future that the
-    event loop awaits."""
+    """One client request: what the workers give for each of its sentences, the step that turns those into its
+    answer (on the event loop), and the future that the event loop awaits."""
 
-    def __init__(self, size: int, loop: asyncio.AbstractEventLoop, may_cut: bool):
-        self.translations: list[str] = [""] * size
+    def __init__(self, size: int, loop: asyncio.AbstractEventLoop, finish: Callable[[list], Any] = list):
+        self.results: list[Any] = [None] * size
         self.remaining = size
         self.cancelled = False
-        self.may_cut = may_cut  # a source longer than the model's positions is cut (else refused)
         self.loop = loop
-        self.future: asyncio.Future[list[str]] = loop.create_future()
+        self.finish = finish
+        self.future: asyncio.Future[Any] = loop.create_future()
 
-    def deliver(self, index: int, translation: str) -> None:
-        """Called by the worker: one sentence done; the last one answers the request."""
-        self.translations[index] = translation
+    def deliver(self, index: int, result: Any) -> None:
+        """Called by a worker: one sentence done; the last one answers the request."""
+        self.results[index] = result
         self.remaining -= 1
         if self.remaining == 0:
-            self._settle_soon(self.translations, None)
+            self._settle_soon(None)
 
     def fail(self, error: Exception) -> None:
-        """Called by the worker: a sentence of the request could not be translated."""
-        self._settle_soon(None, error)
+        """Called by a worker: a sentence of the request could not be translated."""
+        self._settle_soon(error)
 
-    def _settle_soon(self, translations: list[str] | None, error: Exception | None) -> None:
+    def _settle_soon(self, error: Exception | None) -> None:
         with contextlib.suppress(RuntimeError):  # the loop is closed: nobody awaits the answer any more
-            self.loop.call_soon_threadsafe(self._settle, translations, error)
+            self.loop.call_soon_threadsafe(self._settle, error)
 
-    def _settle(self, translations: list[str] | None, error: Exception | None) -> None:
+    def _settle(self, error: Exception | None) -> None:
         if self.future.done():  # a disconnected client's, or failed already by another of its batches
             return
-        if error is None:
-            self.future.set_result(translations)
-        else:
+        if error is not None:
             self.future.set_exception(error)
+            return
+        try:
+            self.future.set_result(self.finish(self.results))
+        except Exception as err:
+            logger.exception("a request's answer failed")
+            self.future.set_exception(RequestRefused(500, f"{type(err).__name__}: {err}"))
 
 
 @dataclass
 class _Sentence:
-    text: str
+    ids: list[int]  # its tokens, cut to the model's positions
     index: int  # in its request
     request: _Request
     arrived: float  # time.monotonic()
-    tokens: int | None = None  # source tokens in a batch, counted by the worker (it alone uses the tokenizer)
+
+    @property
+    def tokens(self) -> int:
+        return len(self.ids)
 
 
 @dataclass
@@ -128,12 +142,13 @@ class BatchStats:
 
 
 class Batcher:
-    """The queue of sentences waiting to be decoded and the one worker thread that decodes them.
+    """The queue of sentences waiting to be decoded and the worker threads that decode them.
 
-    `load` (run on the worker thread, so the service answers health checks meanwhile) gives the engine that
-    decodes; a translation with `warm_up` options follows before `ready` is set. `stop()` lets the worker
-    decode every sentence still queued (without waiting for more) and end. Should loading fail or the worker
-    end otherwise, `failure` says why, every waiting request fails with it, and `on_failure` is called.
+    `load` (run on a worker thread, so the service answers health checks meanwhile) gives the engine that
+    decodes; a translation with `warm_up` options follows before `ready` is set, and the engine's
+    `concurrent_batches` workers start. `stop()` lets the workers decode every sentence still queued (without
+    waiting for more) and end. Should loading fail or a worker end otherwise, `failure` says why, every waiting
+    request fails with it, and `on_failure` is called.
     """
 
     def __init__(
@@ -148,40 +163,46 @@ class Batcher:
         self.failure: str | None = None
         self.on_failure: Callable[[], None] = lambda: None
         self._load, self._warm_up = load, warm_up
-        self._engine: TranslationEngine | None = None  # set by the worker, before `ready`
+        self._engine: TranslationEngine | None = None  # set by the first worker, before `ready`
         self._pending: dict[DecodingOptions, list[_Sentence]] = {}  # each in order of arrival
         self._jobs: deque[_Job] = deque()
         self._queued = 0
-        self._free_since = 0.0  # time.monotonic() when the worker last finished a batch
+        self._free_since = 0.0  # time.monotonic() when a worker last finished a batch
         self._stopping = False
         self._condition = threading.Condition()
-        self._worker = threading.Thread(target=self._run, name="translation-worker", daemon=True)
+        self._workers = [threading.Thread(target=self._run, name="translation-worker", daemon=True)]
 
     def start(self) -> None:
-        self._worker.start()
+        self._workers[0].start()
 
     def stop(self) -> None:
-        """Decode what is queued, then end the worker; returns when it has ended."""
+        """Decode what is queued, then end the workers; returns when they have ended."""
         with self._condition:
             self._stopping = True
-            self._condition.notify()
-        self._worker.join()
+            self._condition.notify_all()
+        for worker in list(self._workers):
+            worker.join()
 
     def submit(self, texts: Sequence[str], options: DecodingOptions, may_cut: bool = True) -> _Request:
-        """Queue `texts` to be decoded with `options`; await the result's `future` for their translations, in
-        order, or the RequestRefused it raises. A text longer than the model's positions is cut to fit, or
-        with `may_cut` False refused (422). Raises QueueFull at once when they do not fit in the queue."""
-        request = _Request(len(texts), asyncio.get_running_loop(), may_cut)
+        """Queue `texts` to be decoded with `options` (the model must be ready); await the result's `future`
+        for their translations, in order. Each text is tokenized here, once; a text longer than the model's
+        positions is cut to fit, or with `may_cut` False refused (422), and a text the tokenizer cannot take is
+        refused (400): RequestRefused, as QueueFull when they do not fit in the queue, is raised at once."""
+        engine = self._engine
+        request = _Request(len(texts), asyncio.get_running_loop(), lambda outputs: _texts(engine, options, outputs))
+        encoded = _encoded(engine, texts, may_cut)
+        if encoded:
+            now = time.monotonic()
+            with self._condition:
+                self._admit(len(encoded))
+                group = self._pending.setdefault(options, [])
+                group += [_Sentence(ids, index, request, now) for index, ids in encoded.items()]
+                self._queued += len(encoded)
+                self._condition.notify()
+        for index in set(range(len(texts))) - set(encoded):
+            request.deliver(index, None)  # a blank text: translated to "" without decoding
         if not texts:
             request.future.set_result([])
-            return request
-        now = time.monotonic()
-        with self._condition:
-            self._admit(len(texts))
-            group = self._pending.setdefault(options, [])
-            group += [_Sentence(text, index, request, now) for index, text in enumerate(texts)]
-            self._queued += len(texts)
-            self._condition.notify()
         return request
 
     def submit_job(self, run: Callable[[TranslationEngine], Any]) -> _Request:
@@ -189,7 +210,7 @@ class Batcher:
         sentence, ahead of any batch whose sentences all came after it; await the result's `future` for [what
         it returns], or the RequestRefused it raises (any other exception: a 500 naming it). Raises QueueFull
         at once when the queue is full."""
-        request = _Request(1, asyncio.get_running_loop(), may_cut=False)
+        request = _Request(1, asyncio.get_running_loop())
         with self._condition:
             self._admit(1)
             self._jobs.append(_Job(run, request, time.monotonic()))
@@ -238,6 +259,7 @@ class Batcher:
         return self._queued
 
     def _run(self) -> None:
+        """The first worker: load and warm the engine, start the others, then decode as they do."""
         try:
             engine = self._load()
             engine.translate([WARM_UP_TEXT], self._warm_up)
@@ -245,8 +267,18 @@ class Batcher:
             self._stop_failed(f"the model failed to load: {err}")
             return
         self._engine = engine
+        others = [
+            threading.Thread(target=self._work, name=f"translation-worker-{number}", daemon=True)
+            for number in range(1, engine.concurrent_batches)
+        ]
+        self._workers += others
+        for worker in others:
+            worker.start()
         self.ready.set()
-        logger.info("model loaded and warm: %s", engine.describe())
+        logger.info("model loaded and warm: %s, %d batches decoded at once", engine.describe(), len(self._workers))
+        self._work()
+
+    def _work(self) -> None:
         work: _Job | tuple[DecodingOptions, list[_Sentence]] | None = None
         try:
             while (work := self._next_batch()) is not None:
@@ -272,13 +304,14 @@ class Batcher:
             self._pending.clear()
             self._jobs.clear()
             self._queued = 0
+            self._stopping = True  # the other workers end too
+            self._condition.notify_all()
 
     def _next_batch(self) -> _Job | tuple[DecodingOptions, list[_Sentence]] | None:
         """Wait for a job, or a batch that is due, and take it out of the queue; None once stopping with
         nothing queued."""
         with self._condition:
             while True:
-                self._count_tokens()
                 due = [(options, group) for options, group in self._pending.items() if self._is_due(group)]
                 # A job goes ahead of the batches due unless one holds a sentence that came before it.
                 if self._jobs and all(group[0].arrived >= self._jobs[0].arrived for _, group in due):
@@ -318,45 +351,16 @@ class Batcher:
         batches = TokenBatchSampler(lengths, self.settings.max_tokens, shuffle=False)
         return next([group[index] for index in batch] for batch in batches if 0 in batch)
 
-    def _count_tokens(self) -> None:
-        """Count the source tokens of each sentence that came since the last look (cut to the model's positions);
-        a sentence the tokenizer cannot take, or too long to cut, fails its request, whose sentences leave."""
-        uncounted = [sentence for group in self._pending.values() for sentence in group if sentence.tokens is None]
-        for sentence in uncounted:
-            if sentence.request.cancelled:  # failed by another of its sentences, or its client left
-                continue
-            try:
-                sentence.tokens = self._fitted_tokens(sentence)
-            except RequestRefused as err:
-                self._refuse(sentence.request, err)
-            except Exception as err:
-                message = f"inputs[{sentence.index}] cannot be tokenized: {type(err).__name__}: {err}"
-                self._refuse(sentence.request, RequestRefused(400, message))
-
-    def _refuse(self, request: _Request, refused: RequestRefused) -> None:
-        request.fail(refused)
-        self.cancel(request)
-
-    def _fitted_tokens(self, sentence: _Sentence) -> int:
-        tokens, limit = self._engine.source_tokens(sentence.text), self._engine.max_source_tokens
-        if tokens > limit and not sentence.request.may_cut:
-            raise RequestRefused(
-                422,
-                f"inputs[{sentence.index}] is {tokens} tokens, over the model's {limit} positions: send it shorter, "
-                'or with truncation "longest_first" to translate its first tokens',
-            )
-        return min(tokens, limit)
-
     def _decode(self, options: DecodingOptions, batch: list[_Sentence]) -> None:
         """One decoding call for the batch: the engine cuts it no further, for it fits in the same budget. A
         batch that fails is decoded again a sentence at a time, and only a sentence that fails alone fails its
         request (with a line naming it); the worker goes on."""
         started = time.perf_counter()
         try:
-            translations = self._engine.translate([sentence.text for sentence in batch], options)
+            outputs = self._engine.translate_encoded([sentence.ids for sentence in batch], options)
         except Exception:  # one bad batch must not end the service, nor fail the sentences not at fault
             logger.exception("a batch of %d sentences failed; decoding them one at a time", len(batch))
-            translations = [self._decode_alone(options, sentence) for sentence in batch]
+            outputs = [self._decode_alone(options, sentence) for sentence in batch]
         tokens = [sentence.tokens for sentence in batch]
         logger.info(
             "batch: %d sentences, %d source tokens (%d padded), num_beams %s, %.0f ms",
@@ -366,13 +370,14 @@ class Batcher:
             options.num_beams,
             (time.perf_counter() - started) * 1000,
         )
-        self.stats.batches += 1
-        self.stats.sentences += len(batch)
-        self.stats.largest_batch = max(self.stats.largest_batch, len(batch))
+        with self._condition:  # workers count together
+            self.stats.batches += 1
+            self.stats.sentences += len(batch)
+            self.stats.largest_batch = max(self.stats.largest_batch, len(batch))
         # Counted before the answers go out, so that a client who has its answer sees its batch in /stats.
-        for sentence, translation in zip(batch, translations, strict=True):
-            if translation is not None:
-                sentence.request.deliver(sentence.index, translation)
+        for sentence, output in zip(batch, outputs, strict=True):
+            if output is not None:
+                sentence.request.deliver(sentence.index, output)
 
     def _run_job(self, job: _Job) -> None:
         """Answer the job's request with what it returns, or fail it with its error; the worker goes on."""
@@ -384,13 +389,48 @@ class Batcher:
             logger.exception("a job failed")
             job.request.fail(RequestRefused(500, f"{type(err).__name__}: {err}"))
 
-    def _decode_alone(self, options: DecodingOptions, sentence: _Sentence) -> str | None:
-        """The sentence's translation, or None once its request has failed with the error."""
+    def _decode_alone(self, options: DecodingOptions, sentence: _Sentence) -> list[int] | None:
+        """The sentence's output ids, or None once its request has failed with the error."""
         try:
-            return self._engine.translate([sentence.text], options)[0]
+            return self._engine.translate_encoded([sentence.ids], options)[0]
         except Exception as err:
             logger.exception("inputs[%d] of a request failed alone", sentence.index)
             sentence.request.fail(
                 RequestRefused(500, f"decoding inputs[{sentence.index}] failed: {type(err).__name__}: {err}")
             )
             return None
+
+
+def _encoded(engine: TranslationEngine, texts: Sequence[str], may_cut: bool) -> dict[int, list[int]]:
+    """The token ids of each nonblank text by index, cut to the model's positions; RequestRefused for a text too
+    long to cut (422) or one the tokenizer cannot take (400)."""
+    nonblank = [index for index, text in enumerate(texts) if text.strip()]
+    if not nonblank:
+        return {}
+    try:
+        encoded = engine.encode([texts[index] for index in nonblank])
+    except Exception:
+        for index in nonblank:  # which one: only on this path is any text tokenized twice
+            try:
+                engine.encode([texts[index]])
+            except Exception as err:
+                raise RequestRefused(
+                    400, f"inputs[{index}] cannot be tokenized: {type(err).__name__}: {err}"
+                ) from err
+        raise
+    limit = engine.max_source_tokens
+    for index, ids in zip(nonblank, encoded, strict=True):
+        if len(ids) > limit and not may_cut:
+            raise RequestRefused(
+                422,
+                f"inputs[{index}] is {len(ids)} tokens, over the model's {limit} positions: send it shorter, "
+                'or with truncation "longest_first" to translate its first tokens',
+            )
+    return {index: cut_source(ids, limit) for index, ids in zip(nonblank, encoded, strict=True)}
+
+
+def _texts(engine: TranslationEngine, options: DecodingOptions, outputs: Sequence[list[int] | None]) -> list[str]:
+    """A request's translations from its sentences' output ids, detokenized together; "" for a blank text."""
+    decoded_ids = [ids for ids in outputs if ids is not None]
+    decoded = iter(engine.detokenize(decoded_ids, options) if decoded_ids else [])
+    return [next(decoded) if ids is not None else "" for ids in outputs]

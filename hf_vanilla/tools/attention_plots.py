@@ -15,9 +15,11 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from hf_vanilla.attention import SentenceAttentions, teacher_forced_attentions
+from hf_vanilla.engines import model_engine
 from hf_vanilla.extras import require
 from hf_vanilla.files import atomic_file
-from hf_vanilla.translation import DecodingOptions, TransformersEngine
+from hf_vanilla.model.decoding import cut_source
+from hf_vanilla.translation import DecodingOptions
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -43,7 +45,9 @@ def sentence_attentions(
     if not source.strip():
         raise ValueError("the source sentence is blank")
     if target is None:
-        return TransformersEngine(model, tokenizer).attention(source, GREEDY)
+        engine = model_engine(model, tokenizer)
+        [source_ids] = engine.encode([source])
+        return engine.attention(cut_source(source_ids, engine.max_source_tokens), GREEDY)
     target_ids = [model.config.decoder_start_token_id, *tokenizer(text_target=target)["input_ids"]]
     return teacher_forced_attentions(
         model,

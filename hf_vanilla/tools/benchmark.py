@@ -22,11 +22,12 @@ from pathlib import Path
 
 import torch
 import transformers
+from huggingface_hub import ModelCard
 from tokenizers import Tokenizer, models
 from tqdm.auto import tqdm
 from transformers import CompileConfig, PreTrainedTokenizerFast
 
-from hf_vanilla.ctranslate2_engine import save_ctranslate2_model
+from hf_vanilla.engines.ctranslate2_engine import save_ctranslate2_model
 from hf_vanilla.extras import MissingExtra, require
 from hf_vanilla.files import write_json
 from hf_vanilla.model.attention_kernels import AUTO_ATTENTION
@@ -290,6 +291,18 @@ class Timing:
 def _rates(work: float, seconds: list[float]) -> dict:
     """Median rate over the repeats, plus every sample."""
     return {"per_second": work / statistics.median(seconds), "seconds": seconds}
+
+
+def recorded_validation_bleu(model_dir: str | os.PathLike) -> float | None:
+    """The validation BLEU a checkpoint's model card records (its model-index, written by training and
+    evaluation), or None: an untrained or random model records none. A cheap, honest sign that a checkpoint is
+    trained, for benchmarks whose numbers depend on it (a random model decodes every sentence to its limit)."""
+    card = Path(model_dir) / "README.md"
+    if not card.is_file():
+        return None
+    results = ModelCard.load(card).data.eval_results or []
+    scores = [result.metric_value for result in results if result.metric_type == "bleu"]
+    return max(scores) if scores else None
 
 
 def synthetic_tokenizer(vocab_size: int) -> PreTrainedTokenizerFast:

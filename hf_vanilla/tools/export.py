@@ -1,5 +1,5 @@
 """The MarianMT bridge: a trained model as a stock `MarianMTModel` directory (CTranslate2 converts from the
-checkpoint itself: `hf_vanilla.ctranslate2_engine`).
+checkpoint itself: `hf_vanilla.engines.ctranslate2_engine`).
 
 The paper's post-LN Transformer with ReLU, scaled embeddings and fixed sinusoidal positions is the function
 transformers' `MarianMTModel` computes, up to three differences that the conversion absorbs:

@@ -1,19 +1,26 @@
-"""Load benchmark of the translation service: N concurrent clients on 127.0.0.1 send a dataset's source sentences,
-one sentence a request, for a fixed count of requests; sentences/s, latency percentiles and errors, on each engine
-of --engines, against
+"""Load benchmark of the translation service on a trained checkpoint, beside the engine's ceilings, in one run: at
+each thread count, for one engine,
 
-  (a) the transformers service with batching off (each sentence its own `generate` call),
-  (b) offline decoding of the same sentences by each engine, in length-sorted batches (the service's ceiling),
-  (c) CTranslate2's own `translate_batch` on the converted model, in each compute type (our engine's ceiling).
+  (a) CTranslate2's own `translate_batch` on the converted model (the ctranslate2 engine's ceiling),
+  (b) offline decoding by the engine (`translate`), in length-sorted batches (the service's ceiling),
+  (c) the service under 1, 32 and 128 concurrent clients on 127.0.0.1, one sentence a request:
+      sentences/s, p50/p95/p99 latency, errors and lost requests,
 
-    python scripts/tools/benchmark_serving.py outputs/multi30k-small-de-en/checkpoint_best --requests 10000 \\
-        --clients 32 --engines transformers ctranslate2:float32 ctranslate2:int8
+all timed on the wall clock, as a client sees it; the ratios between them are what a shared machine
+disturbs least (every run here takes its turn on the same cores).
 
-Writes a JSON report (the command, the CPU, the settings, each run) to --output.
+    python scripts/tools/benchmark_serving.py outputs/multi30k-small-de-en/checkpoint_best \\
+        --dataset ../shared/datasets/multi30k --source-lang de --target-lang en \\
+        --engine ctranslate2 --compute-type int8 --thread-counts 1 2 --clients 1 32 128
+
+A checkpoint whose model card records no validation BLEU (an untrained or random model, which decodes every
+sentence to its length limit) is refused: its speed says nothing of a trained model's; --allow-untrained
+measures it anyway. Writes a JSON report (the command, the CPU, the load on it, the settings, each run) to
+--output.
 """
 
-import argparse
 import json
+import os
 import shlex
 import statistics
 import sys
@@ -22,12 +29,10 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import requests
-import torch
 from _server_process import ServerProcess  # beside this script
 
 from hf_vanilla.checkpoints import decoding_for, load_tokenizer
@@ -45,21 +50,15 @@ from hf_vanilla.cli import (
     positive_int,
     translation_data,
 )
+from hf_vanilla.engines import COMPUTE_TYPES, EngineSettings, engine_names, load_engine
 from hf_vanilla.extras import require
 from hf_vanilla.files import write_json
 from hf_vanilla.precision import cpu_description
 from hf_vanilla.serving.batching import DEFAULT_BATCHING
-from hf_vanilla.tools.benchmark import interleaved_seconds
-from hf_vanilla.translation import (
-    CTRANSLATE2,
-    TRANSFORMERS,
-    DecodingOptions,
-    EngineSettings,
-    load_engine,
-)
+from hf_vanilla.tools.benchmark import recorded_validation_bleu
+from hf_vanilla.translation import DecodingOptions
 
 STARTUP_SECONDS = 300
-UNBATCHED = ("--max-tokens", "1", "--max-wait-ms", "0")  # each sentence alone
 
 
 def decoding(args) -> dict:
@@ -67,62 +66,62 @@ def decoding(args) -> dict:
     return args.decoding.generate_kwargs()
 
 
-def engine_choice(text: str) -> EngineSettings:
-    """`transformers` or `ctranslate2:COMPUTE_TYPE` (`ctranslate2` alone: auto) as the CPU engine's settings."""
-    engine, _, compute_type = text.partition(":")
-    try:
-        return EngineSettings(engine, "cpu", compute_type=compute_type or "auto")
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from err
+def engine_settings(args, threads: int, workdir: Path) -> EngineSettings:
+    return EngineSettings(
+        args.engine, "cpu", compute_type=args.compute_type or "auto", ctranslate2_dir=workdir, threads=threads,
+        inter_threads=args.inter_threads,
+    )  # fmt: skip
 
 
-def engine_name(settings: EngineSettings) -> str:
-    return settings.engine if settings.engine == TRANSFORMERS else f"{settings.engine}:{settings.compute_type}"
-
-
-def engine_flags(settings: EngineSettings, workdir: Path) -> tuple[str, ...]:
-    """serve.py's flags for `settings`, converted models cached in `workdir`."""
-    if settings.engine == TRANSFORMERS:
-        return ()
-    return ("--engine", settings.engine, "--compute-type", settings.compute_type, "--ctranslate2-dir", str(workdir))
+def server_flags(args, settings: EngineSettings) -> tuple[str, ...]:
+    """serve.py's flags for `settings` and the batching asked for."""
+    inter_threads = ("--inter-threads", str(settings.inter_threads)) if settings.inter_threads else ()
+    return (
+        "--engine", settings.engine, "--compute-type", settings.compute_type,
+        "--ctranslate2-dir", str(settings.ctranslate2_dir), "--threads", str(settings.threads), *inter_threads,
+        "--max-tokens", str(args.max_tokens), "--max-wait-ms", str(args.max_wait_ms),
+    )  # fmt: skip
 
 
 def build_parser() -> ArgumentParser:
     parser = ArgumentParser(description=__doc__)
     add_model_argument(parser)
     add_dataset_arguments(parser)
-    parser.add_argument("--split", default="test", help="the split whose sources the clients send")
+    parser.add_argument("--split", default="test", help="the split whose sources are translated and sent")
+    parser.add_argument("--engine", choices=engine_names(), required=True, help="the engine measured")
     parser.add_argument(
-        "--requests", type=positive_int, default=10_000, help="requests to the batching service"
+        "--compute-type",
+        choices=COMPUTE_TYPES,
+        default=None,
+        help="the ctranslate2 engine's weights_activations; given, CTranslate2's own translate_batch is measured too",
     )
     parser.add_argument(
-        "--unbatched-requests",
-        type=positive_int,
-        default=1000,
-        help="requests to the service with batching off",
+        "--thread-counts", nargs="+", type=positive_int, default=[1, 2], help="CPU threads, a run each"
     )
-    parser.add_argument("--clients", type=positive_int, default=32, help="concurrent clients")
+    parser.add_argument(
+        "--inter-threads", type=positive_int, default=None, help="the ctranslate2 engine's (default: its rule)"
+    )
+    parser.add_argument(
+        "--clients", nargs="+", type=positive_int, default=[1, 32, 128], help="concurrent clients, a load each"
+    )
+    parser.add_argument(
+        "--requests", type=positive_int, default=10_000, help="requests of each load of more than one client"
+    )
+    parser.add_argument(
+        "--requests-alone", type=positive_int, default=200, help="requests of a load of one client"
+    )
     add_beam_arguments(parser)
-    parser.add_argument(
-        "--threads", type=positive_int, default=2, help="torch threads of the server and offline"
-    )
     add_max_tokens_argument(parser)
     parser.add_argument(
-        "--max-wait-ms", type=float, default=DEFAULT_BATCHING.max_wait_ms, help="the batching service's"
+        "--max-wait-ms", type=float, default=DEFAULT_BATCHING.max_wait_ms, help="the service's batching wait"
     )
-    parser.add_argument(
-        "--engines",
-        nargs="+",
-        type=engine_choice,
-        default=[engine_choice(name) for name in (TRANSFORMERS, "ctranslate2:float32", "ctranslate2:int8")],
-        help="the engines to serve and decode offline with: transformers, or ctranslate2:COMPUTE_TYPE",
-    )
-    add_max_new_tokens_argument(parser)  # translate_batch's default is 256; an untrained model runs to its limit
+    add_max_new_tokens_argument(parser)
     parser.add_argument(
         "--repeats", type=positive_int, default=3, help="timings of each offline decoding, taken in turn"
     )
+    parser.add_argument("--offline-only", action="store_true", help="decode offline only, no service")
     parser.add_argument(
-        "--offline-only", action="store_true", help="decode offline only, no service (no request counts then)"
+        "--allow-untrained", action="store_true", help="measure a checkpoint that records no validation BLEU"
     )
     parser.add_argument("--output", default="docs/benchmarks/serving.json", help="the JSON report (the CPU named in it)")
     add_logging_argument(parser)
@@ -183,47 +182,48 @@ def load(
     }
 
 
-def serve_and_load(
-    args, sentences, flags: tuple[str, ...], requests_count: int, workdir: Path, name: str
-) -> dict:
-    """Start the service with `flags`, load it, stop it with SIGTERM; the run with the service's batch log."""
-    server = ServerProcess(
-        args.model, workdir / f"{name}.log", ("--device", "cpu", *flags), threads=args.threads
-    )
+def service_runs(args, sentences: list[str], settings: EngineSettings, workdir: Path) -> dict:
+    """Start the service on `settings`, load it with each client count in turn, stop it with SIGTERM."""
+    log = workdir / f"serve-{settings.threads}.log"
+    server = ServerProcess(args.model, log, ("--device", "cpu", *server_flags(args, settings)), settings.threads)
+    runs = {}
     try:
         server.wait_until_ready(STARTUP_SECONDS)
-        run = load(server.url, sentences, requests_count, args.clients, decoding(args))
+        for clients in args.clients:
+            count = args.requests if clients > 1 else args.requests_alone
+            batches_before = len(server.batch_lines())
+            run = load(server.url, sentences, count, clients, decoding(args))
+            sizes = [int(line.split("batch: ")[1].split()[0]) for line in server.batch_lines()[batches_before:]]
+            runs[f"service, {clients} clients"] = {
+                **run, "batches": len(sizes), "mean_batch_sentences": round(float(np.mean(sizes)), 2)
+            }
     finally:
         exit_status = server.stop()
-    sizes = [int(line.split("batch: ")[1].split()[0]) for line in server.batch_lines()]
-    return {
-        **run,
-        "server_flags": list(flags),
-        "exit_status": exit_status,
-        "batches": len(sizes),
-        "mean_batch_sentences": round(float(np.mean(sizes)), 2),
-    }
+    engine_lines = [line for line in server.log.read_text().splitlines() if "engine:" in line or "batches decoded" in line]
+    return {name: {**run, "server_exit_status": exit_status} for name, run in runs.items()} | {"server_log": engine_lines}
 
 
-def offline_decoding(args, settings: EngineSettings, workdir: Path) -> Callable[[list], object]:
+def offline_decoding(args, settings: EngineSettings) -> Callable[[list], object]:
     """The engine's translation of sentences, all at once, in length-sorted batches."""
-    engine = load_engine(args.model, replace(settings, ctranslate2_dir=workdir))
+    engine = load_engine(args.model, settings)
     options = DecodingOptions(max_tokens=args.max_tokens, show_progress=False).replace(**decoding(args))
     return lambda batch: engine.translate(batch, options)
 
 
-def raw_translate_batch(args, compute_type: str, workdir: Path) -> Callable[[list], object]:
-    """CTranslate2's `translate_batch` alone on the converted model: sentences as token strings in batches of the
-    same token budget, one limit for all (256, its default), none of our batching or texts."""
-    from hf_vanilla.ctranslate2_engine import cached_conversion
+def raw_translate_batch(args, settings: EngineSettings) -> Callable[[list], object]:
+    """CTranslate2's `translate_batch` alone on the converted model, with the engine's threads: sentences
+    tokenized as token strings and batched by it in the same token budget, one limit for all (256, its default),
+    none of our batching or texts."""
+    from hf_vanilla.engines.ctranslate2_engine import cached_conversion
 
     ctranslate2 = require("ctranslate2", extra="ct2")
-
+    inter_threads, intra_threads = settings.cpu_threads()
     translator = ctranslate2.Translator(
-        str(cached_conversion(Path(args.model), workdir)),
+        str(cached_conversion(Path(args.model), settings.ctranslate2_dir)),
         device="cpu",
-        compute_type=compute_type,
-        intra_threads=args.threads,
+        compute_type=settings.compute_type,
+        inter_threads=inter_threads,
+        intra_threads=intra_threads,
     )
     tokenizer = load_tokenizer(args.model)
     chosen = args.decoding
@@ -240,74 +240,106 @@ def raw_translate_batch(args, compute_type: str, workdir: Path) -> Callable[[lis
 
 def offline(args, sentences: list[str], decoders: dict[str, Callable[[list], object]]) -> dict:
     """Each decoder warmed on 8 sentences (as the service warms up before it is ready), then timed on all of them,
-    the decoders in turn `--repeats` times (A B A B ...) in this process's CPU time, which the other processes of a
-    shared machine barely disturb: the median rate and every sample."""
-    torch.set_num_threads(args.threads)
+    the decoders in turn `--repeats` times (A B A B ...), on the wall clock (as the service is timed) and in this
+    process's CPU time (which other processes on a shared machine barely disturb): the median rates and every
+    sample."""
     for translate in decoders.values():
         translate(sentences[:8])
-    runs = {name: lambda translate=translate: translate(sentences) for name, translate in decoders.items()}
-    seconds = interleaved_seconds(runs, args.repeats, warmup=0, clock="cpu")
+    samples = {name: {"wall": [], "cpu": []} for name in decoders}
+    for _ in range(args.repeats):
+        for name, translate in decoders.items():
+            wall, cpu = time.perf_counter(), time.process_time()
+            translate(sentences)
+            samples[name]["wall"].append(time.perf_counter() - wall)
+            samples[name]["cpu"].append(time.process_time() - cpu)
     return {
         name: {
             "sentences": len(sentences),
-            "sentences_per_second": round(len(sentences) / statistics.median(samples), 2),
-            "cpu_seconds": [round(sample, 2) for sample in samples],
+            "sentences_per_second": round(len(sentences) / statistics.median(seconds["wall"]), 2),
+            "sentences_per_cpu_second": round(len(sentences) / statistics.median(seconds["cpu"]), 2),
+            "seconds": [round(sample, 2) for sample in seconds["wall"]],
+            "cpu_seconds": [round(sample, 2) for sample in seconds["cpu"]],
         }
-        for name, samples in seconds.items()
+        for name, seconds in samples.items()
     }
+
+
+def thread_count_runs(args, sentences: list[str], threads: int, workdir: Path) -> dict:
+    """Every run at one thread count, and the ratios between them."""
+    settings = engine_settings(args, threads, workdir)
+    decoders = {"offline": offline_decoding(args, settings)}
+    if args.compute_type:
+        decoders["translate_batch"] = raw_translate_batch(args, settings)
+    runs = offline(args, sentences, decoders)
+    if not args.offline_only:
+        runs |= service_runs(args, sentences, settings, workdir)
+    inter_threads, intra_threads = settings.cpu_threads()
+    rate = {name: run["sentences_per_second"] for name, run in runs.items() if isinstance(run, dict)}
+    ceilings = [name for name in ("translate_batch", "offline") if name in rate]
+    ratios = {
+        f"{over} / {under}": round(rate[over] / rate[under], 3)
+        for position, under in enumerate(ceilings)
+        for over in [*ceilings[position + 1 :], *(name for name in rate if name.startswith("service"))]
+    }
+    if len(ceilings) == 2:  # the engine's cost beside CTranslate2's own, on the clock the other jobs disturb least
+        cpu_rate = [runs[name]["sentences_per_cpu_second"] for name in ("offline", "translate_batch")]
+        ratios["offline / translate_batch, CPU time"] = round(cpu_rate[0] / cpu_rate[1], 3)
+    return {"inter_threads": inter_threads, "intra_threads": intra_threads, "ratios": ratios, **runs}
+
+
+def checked_bleu(args) -> float | None:
+    """The validation BLEU the checkpoint's card records; exits with one line where there is none (an untrained
+    model's speed is no trained model's: it decodes every sentence to its limit), unless --allow-untrained."""
+    bleu = recorded_validation_bleu(args.model)
+    if bleu is None and not args.allow_untrained:
+        sys.exit(
+            f"error: {args.model} records no validation BLEU in its model card: benchmark a trained checkpoint "
+            "(an untrained one decodes every sentence to its length limit), or pass --allow-untrained"
+        )
+    return bleu
 
 
 def main() -> None:
     args = build_parser().parse_args()
     configure_logging(args.log_level)
+    bleu = checked_bleu(args)
     # The flags', else the checkpoint's, else the paper's: every run below decodes with these values.
     args.decoding = decoding_for(args.model, {**beam_kwargs(args), "max_new_tokens": args.max_new_tokens})
     data = translation_data(args)
     sentences = list(data.pairs(args.split)["source"])
-    batched_flags = ("--max-tokens", str(args.max_tokens), "--max-wait-ms", str(args.max_wait_ms))
-    names = [engine_name(settings) for settings in args.engines]
-    compute_types = [settings.compute_type for settings in args.engines if settings.engine == CTRANSLATE2]
-    runs = {}
+    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as scratch:
-        workdir = Path(scratch)
-        if not args.offline_only:
-            for name, settings in zip(names, args.engines, strict=True):
-                flags = (*batched_flags, *engine_flags(settings, workdir))
-                runs[f"service {name}"] = serve_and_load(args, sentences, flags, args.requests, workdir, name)
-            runs["service transformers, batching off"] = serve_and_load(
-                args, sentences, UNBATCHED, args.unbatched_requests, workdir, "unbatched"
-            )
-        decoders = {
-            **{
-                f"offline {name}": offline_decoding(args, settings, workdir)
-                for name, settings in zip(names, args.engines, strict=True)
-            },
-            **{f"translate_batch {kind}": raw_translate_batch(args, kind, workdir) for kind in compute_types},
+        by_threads = {
+            f"{threads} threads": thread_count_runs(args, sentences, threads, Path(scratch))
+            for threads in args.thread_counts
         }
-        runs |= offline(args, sentences, decoders)
-    rate = {name: run["sentences_per_second"] for name, run in runs.items()}
-    ratios = [  # (over, under): the runs each ratio compares
-        *((f"offline {CTRANSLATE2}:{kind}", f"translate_batch {kind}") for kind in compute_types),
-        *((f"service {name}", f"offline {name}") for name in names),
-        *((f"service {name}", f"service {TRANSFORMERS}") for name in names),
-        (f"service {TRANSFORMERS}", "service transformers, batching off"),
-    ]
     report = {
         "command": shlex.join(["python", *sys.argv]),
         "cpu": cpu_description(),
-        "threads": args.threads,
-        "clients": args.clients,
+        "cores": os.cpu_count(),
+        "load_average_before_and_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
+        "model_validation_bleu": bleu,
+        "engine": ":".join(filter(None, (args.engine, args.compute_type))),
         "decoding": args.decoding.report(),
         "dataset": f"{data.dataset} {args.split} ({args.source_lang}), {len(sentences)} sentences",
-        "ratios": {
-            f"{over} / {under}": round(rate[over] / rate[under], 2)
-            for over, under in ratios
-            if over in rate and under in rate and over != under
-        },
-        **runs,
+        "scaling": scaling(args, by_threads),
+        **by_threads,
     }
     write_json(args.output, report)
     print(json.dumps(report, indent=2))
+
+
+def scaling(args, by_threads: dict) -> dict:
+    """Each run's rate at the most threads over its rate at the fewest."""
+    fewest, most = by_threads[f"{min(args.thread_counts)} threads"], by_threads[f"{max(args.thread_counts)} threads"]
+    return {
+        f"{name}: {max(args.thread_counts)} / {min(args.thread_counts)} threads": round(
+            most[name]["sentences_per_second"] / run["sentences_per_second"], 3
+        )
+        for name, run in fewest.items()
+        if isinstance(run, dict) and "sentences_per_second" in run and name in most
+    }
+
 
 if __name__ == "__main__":
     with exits_on_missing_extra():

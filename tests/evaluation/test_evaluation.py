@@ -13,6 +13,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
 
 from hf_vanilla.checkpoints import load_model_and_tokenizer
 from hf_vanilla.corpus import load_translation_split
+from hf_vanilla.engines import TransformersEngine
 from hf_vanilla.evaluation import scoring as scoring_module
 from hf_vanilla.evaluation.paper_bleu import PAPER_BLEU_KEY, PAPER_BLEU_NAME
 from hf_vanilla.evaluation.scoring import (
@@ -25,11 +26,11 @@ from hf_vanilla.evaluation.scoring import (
     score_translations,
 )
 from hf_vanilla.evaluation.selection import SelectionGrid, select_on_validation
+from hf_vanilla.model.decoding import cut_source
 from hf_vanilla.publishing import CARD_FILE, RunRecord, model_card, save_card, set_decoding_defaults
 from hf_vanilla.tokenization import save_tokenizer
 from hf_vanilla.translation import (
     DecodingOptions,
-    TransformersEngine,
     read_lines,
     translate_nbest,
     translate_sentences,
@@ -172,8 +173,11 @@ def test_the_transformers_engine_decodes_as_translate_sentences_and_translate_nb
     assert engine.translate(SOURCES, options) == translate_sentences(model, tokenizer, SOURCES, options)
     assert engine.translate_nbest(SOURCES, options) == translate_nbest(model, tokenizer, SOURCES, 2, options)
     long_line = " ".join(["Hund"] * 2 * model.config.max_position_embeddings)
-    assert engine.source_tokens(long_line) > engine.max_source_tokens == model.config.max_position_embeddings
-    assert engine.source_tokens("Kinder.") == len(tokenizer("Kinder.")["input_ids"])
+    [long_ids, short_ids] = engine.encode([long_line, "Kinder."])
+    assert len(long_ids) > engine.max_source_tokens == model.config.max_position_embeddings
+    assert short_ids == tokenizer("Kinder.")["input_ids"]
+    cut = tokenizer(long_line, truncation=True, max_length=engine.max_source_tokens)["input_ids"]
+    assert cut_source(long_ids, engine.max_source_tokens) == cut  # as the tokenizer's truncation cuts
 
 
 def test_scores_equal_sacrebleu_own():

@@ -6,12 +6,13 @@ from conftest import DE_EN, run_script, tiny_config
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from hf_vanilla.corpus import load_translation_split
+from hf_vanilla.engines import TransformersEngine
 from hf_vanilla.evaluation.scoring import Runtime, TranslationData
-from hf_vanilla.research import distillation
 from hf_vanilla.research.distillation import PROVENANCE_FILE, SavedTranslations, Teachers, distill_dataset
 from hf_vanilla.training.train import train
 from hf_vanilla.translation import translate_sentences
 
+TRANSLATE = TransformersEngine.translate  # the engine's own, which the counting stand-in calls
 GREEDY = {"num_beams": 1, "max_new_tokens": 8}  # untrained teachers: short outputs keep the tests quick
 QUIET = Runtime(show_progress=False)
 
@@ -110,7 +111,7 @@ def test_no_teacher_is_refused(tiny_dataset, tmp_path):
 def test_a_model_that_does_not_load_is_named_before_any_decoding(
     tiny_model_dir, tiny_dataset, tmp_path, monkeypatch
 ):
-    monkeypatch.setattr(distillation, "translate_sentences", lambda *args, **kwargs: pytest.fail("decoded"))
+    monkeypatch.setattr(TransformersEngine, "translate", lambda *args, **kwargs: pytest.fail("decoded"))
     with pytest.raises(FileNotFoundError, match="cannot load a model and tokenizer from '.*no-such-model'"):
         distill_dataset(
             pairs_of(tiny_dataset),
@@ -130,17 +131,21 @@ def test_each_models_bleu_against_the_training_references_is_recorded(original, 
 
 
 class CountingTranslations:
-    """translate_sentences, counting the sentences it decodes; raising once `fail_after` calls have run."""
+    """The engine's translate, counting the sentences it decodes; raising once `fail_after` calls have run."""
 
     def __init__(self, fail_after=None):
         self.sentences, self.calls, self.fail_after = 0, 0, fail_after
 
-    def __call__(self, model, tokenizer, sentences, *args, **kwargs):
+    def __call__(self, engine, sentences, options):
         if self.calls == self.fail_after:
             raise RuntimeError("out of memory")
         self.calls += 1
         self.sentences += len(sentences)
-        return translate_sentences(model, tokenizer, sentences, *args, **kwargs)
+        return TRANSLATE(engine, sentences, options)
+
+
+def count_translations(monkeypatch, counting: CountingTranslations) -> None:
+    monkeypatch.setattr(TransformersEngine, "translate", lambda engine, sentences, options: counting(engine, sentences, options))
 
 
 def test_a_teacher_that_fails_leaves_no_directory_and_a_second_try_goes_on_where_it_stopped(
@@ -151,13 +156,13 @@ def test_a_teacher_that_fails_leaves_no_directory_and_a_second_try_goes_on_where
         distill_dataset(pairs_of(tiny_dataset), output_dir, teachers, QUIET, saved, **GREEDY)
 
     failing = CountingTranslations(fail_after=2)
-    monkeypatch.setattr(distillation, "translate_sentences", failing)
+    count_translations(monkeypatch, failing)
     with pytest.raises(RuntimeError, match="out of memory"):
         distill(tmp_path / "out")
     assert not (tmp_path / "out").exists() and failing.sentences == 300  # two of the three chunks saved
 
     again = CountingTranslations()
-    monkeypatch.setattr(distillation, "translate_sentences", again)
+    count_translations(monkeypatch, again)
     distill(tmp_path / "out")
     assert again.sentences == 100  # only the last chunk decoded
     assert [path.name for path in tmp_path.iterdir()] == ["out"]  # its own translations removed once written
@@ -171,7 +176,7 @@ def test_the_other_directions_diversification_reads_the_translations_it_shares(
     tiny_model_dir, tiny_dataset, tmp_path, monkeypatch
 ):
     counting = CountingTranslations()
-    monkeypatch.setattr(distillation, "translate_sentences", counting)
+    count_translations(monkeypatch, counting)
     saved = SavedTranslations(tmp_path / "translations")
     forward = Teachers(forward=[tiny_model_dir])
     distill_dataset(pairs_of(tiny_dataset), tmp_path / "de-en", forward, QUIET, saved, **GREEDY)

@@ -10,6 +10,7 @@ from test_ensemble import SOURCES
 from transformers import pipeline
 
 from hf_vanilla.checkpoints import load_model_and_tokenizer
+from hf_vanilla.engines import EngineSettings, TransformersEngine
 from hf_vanilla.evaluation.scoring import Runtime, TranslationData, evaluate_translation
 from hf_vanilla.evaluation.selection import SelectionGrid, select_on_validation
 from hf_vanilla.model.decoding import reverse_words
@@ -34,12 +35,7 @@ from hf_vanilla.research.reranking import (
     weight_grid,
     word_counts,
 )
-from hf_vanilla.translation import (
-    EngineSettings,
-    TransformersEngine,
-    translate_nbest,
-    translate_sentences,
-)
+from hf_vanilla.translation import DecodingOptions, translate_nbest, translate_sentences
 
 # A sentence's log-probability is a float32 sum of ~50 terms: batched with other sentences or alone, on CPUs with other
 # kernels, it agrees to a few parts in ten million (1.9e-5 of -57.3 seen on an AVX512 Xeon), not to an absolute 1e-5.
@@ -166,13 +162,11 @@ def test_a_language_model_reranks_by_how_likely_each_translation_reads(first, to
         {LANGUAGE_MODEL_WEIGHT: 5.0, WORD_BONUS: 0.1},
     ]
     unchanged, reranked = translate_reranked(
-        first,
-        tokenizer,
+        TransformersEngine(first, tokenizer),
         SOURCES,
         weightings,
         RerankingModels(language=language_models),
-        num_beams=3,
-        **settings,
+        DecodingOptions(num_beams=3, **settings),
     )
     assert unchanged == [hypotheses[0][0] for hypotheses in nbest]
     features = {LANGUAGE_MODEL_WEIGHT: scores, WORD_BONUS: word_counts(nbest)}
@@ -348,15 +342,11 @@ def test_translate_script_reranks_as_the_library_does(
     model, tokenizer = load_model_and_tokenizer(second_dir, "cpu")
     reranking = load_reranking_models([tiny_model_dir], [right_to_left_dir], "cpu", "float32")
     (expected,) = translate_reranked(
-        model,
-        tokenizer,
+        TransformersEngine(model, tokenizer),
         SOURCES,
         [weights],
         reranking,
-        num_beams=3,
-        max_new_tokens=8,
-        length_penalty=0.6,
-        show_progress=False,
+        DecodingOptions(num_beams=3, max_new_tokens=8, length_penalty=0.6, show_progress=False),
     )
     assert reranked == expected and len(reranked) == len(SOURCES) and reranked[2] == ""
     alone = run("--word-bonus", 0.1)

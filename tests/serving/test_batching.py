@@ -3,9 +3,12 @@ cannot take, a batch that fails, a job that fails, or a worker that stops fails 
 and says so; a job (the attention behind a translation) runs alone, ahead of the batches waiting."""
 
 import asyncio
+import threading
+import time
 
 import pytest
 
+from hf_vanilla.engines import EngineSettings, load_engine
 from hf_vanilla.serving.attention import AttentionQuery
 from hf_vanilla.serving.batching import Batcher, BatchingSettings, RequestRefused
 from hf_vanilla.translation import DecodingOptions
@@ -15,34 +18,55 @@ TOGETHER = BatchingSettings(max_tokens=1000, max_wait_ms=200)  # sentences sent 
 
 
 class EchoEngine:
-    """Translates a text to itself upper-cased; fails a batch holding "poison", cannot tokenize "untokenizable"."""
+    """Translates a text to itself upper-cased, a word a token; fails a batch holding "poison", cannot tokenize
+    "untokenizable"; counts the texts it tokenizes."""
 
     max_source_tokens = 8
+    concurrent_batches = 1
+    abilities = frozenset()
 
     def __init__(self):
         self.batches: list[list[str]] = []
+        self.tokenized: list[str] = []
 
     def translate(self, sources, options):
-        self.batches.append(list(sources))
-        if "poison" in sources:
-            raise RuntimeError("the engine choked")
-        return [source.upper() for source in sources]
+        return self.detokenize(self.translate_encoded(self.encode(sources), options), options)
 
     def translate_nbest(self, sources, options):
         raise NotImplementedError
 
-    def source_tokens(self, source):
-        if source == "untokenizable":
+    def encode(self, sources):
+        if "untokenizable" in sources:
             raise TypeError("TextEncodeInput must be Union[...]")
-        return len(source.split())
+        self.tokenized += sources
+        return [[*source.split(), "</s>"] for source in sources]
+
+    def translate_encoded(self, batch, options):
+        self.batches.append([" ".join(ids[:-1]) for ids in batch])
+        if ["poison", "</s>"] in batch:
+            raise RuntimeError("the engine choked")
+        return [[word.upper() for word in ids[:-1]] for ids in batch]
+
+    def detokenize(self, output_ids, options):
+        return [" ".join(words) for words in output_ids]
 
     def describe(self):
         return {"engine": "echo"}
 
 
 async def _answers(batcher: Batcher, *requests: tuple[list[str], bool]) -> list[list[str] | RequestRefused]:
-    """Each request's translations or the RequestRefused it failed with, all submitted together."""
-    futures = [batcher.submit(texts, OPTIONS, may_cut).future for texts, may_cut in requests]
+    """Each request's translations or the RequestRefused it failed with (at once, or from the worker), all
+    submitted together."""
+
+    async def refused(err: RequestRefused) -> RequestRefused:
+        return err
+
+    futures = []
+    for texts, may_cut in requests:
+        try:
+            futures.append(batcher.submit(texts, OPTIONS, may_cut).future)
+        except RequestRefused as err:
+            futures.append(refused(err))
     done = await asyncio.wait_for(asyncio.gather(*futures, return_exceptions=True), timeout=10)
     return list(done)
 
@@ -79,9 +103,9 @@ def test_text_the_tokenizer_cannot_take_fails_its_request_with_400(engine_and_ba
 
 def test_a_source_over_the_positions_is_cut_or_refused_as_the_request_asks(engine_and_batcher):
     _, batcher = engine_and_batcher
-    long_text = " ".join(["w"] * 9)
+    long_text = " ".join(["w"] * 8)  # and </s>: 9 tokens
     cut, refused = asyncio.run(_answers(batcher, ([long_text], True), (["a", long_text], False)))
-    assert cut == [long_text.upper()]
+    assert cut == [" ".join(["W"] * 7)]  # its first 7 and </s>, as the tokenizer cuts
     assert refused.status == 422
     assert str(refused).startswith("inputs[1] is 9 tokens, over the model's 8 positions: send it shorter")
 
@@ -144,7 +168,7 @@ def test_a_job_runs_alone_ahead_of_waiting_batches_and_fails_alone(engine_and_ba
 
 def test_an_engine_without_attention_is_refused_with_one_line(engine_and_batcher):
     engine, _ = engine_and_batcher
-    refusal = r"^this server's engine \(EchoEngine\) gives no attention weights"
+    refusal = r"^this server's engine gives no attention weights.*which the echo engine cannot \(attention\): decode with --engine transformers$"
     with pytest.raises(RequestRefused, match=refusal) as err:
         AttentionQuery("a b", OPTIONS, heads=False, max_tokens=8)(engine)
     assert err.value.status == 501
@@ -158,3 +182,60 @@ def test_a_job_whose_client_left_is_dropped():
 
     asyncio.run(submit_and_leave())
     assert batcher.queued == 0
+
+
+def test_each_sentence_is_tokenized_once_and_a_blank_one_not_at_all(engine_and_batcher):
+    engine, batcher = engine_and_batcher
+    engine.tokenized.clear()  # the warm-up's
+    answers = asyncio.run(_answers(batcher, (["a b", " ", "c"], True), (["d"], True), ([], True)))
+    assert answers == [["A B", "", "C"], ["D"], []]
+    assert sorted(engine.tokenized) == ["a b", "c", "d"]
+
+
+def test_a_served_sentence_meets_the_real_tokenizer_once(tiny_model_dir, monkeypatch):
+    """The transformers engine behind the worker: one tokenizer call a sentence, from request to answer."""
+    engine = load_engine(tiny_model_dir, EngineSettings(device="cpu"))
+    calls = []
+    tokenize = type(engine.tokenizer).__call__
+    monkeypatch.setattr(
+        type(engine.tokenizer), "__call__", lambda self, text, **kw: calls.append(text) or tokenize(self, text, **kw)
+    )
+    batcher = Batcher(lambda: engine, OPTIONS, TOGETHER)
+    batcher.start()
+    batcher.wait_until_loaded()
+    calls.clear()  # the warm-up's
+    try:
+        answers = asyncio.run(_answers(batcher, (["Ein Hund.", "Zwei Kinder spielen."], True), (["Eine Frau."], True)))
+    finally:
+        batcher.stop()
+    assert calls == [["Ein Hund.", "Zwei Kinder spielen."], ["Eine Frau."]]
+    assert answers == [engine.translate(["Ein Hund.", "Zwei Kinder spielen."], OPTIONS), engine.translate(["Eine Frau."], OPTIONS)]
+
+
+class TwoBatchEngine(EchoEngine):
+    """Decodes two batches at once, each slowly enough that the other worker takes the next."""
+
+    concurrent_batches = 2
+
+    def __init__(self):
+        super().__init__()
+        self.threads: set[str] = set()
+
+    def translate_encoded(self, batch, options):
+        self.threads.add(threading.current_thread().name)
+        time.sleep(0.05)
+        return super().translate_encoded(batch, options)
+
+
+def test_an_engine_of_two_replicas_gets_two_workers_and_every_request_its_answer():
+    engine = TwoBatchEngine()
+    batcher = Batcher(lambda: engine, OPTIONS, BatchingSettings(max_tokens=4, max_wait_ms=0))
+    batcher.start()
+    batcher.wait_until_loaded()
+    try:
+        texts = [[f"w{index} x"] for index in range(12)]
+        answers = asyncio.run(_answers(batcher, *((text, True) for text in texts)))
+    finally:
+        batcher.stop()
+    assert answers == [[text.upper() for text in request] for request in texts]
+    assert len(engine.threads) == 2 and batcher.queued == 0

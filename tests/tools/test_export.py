@@ -10,7 +10,7 @@ from conftest import with_another_vocabulary_of_the_same_size, with_truncated_we
 from transformers import MarianMTModel
 
 from hf_vanilla import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-from hf_vanilla.ctranslate2_engine import save_ctranslate2_model
+from hf_vanilla.engines.ctranslate2_engine import save_ctranslate2_model
 from hf_vanilla.model.modeling_vanilla import sinusoidal_positions
 from hf_vanilla.tokenization import config_kwargs_from_tokenizer, train_tokenizer
 from hf_vanilla.tools.export import (

@@ -11,8 +11,10 @@ The options mean what they mean to `generate` (`hf_vanilla.translation.translate
 - each sentence's own limit of source length + 50: CTranslate2's `max_decoding_length` is one number a call, so
   beam search decodes a batch's sentences of equal limits together; greedy search decodes the batch at its
   longest limit and cuts each translation at its own, which gives the same tokens;
-- blank lines, long lines (cut or left blank with the same warning), batching and word order are the
-  shared code's (`hf_vanilla.translation.encoded_batches`).
+- blank lines, long lines (cut or left blank with the same warning) and word order are the shared code's
+  (`hf_vanilla.translation.encoded_batches`); a corpus goes to `translate_batch` in chunks of `CHUNK_BATCHES`
+  batches' worth of sorted sentences, which CTranslate2 cuts into batches of `max_tokens` itself (and decodes
+  on its `inter_threads` replicas at once), token ids mapped to its token strings by one list lookup each.
 One rule differs: CTranslate2's beam search stops a sentence once `num_beams` hypotheses have finished, which
 is `generate`'s `early_stopping=True`; `generate`'s default goes on while a running hypothesis might still beat
 a finished one, so the two can differ where a longer hypothesis would have won (docs/speed.md).
@@ -27,45 +29,51 @@ import logging
 import os
 import shutil
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
-from huggingface_hub import constants, snapshot_download
+from huggingface_hub import constants
 from transformers import GenerationConfig, PreTrainedConfig, PreTrainedTokenizerBase
 
-from hf_vanilla.model.configuration_vanilla import VanillaTransformerConfig
-from hf_vanilla.model.decoding import max_source_tokens, paper_max_new_tokens
-from hf_vanilla.model.modeling_vanilla import sinusoidal_positions
-
-from .checkpoints import (
+from hf_vanilla.checkpoints import (
     TOKENIZER_FILE,
     WEIGHTS_FILE,
     generation_defaults,
     load_config,
     load_model_and_tokenizer,
     load_tokenizer,
+    model_digest,
+    model_directory,
 )
-from .extras import require
-from .files import atomic_directory, refuse_existing
-from .tokenization import check_tokenizer_matches_model
-from .translation import (
+from hf_vanilla.extras import require
+from hf_vanilla.files import atomic_directory, refuse_existing
+from hf_vanilla.model.configuration_vanilla import VanillaTransformerConfig
+from hf_vanilla.model.decoding import max_source_tokens, paper_max_new_tokens
+from hf_vanilla.model.modeling_vanilla import sinusoidal_positions
+from hf_vanilla.tokenization import check_tokenizer_matches_model
+from hf_vanilla.translation import DEFAULT_DECODING, BatchLogitsProcessors, DecodingOptions, encoded_batches
+
+from .base import (
     CTRANSLATE2,
-    DEFAULT_DECODING,
-    DecodingOptions,
+    LOGITS_PROCESSORS,
+    NBEST_SCORES,
     EngineSettings,
-    encoded_batches,
-    source_length,
+    missing_ability,
+    register_engine,
 )
 
 logger = logging.getLogger(__name__)
 # Raised when the spec built here changes: models converted before are then converted again.
 CONVERSION_REVISION = "1"
-# What a conversion is made from: a change in any of them is another model.
+# What a conversion needs of a model directory.
 CONVERTED_FILES = ("config.json", WEIGHTS_FILE, TOKENIZER_FILE)
 # `generate` keywords CTranslate2 takes under its own name, with the same meaning.
 EQUIVALENT_KEYWORDS = {"min_new_tokens": "min_decoding_length"}
+ABILITIES = frozenset({NBEST_SCORES})
+# A corpus goes to translate_batch this many batches (of `max_tokens`) at a time: few calls, and a progress bar.
+CHUNK_BATCHES = 16
 GREEDY_LENGTH_PENALTY = 1.0  # what CTranslate2 is told where greedy search takes none: it ranks nothing by it
 
 
@@ -168,22 +176,12 @@ def default_cache_dir() -> Path:
 
 
 def checkpoint_digest(model_dir: Path) -> str:
-    """The SHA-256 of what a conversion is made from (`CONVERTED_FILES`) and of the converter's revision."""
-    digest = hashlib.sha256(f"hf_vanilla ctranslate2 conversion {CONVERSION_REVISION}".encode())
+    """The SHA-256 of the model's digest (`checkpoints.model_digest`) and of the converter's revision."""
     for name in CONVERTED_FILES:
-        path = model_dir / name
-        if not path.is_file():
+        if not (model_dir / name).is_file():
             raise FileNotFoundError(f"{model_dir} has no {name}: it is no saved model directory")
-        digest.update(name.encode())
-        digest.update(hashlib.sha256(path.read_bytes()).digest())
-    return digest.hexdigest()
-
-
-def local_model_dir(model_name_or_path: str | os.PathLike) -> Path:
-    """A saved model directory as it is, or a Hub id's files in the Hub cache."""
-    if Path(model_name_or_path).is_dir():
-        return Path(model_name_or_path)
-    return Path(snapshot_download(str(model_name_or_path), allow_patterns=["*.json", "*.safetensors"]))
+    revision = f"hf_vanilla ctranslate2 conversion {CONVERSION_REVISION} of {model_digest(model_dir)}"
+    return hashlib.sha256(revision.encode()).hexdigest()
 
 
 def cached_conversion(model_dir: Path, cache_dir: str | os.PathLike | None = None, rebuild: bool = False) -> Path:
@@ -225,113 +223,168 @@ def check_compute_type(compute_type: str, device: str) -> None:
 
 def load_translator(converted: Path, settings: EngineSettings):
     """A `ctranslate2.Translator` over a converted model, on the device and in the compute type `settings` ask for
-    ("auto": CTranslate2's fastest there, logged), with torch's thread count on a CPU."""
+    ("auto": CTranslate2's fastest there, logged), on a CPU with the threads of `EngineSettings.cpu_threads`."""
     ctranslate2 = require("ctranslate2", extra="ct2")
     device, index = ctranslate2_device(settings.device)
     check_compute_type(settings.compute_type, device)
+    inter_threads, intra_threads = settings.cpu_threads() if device == "cpu" else (1, 0)
     translator = ctranslate2.Translator(
         str(converted),
         device=device,
         device_index=index,
         compute_type=settings.compute_type,
-        intra_threads=torch.get_num_threads() if device == "cpu" else 0,
+        inter_threads=inter_threads,
+        intra_threads=intra_threads,
     )
     supported = ", ".join(sorted(ctranslate2.get_supported_compute_types(device)))
     how = f"auto: CTranslate2's fastest of {supported}" if settings.compute_type == "auto" else "asked for"
     logger.info("ctranslate2 engine: %s on %s (%s)", translator.compute_type, device, how)
+    if device == "cpu":
+        logger.info(
+            "ctranslate2 engine: %d batches at once (--inter-threads) of %d threads each (--threads %d)",
+            inter_threads,
+            intra_threads,
+            inter_threads * intra_threads,
+        )
     return translator
 
 
 @dataclass(frozen=True)
 class CTranslate2Engine:
     """`TranslationEngine` through `ctranslate2.Translator`: the batches, limits and texts of `translate_sentences`,
-    and what the options leave open resolved over the model's generation config as for `generate`."""
+    and what the options leave open resolved over the model's generation config as for `generate`.
+    `tokens` names each token id as CTranslate2 takes and gives tokens (`vocabulary`)."""
 
     translator: Any  # ctranslate2.Translator
     tokenizer: PreTrainedTokenizerBase
     config: PreTrainedConfig
     generation: GenerationConfig
+    tokens: list[str]
+    token_ids: dict[str, int] = field(init=False, repr=False)
 
-    def translate(self, sources: Sequence[str], options: DecodingOptions = DEFAULT_DECODING) -> list[str]:
-        return [hypotheses[0][0] for hypotheses in self._decode(sources, options, nbest=False)]
+    def __post_init__(self):
+        object.__setattr__(self, "token_ids", {token: index for index, token in enumerate(self.tokens)})
+
+    abilities = ABILITIES
+
+    def translate(
+        self,
+        sources: Sequence[str],
+        options: DecodingOptions = DEFAULT_DECODING,
+        logits_processors: BatchLogitsProcessors | None = None,
+    ) -> list[str]:
+        return [hypotheses[0][0] for hypotheses in self._decode(sources, options, False, logits_processors)]
 
     def translate_nbest(
-        self, sources: Sequence[str], options: DecodingOptions = DEFAULT_DECODING
+        self,
+        sources: Sequence[str],
+        options: DecodingOptions = DEFAULT_DECODING,
+        logits_processors: BatchLogitsProcessors | None = None,
     ) -> list[list[tuple[str, float]]]:
-        return self._decode(sources, options, nbest=True)
+        return self._decode(sources, options, True, logits_processors)
 
     @property
     def max_source_tokens(self) -> int:
         return max_source_tokens(self.config)
 
-    def source_tokens(self, source: str) -> int:
-        return source_length(self.tokenizer, source)
+    @property
+    def concurrent_batches(self) -> int:
+        return self.translator.num_translators
+
+    def encode(self, sources: Sequence[str]) -> list[list[int]]:
+        return self.tokenizer(list(sources), verbose=False)["input_ids"]
+
+    def translate_encoded(
+        self, batch: Sequence[Sequence[int]], options: DecodingOptions = DEFAULT_DECODING
+    ) -> list[list[int]]:
+        options = options.resolved(self.generation)
+        hypotheses = self._translate_batch(batch, options, self.translate_keywords(options, nbest=False))
+        return [best for [(best, _)] in hypotheses]
+
+    def detokenize(self, output_ids: Sequence[Sequence[int]], options: DecodingOptions = DEFAULT_DECODING) -> list[str]:
+        return options.detokenize(self.config, self.tokenizer, output_ids)
 
     def describe(self) -> dict[str, str]:
-        return {"engine": CTRANSLATE2, "device": self.translator.device, "compute_type": self.translator.compute_type}
+        return {"engine": CTRANSLATE2, "device": self.translator.device, "precision": self.translator.compute_type}
 
-    def _decode(self, sources: Sequence[str], options: DecodingOptions, nbest: bool) -> list[list[tuple[str, float]]]:
+    def _decode(
+        self,
+        sources: Sequence[str],
+        options: DecodingOptions,
+        nbest: bool,
+        logits_processors: BatchLogitsProcessors | None,
+    ) -> list[list[tuple[str, float]]]:
         """Each source's translations with their scores (one unless `nbest`; a blank source and greedy search
         score 0, as `translate_nbest` scores them), in order, decoded with the options `generate` would
         resolve."""
+        if logits_processors is not None:
+            raise ValueError(missing_ability(CTRANSLATE2, LOGITS_PROCESSORS, "logits processors mix other scores in"))
         options = options.resolved(self.generation)
         keywords = self.translate_keywords(options, nbest)
         results = [[("", 0.0)] for _ in sources]
-        for indices, batch_ids in encoded_batches(self.tokenizer, self.config, sources, options):
-            for index, hypotheses in zip(indices, self._translate_batch(batch_ids, options, keywords), strict=True):
-                texts = options.detokenize(self.config, self.tokenizer, [ids for ids, _ in hypotheses])
-                results[index] = [(text, score) for text, (_, score) in zip(texts, hypotheses, strict=True)]
+        chunks = encoded_batches(self.tokenizer, self.config, sources, options, CHUNK_BATCHES * options.max_tokens)
+        for indices, chunk_ids in chunks:
+            hypotheses = self._translate_batch(chunk_ids, options, keywords)
+            texts = iter(self.detokenize([ids for sentence in hypotheses for ids, _ in sentence], options))
+            for index, sentence in zip(indices, hypotheses, strict=True):
+                results[index] = [(next(texts), score) for _, score in sentence]
         return results
 
     def _translate_batch(
-        self, batch_ids: list[list[int]], options: DecodingOptions, keywords: Mapping[str, Any]
+        self, batch_ids: Sequence[Sequence[int]], options: DecodingOptions, keywords: Mapping[str, Any]
     ) -> list[list[tuple[list[int], float]]]:
-        """One batch's hypotheses as token ids with scores, each sentence within its own output limit.
+        """The hypotheses of sentences sorted by length, as token ids with scores, each sentence within its own
+        output limit.
 
-        The batch decodes at its longest limit. Greedy tokens up to a limit do not depend on it: each translation is
+        They decode at their longest limit. Greedy tokens up to a limit do not depend on it: each translation is
         cut at its own. Beam search returns every finished hypothesis here, the longest of which ended the
         sentence's search: a sentence that ended before its own limit decoded as it would have at that limit;
-        one that ran to it decodes again with the others of its limit. With no length penalty CTranslate2 stops at
-        the first finished best hypothesis and the number asked for matters: each limit decodes on its own."""
+        one that ran to it decodes again with the others of its limit (rare once a model is trained: it ends
+        its translations long before). With no length penalty CTranslate2 stops at the first finished best
+        hypothesis and the number asked for matters: each limit decodes on its own."""
         if options.max_new_tokens is not None:
             limits = [options.max_new_tokens] * len(batch_ids)
         else:
             limits = [paper_max_new_tokens(self.config, len(ids), options.extra_output_tokens) for ids in batch_ids]
-        wanted, beam_size = keywords["num_hypotheses"], keywords["beam_size"]
+        wanted, beam_size, longest = keywords["num_hypotheses"], keywords["beam_size"], max(limits)
+        keywords = {**keywords, "max_batch_size": options.max_tokens, "batch_type": "tokens"}
         everything = range(len(batch_ids))
         if beam_size > 1 and keywords["length_penalty"] == 0:
             hypotheses, again = {}, list(everything)
         else:
-            hypotheses = self._decode_at(batch_ids, everything, max(limits), {**keywords, "num_hypotheses": beam_size})
+            hypotheses = self._decode_at(batch_ids, everything, longest, {**keywords, "num_hypotheses": beam_size})
             again = [
                 position
                 for position in everything
-                if beam_size > 1 and limits[position] < max(limits)
-                and max(len(ids) for ids, _ in hypotheses[position]) >= limits[position]
+                if beam_size > 1
+                and limits[position] < longest
+                and max(len(tokens) for tokens, _ in hypotheses[position]) >= limits[position]
             ]
         for limit in sorted({limits[position] for position in again}):
             group = [position for position in again if limits[position] == limit]
             hypotheses.update(self._decode_at(batch_ids, group, limit, keywords))
+        token_ids = self.token_ids
         return [
-            [(ids[: limits[position]], score) for ids, score in hypotheses[position][:wanted]]
+            [([token_ids[token] for token in tokens[: limits[position]]], score) for tokens, score in hypotheses[position][:wanted]]
             for position in everything
         ]
 
     def _decode_at(
-        self, batch_ids: list[list[int]], positions: Sequence[int], limit: int, keywords: Mapping[str, Any]
-    ) -> dict[int, list[tuple[list[int], float]]]:
-        """The hypotheses (token ids, score: 0 where none is asked for) of the sentences at `positions` of the
-        batch, decoded together for at most `limit` new tokens, by position."""
-        sources = [self.tokenizer.convert_ids_to_tokens(batch_ids[position]) for position in positions]
+        self, batch_ids: Sequence[Sequence[int]], positions: Sequence[int], limit: int, keywords: Mapping[str, Any]
+    ) -> dict[int, list[tuple[list[str], float]]]:
+        """The hypotheses (CTranslate2's tokens, score: 0 where none is asked for) of the sentences at `positions`,
+        decoded for at most `limit` new tokens, in batches of `max_tokens` source tokens, by position."""
+        tokens = self.tokens
+        sources = [[tokens[index] for index in batch_ids[position]] for position in positions]
         results = self.translator.translate_batch(sources, max_decoding_length=limit, **keywords)
         return {
-            position: [
-                (self.tokenizer.convert_tokens_to_ids(tokens), score)
-                for tokens, score in zip(
-                    result.hypotheses, result.scores if keywords["return_scores"] else [0.0] * len(result.hypotheses),
+            position: list(
+                zip(
+                    result.hypotheses,
+                    result.scores if keywords["return_scores"] else [0.0] * len(result.hypotheses),
                     strict=True,
                 )
-            ]
+            )
             for position, result in zip(positions, results, strict=True)
         }
 
@@ -379,7 +432,7 @@ def load_ctranslate2_engine(model_name_or_path: str | os.PathLike, settings: Eng
     """The CTranslate2 engine of a saved model directory (or Hub id), converted on first use (`cached_conversion`);
     a cached copy that does not load is converted again."""
     require("ctranslate2", extra="ct2")  # before anything is read or converted
-    model_dir = local_model_dir(model_name_or_path)
+    model_dir = model_directory(model_name_or_path)
     tokenizer, config = load_tokenizer(model_dir), load_config(model_dir)
     if config.model_type != VanillaTransformerConfig.model_type:
         raise ValueError(
@@ -393,4 +446,8 @@ def load_ctranslate2_engine(model_name_or_path: str | os.PathLike, settings: Eng
     except (RuntimeError, OSError) as err:
         logger.warning("the cached CTranslate2 model %s does not load (%s): converting again", converted, err)
         translator = load_translator(cached_conversion(model_dir, settings.ctranslate2_dir, rebuild=True), settings)
-    return CTranslate2Engine(translator, tokenizer, config, generation_defaults(model_dir))
+    tokens = vocabulary(tokenizer, config)
+    return CTranslate2Engine(translator, tokenizer, config, generation_defaults(model_dir), tokens)
+
+
+register_engine(CTRANSLATE2, load_ctranslate2_engine, ABILITIES)
