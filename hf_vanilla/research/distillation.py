@@ -187,10 +187,29 @@ def _saved_translations(
     options: DecodingOptions,
     show_progress: bool,
 ) -> list[str]:
-    """`teacher.engine.translate(inputs, options)` through `corpus_translation.translate_corpus`, a chunk at a
-    time, into `NAME.txt` under `translations_dir` (one translation a line; NAME says everything the translations
-    depend on, also in `NAME.json` for a reader): a stopped run continues after the chunks committed, and
-    translations already there are read, not decoded."""
+    """`teacher.engine.translate(inputs, options)` a chunk at a time through `corpus_translation.translate_corpus`
+    (a stopped run continues after the chunks committed), one translation a line in a file of `translations_dir`
+    named by everything the translations depend on; translations already there are read, not decoded."""
+    job = _translations_job(teacher, inputs, translations_dir, chunk_size, options)
+    if not Path(job.output).is_file():
+        broken = next((number for number, text in enumerate(inputs, 1) if "\n" in text), None)
+        if broken:  # it would be two lines of the file the chunks are read from
+            raise ValueError(f"training sentence {broken} holds a line break: make each sentence one line")
+        write_lines_atomic(job.source, inputs)
+        logger.info("translating %d sentences with %s", len(inputs), teacher.description)
+        translate_corpus(engine_translator(teacher.engine, options, job.settings), job, show_progress)
+        Path(job.source).unlink()
+    translations = read_lines(job.output)
+    if len(translations) != len(inputs):
+        raise ValueError(f"{job.output} holds {len(translations)} translations, not {len(inputs)}: remove it")
+    return translations
+
+
+def _translations_job(
+    teacher: Teacher, inputs: Sequence[str], translations_dir: Path, chunk_size: int, options: DecodingOptions
+) -> CorpusJob:
+    """`inputs` translated by `teacher` as a corpus job of `translations_dir`: `NAME.sources` into `NAME.txt`,
+    where NAME is the digest of what the translations depend on, written out in `NAME.json` for a reader."""
     key = {
         "model": teacher.digest,
         "inputs": hashlib.sha256(json.dumps(list(inputs)).encode()).hexdigest(),
@@ -201,24 +220,14 @@ def _saved_translations(
     name = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
     if (translations_dir / name).is_dir():  # an earlier version's chunks, chunk-NNNNN.txt in a directory
         raise ValueError(
-            f"{translations_dir / name} holds translations saved by an earlier version: delete it to translate them again"
+            f"{translations_dir / name} holds translations saved by an earlier version: delete it to translate "
+            "them again"
         )
-    job = CorpusJob(
-        str(translations_dir / f"{name}.source.txt"),
+    if not (translations_dir / f"{name}.json").is_file():  # the first run's words
+        write_json(translations_dir / f"{name}.json", {"made_by": teacher.description} | key)
+    return CorpusJob(
+        str(translations_dir / f"{name}.sources"),
         str(translations_dir / f"{name}.txt"),
         CorpusSettings(chunk_lines=chunk_size),
         {"model": teacher.digest, "decoding": describe_decoding(options, engine=key["engine"])},
     )
-    if not Path(job.output).is_file():
-        broken = next((number for number, text in enumerate(inputs, 1) if "\n" in text), None)
-        if broken:  # it would be two lines of the file the chunks are read from
-            raise ValueError(f"training sentence {broken} holds a line break: make each sentence one line")
-        write_json(translations_dir / f"{name}.json", {"made_by": teacher.description} | key)
-        write_lines_atomic(job.source, inputs)
-        logger.info("translating %d sentences with %s", len(inputs), teacher.description)
-        translate_corpus(engine_translator(teacher.engine, options, job.settings), job, show_progress)
-        Path(job.source).unlink()
-    translations = read_lines(job.output)
-    if len(translations) != len(inputs):
-        raise ValueError(f"{job.output} holds {len(translations)} translations, not {len(inputs)}: remove it")
-    return translations

@@ -194,7 +194,7 @@ def test_the_other_directions_diversification_reads_the_translations_it_shares(
     assert counting.sentences == 800
 
 
-def test_a_damaged_saved_chunk_is_named(tiny_model_dir, tiny_dataset, tmp_path):
+def test_damaged_saved_translations_are_named(tiny_model_dir, tiny_dataset, tmp_path):
     options = (Teachers([tiny_model_dir]), QUIET, SavedTranslations(tmp_path / "saved"))
     distill_dataset(pairs_of(tiny_dataset), tmp_path / "out", *options, **GREEDY)
     (translations,) = (tmp_path / "saved").glob("*.txt")
