@@ -214,6 +214,18 @@ def test_translations_saved_by_an_earlier_version_are_named_in_one_line(tiny_mod
         distill_dataset(pairs_of(tiny_dataset), tmp_path / "again", *options, **GREEDY)
 
 
+
+def test_a_training_sentence_with_a_line_break_is_named_before_any_decoding(
+    tiny_model_dir, tmp_path, monkeypatch
+):
+    monkeypatch.setattr(TransformersEngine, "translate", lambda *args, **kwargs: pytest.fail("decoded"))
+    rows = [{"translation": {"de": source, "en": "a cat"}} for source in ("eine katze", "zwei\nkatzen")]
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "train.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    with pytest.raises(ValueError, match="training sentence 2 holds a line break: make each sentence one line"):
+        distill_dataset(pairs_of(str(tmp_path / "data")), tmp_path / "out", Teachers([tiny_model_dir]), QUIET)
+    assert not (tmp_path / "out").exists()
+
 def run_distill_script(model_dir, dataset, output_dir, *options):
     return run_script(
         "research/distill.py", "--forward", model_dir, "--dataset", dataset, *DE_EN, "--output-dir", output_dir,
