@@ -18,11 +18,16 @@ from pathlib import Path
 from typing import Any
 
 import datasets
-from tqdm.auto import tqdm
 
 from hf_vanilla.checkpoints import load_config, model_digest
 from hf_vanilla.corpus import split_names, write_translation_jsonl
-from hf_vanilla.corpus_translation import describe_decoding
+from hf_vanilla.corpus_translation import (
+    CorpusJob,
+    CorpusSettings,
+    describe_decoding,
+    engine_translator,
+    translate_corpus,
+)
 from hf_vanilla.engines import TranslationEngine, load_engine
 from hf_vanilla.evaluation.scoring import DEFAULT_RUNTIME, Runtime, TranslationData, score_translations
 from hf_vanilla.files import atomic_directory, write_json
@@ -167,7 +172,7 @@ def _write_dataset(
 @dataclass(frozen=True)
 class Teacher:
     """A loaded teacher: the engine that decodes, the model's digest (`checkpoints.model_digest`) and how the
-    progress bar names it."""
+    log names it."""
 
     engine: TranslationEngine
     digest: str
@@ -182,9 +187,29 @@ def _saved_translations(
     options: DecodingOptions,
     show_progress: bool,
 ) -> list[str]:
-    """`teacher.engine.translate(inputs, options)` a chunk at a time, each chunk saved (`chunk-NNNNN.txt`, one
-    translation a line) under a directory of `translations_dir` named by everything the translations depend on;
-    chunks already there are read, not decoded."""
+    """`teacher.engine.translate(inputs, options)` a chunk at a time through `corpus_translation.translate_corpus`
+    (a stopped run continues after the chunks committed), one translation a line in a file of `translations_dir`
+    named by everything the translations depend on; translations already there are read, not decoded."""
+    job = _translations_job(teacher, inputs, translations_dir, chunk_size, options)
+    if not Path(job.output).is_file():
+        broken = next((number for number, text in enumerate(inputs, 1) if "\n" in text), None)
+        if broken:  # it would be two lines of the file the chunks are read from
+            raise ValueError(f"training sentence {broken} holds a line break: make each sentence one line")
+        write_lines_atomic(job.source, inputs)
+        logger.info("translating %d sentences with %s", len(inputs), teacher.description)
+        translate_corpus(engine_translator(teacher.engine, options, job.settings), job, show_progress)
+        Path(job.source).unlink()
+    translations = read_lines(job.output)
+    if len(translations) != len(inputs):
+        raise ValueError(f"{job.output} holds {len(translations)} translations, not {len(inputs)}: remove it")
+    return translations
+
+
+def _translations_job(
+    teacher: Teacher, inputs: Sequence[str], translations_dir: Path, chunk_size: int, options: DecodingOptions
+) -> CorpusJob:
+    """`inputs` translated by `teacher` as a corpus job of `translations_dir`: `NAME.sources` into `NAME.txt`,
+    where NAME is the digest of what the translations depend on, written out in `NAME.json` for a reader."""
     key = {
         "model": teacher.digest,
         "inputs": hashlib.sha256(json.dumps(list(inputs)).encode()).hexdigest(),
@@ -192,22 +217,17 @@ def _saved_translations(
         "engine": teacher.engine.describe(),
         "decoding": describe_decoding(options),
     }
-    directory = translations_dir / hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
-    directory.mkdir(parents=True, exist_ok=True)
-    if not (directory / "key.json").is_file():  # what made them, for a reader; the first run's words
-        write_json(directory / "key.json", {"made_by": teacher.description} | key)
-    translations: list[str] = []
-    with tqdm(total=len(inputs), unit="sent", desc=teacher.description, disable=not show_progress) as progress:
-        for start in range(0, len(inputs), chunk_size):
-            chunk = inputs[start : start + chunk_size]
-            path = directory / f"chunk-{start // chunk_size:05d}.txt"
-            if path.is_file():  # also one another process wrote since this one began
-                done = read_lines(path)
-                if len(done) != len(chunk):
-                    raise ValueError(f"{path} holds {len(done)} translations, not {len(chunk)}: remove it")
-            else:
-                done = teacher.engine.translate(chunk, options)
-                write_lines_atomic(path, done)  # an engine keeps each translation on one line
-            translations += done
-            progress.update(len(chunk))
-    return translations
+    name = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
+    if (translations_dir / name).is_dir():  # an earlier version's chunks, chunk-NNNNN.txt in a directory
+        raise ValueError(
+            f"{translations_dir / name} holds translations saved by an earlier version: delete it to translate "
+            "them again"
+        )
+    if not (translations_dir / f"{name}.json").is_file():  # the first run's words
+        write_json(translations_dir / f"{name}.json", {"made_by": teacher.description} | key)
+    return CorpusJob(
+        str(translations_dir / f"{name}.sources"),
+        str(translations_dir / f"{name}.txt"),
+        CorpusSettings(chunk_lines=chunk_size),
+        {"model": teacher.digest, "decoding": describe_decoding(options, engine=key["engine"])},
+    )

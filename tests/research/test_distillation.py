@@ -164,7 +164,7 @@ def test_a_teacher_that_fails_leaves_no_directory_and_a_second_try_goes_on_where
     again = CountingTranslations()
     count_translations(monkeypatch, again)
     distill(tmp_path / "out")
-    assert again.sentences == 100  # only the last chunk decoded
+    assert again.sentences == 100 and again.calls == 1  # only the last chunk decoded
     assert [path.name for path in tmp_path.iterdir()] == ["out"]  # its own translations removed once written
     distill(tmp_path / "whole")  # no stop, nothing saved before
     assert again.sentences == 100 + 400
@@ -194,15 +194,37 @@ def test_the_other_directions_diversification_reads_the_translations_it_shares(
     assert counting.sentences == 800
 
 
-def test_a_damaged_saved_chunk_is_named(tiny_model_dir, tiny_dataset, tmp_path):
+def test_damaged_saved_translations_are_named(tiny_model_dir, tiny_dataset, tmp_path):
     options = (Teachers([tiny_model_dir]), QUIET, SavedTranslations(tmp_path / "saved"))
     distill_dataset(pairs_of(tiny_dataset), tmp_path / "out", *options, **GREEDY)
-    (chunk,) = (tmp_path / "saved").glob("*/chunk-00000.txt")
-    chunk.write_text("cut short\n")
-    with pytest.raises(ValueError, match=r"chunk-00000.txt holds 1 translations, not 400: remove it"):
+    (translations,) = (tmp_path / "saved").glob("*.txt")
+    translations.write_text("cut short\n")
+    with pytest.raises(ValueError, match=rf"{translations.name} holds 1 translations, not 400: remove it"):
         distill_dataset(pairs_of(tiny_dataset), tmp_path / "again", *options, **GREEDY)
     assert not (tmp_path / "again").exists()
 
+
+def test_translations_saved_by_an_earlier_version_are_named_in_one_line(tiny_model_dir, tiny_dataset, tmp_path):
+    options = (Teachers([tiny_model_dir]), QUIET, SavedTranslations(tmp_path / "saved"))
+    distill_dataset(pairs_of(tiny_dataset), tmp_path / "out", *options, **GREEDY)
+    (translations,) = (tmp_path / "saved").glob("*.txt")
+    translations.unlink()
+    (tmp_path / "saved" / translations.stem).mkdir()  # the earlier layout: a directory of chunk-NNNNN.txt
+    with pytest.raises(ValueError, match=rf"{translations.stem} holds translations saved by an earlier version: "):
+        distill_dataset(pairs_of(tiny_dataset), tmp_path / "again", *options, **GREEDY)
+
+
+
+def test_a_training_sentence_with_a_line_break_is_named_before_any_decoding(
+    tiny_model_dir, tmp_path, monkeypatch
+):
+    monkeypatch.setattr(TransformersEngine, "translate", lambda *args, **kwargs: pytest.fail("decoded"))
+    rows = [{"translation": {"de": source, "en": "a cat"}} for source in ("eine katze", "zwei\nkatzen")]
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "train.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    with pytest.raises(ValueError, match="training sentence 2 holds a line break: make each sentence one line"):
+        distill_dataset(pairs_of(str(tmp_path / "data")), tmp_path / "out", Teachers([tiny_model_dir]), QUIET)
+    assert not (tmp_path / "out").exists()
 
 def run_distill_script(model_dir, dataset, output_dir, *options):
     return run_script(
@@ -232,6 +254,6 @@ def test_script_writes_the_dataset_and_says_how_many_pairs(tiny_model_dir, tiny_
     options += ["--translations-dir", tmp_path / "saved"]
     result = run_distill_script(tiny_model_dir, tiny_dataset, tmp_path / "out", *options)
     assert result.returncode == 0, result.stderr
-    assert len(list((tmp_path / "saved").glob("*/chunk-00000.txt"))) == 2  # the sources, the targets
+    assert len(list((tmp_path / "saved").glob("*.txt"))) == 2  # the sources, the targets
     assert f"wrote {tmp_path / 'out'}: 1200 training pairs; forward {tiny_model_dir} (" in result.stdout
     assert json.loads((tmp_path / "out" / PROVENANCE_FILE).read_text())["keep_original"] is True
