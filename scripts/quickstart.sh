@@ -31,7 +31,10 @@ pair=$(printf '%s\n' "$source_lang" "$target_lang" | sort | paste -sd- -)
 tokenizer=$outputs/$(sed -n 's|^tokenizer: *outputs/\([^ ]*\)-de-en.*|\1|p' "$config")-$pair
 # The validation decodings that choose checkpoint and beam: few for the smoke recipe, to stay in its minutes.
 case $recipe in
-    smoke) grid=(--num-beams 1 4 --length-penalty 0.6 --validation-pairs 100) ;;
+    # One thread unless told: a model of d_model 64 has little work to share between threads, and on cores others
+    # use, two threads waiting on each other made 26 updates in the minute where one made 451 (troubleshooting.md).
+    smoke) grid=(--num-beams 1 4 --length-penalty 0.6 --validation-pairs 100)
+        export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} ;;
     *) grid=(--num-beams 4 8 --length-penalty 0.6 1.0) ;;
 esac
 dataset=${MULTI30K:-bentrevett/multi30k}
