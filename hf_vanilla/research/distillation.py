@@ -198,7 +198,7 @@ def _saved_translations(
         write_lines_atomic(job.source, inputs)
         logger.info("translating %d sentences with %s", len(inputs), teacher.description)
         translate_corpus(engine_translator(teacher.engine, options, job.settings), job, show_progress)
-        Path(job.source).unlink()
+        Path(job.source).unlink(missing_ok=True)  # a run beside this one, on the same inputs, may have done it
     translations = read_lines(job.output)
     if len(translations) != len(inputs):
         raise ValueError(f"{job.output} holds {len(translations)} translations, not {len(inputs)}: remove it")

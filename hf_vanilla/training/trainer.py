@@ -337,7 +337,7 @@ class Trainer:
             return TrainerControl(should_save=save_by_count)
         minutes_since_save = (progress.elapsed_seconds - progress.last_save_seconds) / 60
         main = TrainerControl(
-            should_stop=self._over_time(),
+            should_stop=self._over_time() is not None,
             should_save=config.save_interval_minutes is not None
             and minutes_since_save >= config.save_interval_minutes,
             elapsed_seconds=progress.elapsed_seconds,

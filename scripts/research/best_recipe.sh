@@ -181,7 +181,10 @@ both() {  # both STAGE: STAGE for each direction; with PARALLEL of 2 or more, si
 }
 
 both train_language_model
-both diversify
+# One direction after the other: each direction's backward teacher is the other's forward one on the same
+# sentences, so the second reads the first's saved translations instead of decoding them again beside it.
+diversify en de
+diversify de en
 python3 scripts/research/run_tries.py "$out/students.yaml" --dataset "$data" --parallel "$parallel" \
     --output-dir "$out/students"
 both choose

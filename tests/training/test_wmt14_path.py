@@ -15,11 +15,15 @@ from conftest import REPO, SCRIPTS, run_in_session
 
 pytestmark = pytest.mark.slow
 
-# The base recipe made tiny: the model, the vocabulary and the batches; two updates, each saved.
-TINY = [
-    "--model-preset=tiny", "--tokenizer-vocab-size=300", "--preprocessing-workers=null", "--max-tokens=256",
-    "--tokens-per-update=512", "--lr=3e-3", "--warmup=10", "--max-steps=2", "--save-interval-updates=1",
-    "--save-interval-minutes=null", "--average-last=2", "--validation-max-sentences=8", "--log-interval=1",
+# The base recipe made tiny: the model, the vocabulary and the data, which preparation takes too; then the
+# batches and two updates, each saved, which only training takes.
+TINY_DATA = [
+    "--model-preset=tiny", "--tokenizer-vocab-size=300", "--preprocessing-workers=null",
+    "--validation-max-sentences=8",
+]
+TINY_TRAINING = [
+    "--max-tokens=256", "--tokens-per-update=512", "--lr=3e-3", "--warmup=10", "--max-steps=2",
+    "--save-interval-updates=1", "--save-interval-minutes=null", "--average-last=2", "--log-interval=1",
     "--no-tensorboard", "--mixed-precision=no",
 ]  # fmt: skip
 
@@ -36,7 +40,7 @@ def test_prepare_train_on_two_processes_average_and_score_both_ways(corpus_path,
     run_dir = tmp_path / "run"
     recipe = [
         "--config", str(REPO / "configs" / "wmt14-en-de-base.yaml"), f"--dataset={corpus_path}",
-        "--dataset-config=null", f"--tokenizer={tmp_path / 'bpe'}", f"--output-dir={run_dir}", *TINY,
+        "--dataset-config=null", f"--tokenizer={tmp_path / 'bpe'}", *TINY_DATA,
     ]  # fmt: skip
 
     prepared = run_in_session([sys.executable, str(SCRIPTS / "prepare_data.py"), *recipe], environment)
@@ -46,7 +50,7 @@ def test_prepare_train_on_two_processes_average_and_score_both_ways(corpus_path,
 
     trained = run_in_session(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-         str(SCRIPTS / "train.py"), *recipe],
+         str(SCRIPTS / "train.py"), *recipe, f"--output-dir={run_dir}", *TINY_TRAINING],
         environment,
     )  # fmt: skip
     assert "Tokenizing" not in trained.stderr  # both processes read what was prepared
