@@ -129,10 +129,10 @@ class TrainingConfig:
         "each decoder input token's embedding zeroed with this probability (not in the paper)" + BY_SIZE,
         group="model",
     )
-    early_dropout_updates: int = setting(
+    early_dropout_updates: int | str = setting(
         0,
         "late dropout (Liu et al., 2023): the first N updates use early_dropout and no attention or "
-        "activation dropout; 0: the configured dropout from the first update, as in the paper",
+        "activation dropout; 0: the configured dropout from the first update, as in the paper" + BY_SIZE,
         group="model",
     )
     early_dropout: float = setting(0.1, "dropout of the first early_dropout_updates updates", group="model")
@@ -292,7 +292,7 @@ class TrainingConfig:
                 raise TrainingError(f"{name} must be positive or null, got {getattr(self, name)}")
         if self.holdout is not None and self.holdout < 0:
             raise TrainingError(f"holdout must be 0 or more (pairs, or a share below 1), got {self.holdout}")
-        if self.early_dropout_updates < 0:
+        if self.given("early_dropout_updates") is not None and self.early_dropout_updates < 0:
             raise TrainingError(f"early_dropout_updates must be 0 or more, got {self.early_dropout_updates}")
         if not 0 <= self.early_dropout < 1:  # the model config checks the other dropout values
             raise TrainingError(f"early_dropout must be in [0, 1), got {self.early_dropout}")

@@ -13,12 +13,12 @@ from hf_vanilla.training.train import train
 
 
 @pytest.mark.parametrize(
-    ("pairs", "row", "vocabulary"),
-    [(7_112, "small-corpus", 2000), (29_000, "medium-corpus", 4000), (200_000, "large-corpus", 8000)],
+    ("pairs", "row", "batch"),
+    [(7_112, "small-corpus", 1024), (29_000, "medium-corpus", 2048), (200_000, "large-corpus", 4096)],
 )
-def test_the_row_follows_the_number_of_training_pairs(pairs, row, vocabulary):
+def test_the_row_follows_the_number_of_training_pairs(pairs, row, batch):
     name, recipe = recipe_for(pairs)
-    assert (name, recipe.tokenizer_vocab_size) == (row, vocabulary)
+    assert (name, recipe.max_tokens) == (row, batch)
     assert recipe_for(4_500_000)[1].dropout == TrainingConfig().dropout  # the paper's corpus: the paper's recipe
 
 
@@ -36,21 +36,22 @@ def test_auto_is_refused_for_a_key_the_table_does_not_fill():
 def test_a_run_fills_the_keys_left_auto_by_corpus_size_before_training_its_tokenizer(
     tiny_dataset, tmp_path, caplog
 ):
-    """360 pairs (40 held out for a test split): the small-corpus row picks a 2,000-token BPE (before it is trained), its regularisers and early
-    stopping; the keys the config sets keep their values; the choice is logged, saved and on the card."""
+    """360 pairs (40 held out for a test split): the small-corpus row picks the BPE size (before it is trained),
+    the dropout schedule and early stopping; the keys the config sets keep their values; the choice is logged,
+    saved and on the card."""
     left_auto = {key: AUTO for key in RECIPE_KEYS if key not in ("model_preset", "max_tokens", "lr")}
     config = tiny_config(tiny_dataset, str(tmp_path / "bpe"), tmp_path / "run", max_steps=2, **left_auto)
     with caplog.at_level(logging.INFO, logger="hf_vanilla.training"):
         train(config)
-    assert "training one of 2000 tokens" in caplog.text
+    assert "training one of 5000 tokens" in caplog.text
     line = (
-        "360 pairs: small-corpus recipe: BPE 2,000, d_model 32, d_ff 64, 2+2 layers, dropout 0.3, attention 0.1, "
-        "activation 0.3, layer 0.1, source words 0.1, target words 0.1, label smoothing 0.2, max_tokens 256, "
-        "lr 0.003, warmup 400, early stopping after 5 validations without improvement "
-        "(set in the config: model_preset, max_tokens, lr)"
+        "360 pairs: small-corpus recipe: BPE 5,000, d_model 32, d_ff 64, 2+2 layers, dropout 0.2, attention 0.0, "
+        "activation 0.0, layer 0.0, source words 0.0, target words 0.0 (0.1 for the first 2,000 updates), "
+        "label smoothing 0.1, max_tokens 256, lr 0.003, warmup 400, early stopping after 5 validations without "
+        "improvement (set in the config: model_preset, max_tokens, lr)"
     )
     assert line in caplog.text
     saved = yaml.safe_load((tmp_path / "run" / CONFIG_FILE).read_text())
-    assert (saved["dropout"], saved["layer_dropout"], saved["early_stopping_patience"]) == (0.3, 0.1, 5)
+    assert (saved["dropout"], saved["early_dropout_updates"], saved["early_stopping_patience"]) == (0.2, 2000, 5)
     assert (saved["max_tokens"], saved["corpus_recipe"]) == (256, line)
     assert line in (tmp_path / "run" / "checkpoint_last" / "README.md").read_text()
