@@ -58,6 +58,14 @@ class ServerProcess:
             time.sleep(0.2)
         raise AssertionError(f"not ready after {timeout:.0f} s:\n{self.log.read_text()}")
 
+    def cpu_seconds(self) -> float | None:
+        """The server's user + system CPU time so far, from /proc (None where there is none)."""
+        try:
+            fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return None
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime: fields 14, 15
+
     def batch_lines(self) -> list[str]:
         """The log's lines of one batch each."""
         return [line for line in self.log.read_text().splitlines() if "batch: " in line]

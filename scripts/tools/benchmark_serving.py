@@ -2,9 +2,12 @@
 each thread count, for one engine,
 
   (a) CTranslate2's own `translate_batch` on the converted model (the ctranslate2 engine's ceiling),
-  (b) offline decoding by the engine (`translate`), in length-sorted batches (the service's ceiling),
+  (b) offline decoding by the engine (`translate`), in length-sorted batches (the service's ceiling), and the same
+      given N sentences a call in their order, for each N of --clients above 1 (the most N clients waiting each
+      for its answer can have decoded at once: the service's ceiling at that load),
   (c) the service under 1, 32 and 128 concurrent clients on 127.0.0.1, one sentence a request:
-      sentences/s, p50/p95/p99 latency, errors and lost requests,
+      sentences/s, p50/p95/p99 latency, errors and lost requests, and the CPU time a request of the clients
+      (this process, on the standard library's HTTP client) and of the server (which includes decoding),
 
 all timed on the wall clock, as a client sees it; the ratios between them are what a shared machine
 disturbs least (every run here takes its turn on the same cores).
@@ -19,6 +22,7 @@ measures it anyway. Writes a JSON report (the command, the CPU, the load on it, 
 --output.
 """
 
+import http.client
 import json
 import os
 import shlex
@@ -32,7 +36,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
-import requests
 from _server_process import ServerProcess  # beside this script
 
 from hf_vanilla.checkpoints import decoding_for, load_tokenizer
@@ -137,48 +140,65 @@ def latency_summary(seconds: list[float], wall: float, sentences: int) -> dict:
     }
 
 
-def load(
-    url: str, sentences: list[str], requests_count: int, clients: int, generate_parameters: dict
-) -> dict:
-    """`clients` threads, each with its own keep-alive session, send request i = sentence i mod len until
+class Client:
+    """One keep-alive connection that posts JSON: the standard library's, the lightest a Python client has, so that
+    the load costs the shared cores little (its CPU time is reported beside the server's)."""
+
+    def __init__(self, url: str):
+        host, port = url.removeprefix("http://").split(":")
+        self.connection = http.client.HTTPConnection(host, int(port), timeout=600)
+
+    def post(self, body: dict) -> tuple[int, bytes]:
+        try:
+            self.connection.request("POST", "/", json.dumps(body), {"Content-Type": "application/json"})
+            answer = self.connection.getresponse()
+            return answer.status, answer.read()
+        except (OSError, http.client.HTTPException):
+            self.connection.close()  # the next request opens a new connection
+            raise
+
+
+def load(server: ServerProcess, sentences: list[str], requests_count: int, clients: int, parameters: dict) -> dict:
+    """`clients` threads, each with its own keep-alive connection, send request i = sentence i mod len until
     `requests_count` are sent: errors (a status other than 200 or an answer not of one translation) and lost
-    requests (no HTTP answer at all) counted apart."""
+    requests (no HTTP answer at all) counted apart; the CPU time the clients (this process) and the server spent."""
     counter, lock = iter(range(requests_count)), threading.Lock()
     latencies: list[float] = []
     errors, lost = [], []
 
     def client() -> None:
-        session = requests.Session()
+        connection = Client(server.url)
         while True:
             with lock:
                 index = next(counter, None)
             if index is None:
                 return
-            payload = {
-                "inputs": sentences[index % len(sentences)],
-                "parameters": {"generate_parameters": generate_parameters},
-            }
+            payload = {"inputs": sentences[index % len(sentences)], "parameters": {"generate_parameters": parameters}}
             started = time.perf_counter()
             try:
-                answer = session.post(url, json=payload, timeout=600)
-            except requests.RequestException as err:
+                status, body = connection.post(payload)
+            except (OSError, http.client.HTTPException) as err:
                 lost.append(f"{type(err).__name__}: {err}")
                 continue
             latencies.append(time.perf_counter() - started)
-            if answer.status_code != 200 or len(answer.json()) != 1:
-                errors.append(f"{answer.status_code}: {answer.text[:200]}")
+            if status != 200 or len(json.loads(body)) != 1:
+                errors.append(f"{status}: {body[:200]!r}")
 
-    started = time.perf_counter()
+    server_cpu, client_cpu, started = server.cpu_seconds(), time.process_time(), time.perf_counter()
     with ThreadPoolExecutor(clients) as pool:
         for running in [pool.submit(client) for _ in range(clients)]:
             running.result()
     wall = time.perf_counter() - started
+    client_cpu = time.process_time() - client_cpu
+    server_cpu = None if server_cpu is None else server.cpu_seconds() - server_cpu
     return {
         "requests": requests_count,
         **latency_summary(latencies, wall, len(latencies) - len(errors)),
         "errors": len(errors),
         "lost": len(lost),
         "first_problems": (errors + lost)[:5],
+        "client_cpu_ms_a_request": round(1000 * client_cpu / requests_count, 3),
+        "server_cpu_ms_a_request": None if server_cpu is None else round(1000 * server_cpu / requests_count, 3),
     }
 
 
@@ -192,7 +212,7 @@ def service_runs(args, sentences: list[str], settings: EngineSettings, workdir: 
         for clients in args.clients:
             count = args.requests if clients > 1 else args.requests_alone
             batches_before = len(server.batch_lines())
-            run = load(server.url, sentences, count, clients, decoding(args))
+            run = load(server, sentences, count, clients, decoding(args))
             sizes = [int(line.split("batch: ")[1].split()[0]) for line in server.batch_lines()[batches_before:]]
             runs[f"service, {clients} clients"] = {
                 **run, "batches": len(sizes), "mean_batch_sentences": round(float(np.mean(sizes)), 2)
@@ -238,6 +258,12 @@ def raw_translate_batch(args, settings: EngineSettings) -> Callable[[list], obje
     return translate
 
 
+def in_calls_of(size: int, translate: Callable[[list], object]) -> Callable[[list], object]:
+    """`translate` given `size` sentences a call, in the order they come: as many as that many clients, each
+    waiting for its answer, can have in the service at once (the service's ceiling at that load)."""
+    return lambda sentences: [translate(sentences[start : start + size]) for start in range(0, len(sentences), size)]
+
+
 def offline(args, sentences: list[str], decoders: dict[str, Callable[[list], object]]) -> dict:
     """Each decoder warmed on 8 sentences (as the service warms up before it is ready), then timed on all of them,
     the decoders in turn `--repeats` times (A B A B ...), on the wall clock (as the service is timed) and in this
@@ -270,6 +296,8 @@ def thread_count_runs(args, sentences: list[str], threads: int, workdir: Path) -
     decoders = {"offline": offline_decoding(args, settings)}
     if args.compute_type:
         decoders["translate_batch"] = raw_translate_batch(args, settings)
+    for clients in [] if args.offline_only else [count for count in args.clients if count > 1]:
+        decoders[f"offline, {clients} a call"] = in_calls_of(clients, decoders["offline"])
     runs = offline(args, sentences, decoders)
     if not args.offline_only:
         runs |= service_runs(args, sentences, settings, workdir)
@@ -281,9 +309,18 @@ def thread_count_runs(args, sentences: list[str], threads: int, workdir: Path) -
         for position, under in enumerate(ceilings)
         for over in [*ceilings[position + 1 :], *(name for name in rate if name.startswith("service"))]
     }
+    for clients in args.clients:  # the service beside the most its clients can have decoded at once
+        if f"offline, {clients} a call" in rate and f"service, {clients} clients" in rate:
+            ratios[f"service, {clients} clients / offline, {clients} a call"] = round(
+                rate[f"service, {clients} clients"] / rate[f"offline, {clients} a call"], 3
+            )
     if len(ceilings) == 2:  # the engine's cost beside CTranslate2's own, on the clock the other jobs disturb least
         cpu_rate = [runs[name]["sentences_per_cpu_second"] for name in ("offline", "translate_batch")]
         ratios["offline / translate_batch, CPU time"] = round(cpu_rate[0] / cpu_rate[1], 3)
+    offline_cpu_ms = 1000 / runs["offline"]["sentences_per_cpu_second"]
+    for name, run in runs.items():  # what serving a sentence costs the server beyond decoding it
+        if name.startswith("service") and run.get("server_cpu_ms_a_request"):
+            ratios[f"{name}: server CPU a sentence / offline"] = round(run["server_cpu_ms_a_request"] / offline_cpu_ms, 3)
     return {"inter_threads": inter_threads, "intra_threads": intra_threads, "ratios": ratios, **runs}
 
 
