@@ -58,6 +58,20 @@ def servers(served_model_dir, tmp_path_factory):
             server.kill()
 
 
+def test_the_load_benchmark_counts_every_answer_and_the_cpu_of_each_side(servers):
+    """scripts/tools/benchmark_serving.py's load: every request answered once over keep-alive connections, and
+    the CPU time a request of its clients and of the server (read from /proc, as Linux gives it)."""
+    from benchmark_serving import in_calls_of, load
+
+    run = load(servers["quick"], ["Ein Hund.", "Zwei Katzen spielen."], 6, 2, {"num_beams": 2})
+    assert (run["requests"], run["errors"], run["lost"], run["first_problems"]) == (6, 0, 0, [])
+    assert run["client_cpu_ms_a_request"] > 0
+    assert run["server_cpu_ms_a_request"] > 0  # the server decoded: more than /proc's 10 ms ticks in all
+    calls = []
+    in_calls_of(2, calls.append)(list("abcde"))
+    assert calls == [["a", "b"], ["c", "d"], ["e"]]
+
+
 def test_requests_decode_with_the_checkpoints_choice_unless_they_choose(served_model_dir, tmp_path):
     checkpoint = Path(shutil.copytree(served_model_dir, tmp_path / "checkpoint"))
     set_decoding_defaults(checkpoint, 2, 1.0)
