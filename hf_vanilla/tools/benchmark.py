@@ -3,8 +3,8 @@
 The two models compute the same function (see `export.py`), so any difference in speed or memory is
 implementation. Runs are interleaved (ours, Marian, ours, Marian...) and summarised by their median, because the
 machine is shared and noisy; ratios are ours / Marian, above 1 meaning ours is faster (or uses more memory).
-On a CPU the engines (`hf_vanilla.engines`) decode beside ours too, each loaded on ours saved (converted where it
-converts), a row each named by `engine` and `compute_type`, its ratio ours / it. The weights are random and the
+On a CPU the engines (`hf_vanilla.engines`) decode beside ours too, each loaded before any timing on ours saved
+(converted where it converts), a row each named by `engine` and `compute_type`, its ratio ours / it. The weights are random and the
 output lengths forced: implementation speed; scripts/tools/benchmark_serving.py times a trained checkpoint.
 Every report names what its numbers depend on: the CPU (model, vector capability, native bf16 or not), threads,
 the GPU, the dtype and the library versions. dtype "auto" is bf16 where the hardware runs it natively, else fp32.
@@ -390,6 +390,8 @@ def run_benchmark(settings: BenchmarkSettings) -> dict:
     torch.manual_seed(settings.seed)
     config = benchmark_config(settings.size)
     ours = VanillaTransformerForConditionalGeneration(config)
+    # Loaded first, so that a setting the CPU cannot run (a compute type) is named before the minutes of timing.
+    engines = _loaded_engines(ours, settings) if device.type == "cpu" else {}
     models = {"ours": ours.to(device), "marian": to_marian(ours).to(device)}
     work = TrainingWork.of(config, training_batch(config, settings.target_tokens, settings.seed), device)
     results = {
@@ -432,8 +434,8 @@ def run_benchmark(settings: BenchmarkSettings) -> dict:
     results["generation"] = _generation_results(models, inputs, generation_cases, settings.new_tokens, runner)
     progress.close()
 
-    if settings.engines and device.type == "cpu":
-        results["engines"] = _benchmark_engines(ours.float(), inputs, settings, runner)
+    if engines:
+        results["engines"] = _benchmark_engines(ours.float(), engines, inputs, settings.new_tokens, runner)
     return results
 
 
@@ -522,38 +524,31 @@ def _generation_results(models, inputs, cases, new_tokens, runner: Runner) -> li
     return results
 
 
-def _benchmark_engines(ours, inputs, settings: BenchmarkSettings, runner: Runner) -> list[dict]:
-    """Cached generation of ours (float32) interleaved with each engine (`compared_engines`) loaded on ours
-    saved, on the same sentences with the same output lengths: for each shape, ours and a row each engine, named
-    by `engine` and `compute_type` as benchmark_serving's report names them, with ours / its rate."""
-    cases = []
-    with tempfile.TemporaryDirectory() as workdir:
-        model_dir = save_benchmark_model(ours, Path(workdir) / "model")
-        variants = compared_engines(
-            settings.engines,
-            settings.compute_types,
-            device="cpu",
-            ctranslate2_dir=Path(workdir) / "ctranslate2",
-            threads=torch.get_num_threads(),
-            inter_threads=1,  # one batch at a time, every thread on it, as ours decodes
-        )
-        engines = _loaded_engines(model_dir, variants)
-        model = runner.prepare(ours, "sdpa", False)
-        for batch_size, source in inputs.items():
-            for num_beams in (1, 4):
-                runs = {"ours": make_generation(model, source, num_beams, "cached", settings.new_tokens)}
-                for variant, engine in engines.items():
-                    runs[variant] = _engine_decoding(engine, source, num_beams, settings.new_tokens)
-                seconds = runner.timing.interleaved(runs)
-                work = batch_size * settings.new_tokens
-                ours_rates = _rates(work, seconds.pop("ours"))
-                rows = []
-                for variant, samples in seconds.items():
-                    rates = _rates(work, samples)
-                    ratio = ours_rates["per_second"] / rates["per_second"]
-                    rows.append({"engine": variant.engine, "compute_type": variant.precision, **rates, "ratio": ratio})
-                cases.append({"batch_size": batch_size, "num_beams": num_beams, "ours": ours_rates, "engines": rows})
-    return cases
+def _benchmark_engines(ours, engines: dict, inputs, new_tokens: int, runner: Runner) -> list[dict]:
+    """Each shape (batch size, beams) of cached generation by ours (float32), interleaved with each engine: the
+    same sentences, the same output lengths."""
+    model = runner.prepare(ours, "sdpa", False)
+    return [
+        _engine_case(model, engines, inputs[batch_size], num_beams, new_tokens, runner.timing)
+        for batch_size in inputs
+        for num_beams in (1, 4)
+    ]
+
+
+def _engine_case(model, engines: dict, source, num_beams: int, new_tokens: int, timing: Timing) -> dict:
+    """One shape: the rates of ours and a row each engine, named by `engine` and `compute_type` as
+    benchmark_serving's report names them, with ours / its rate."""
+    runs = {"ours": make_generation(model, source, num_beams, "cached", new_tokens)}
+    runs.update({variant: _engine_decoding(engine, source, num_beams, new_tokens) for variant, engine in engines.items()})
+    seconds = timing.interleaved(runs)
+    batch_size = len(source["input_ids"])
+    ours = _rates(batch_size * new_tokens, seconds.pop("ours"))
+    rows = []
+    for variant, samples in seconds.items():
+        rates = _rates(batch_size * new_tokens, samples)
+        ratio = ours["per_second"] / rates["per_second"]
+        rows.append({"engine": variant.engine, "compute_type": variant.precision, **rates, "ratio": ratio})
+    return {"batch_size": batch_size, "num_beams": num_beams, "ours": ours, "engines": rows}
 
 
 def save_benchmark_model(model, directory: Path) -> Path:
@@ -563,15 +558,28 @@ def save_benchmark_model(model, directory: Path) -> Path:
     return directory
 
 
-def _loaded_engines(model_dir: Path, variants: list[EngineSettings]) -> dict[EngineSettings, TranslationEngine]:
-    """Each engine of `variants` on the saved model (converted where the engine converts); one whose library is
-    not installed is left out."""
+def _loaded_engines(model, settings: BenchmarkSettings) -> dict[EngineSettings, TranslationEngine]:
+    """Each engine of `settings.engines` (`compared_engines`, on a CPU) loaded on `model` saved, converted where the
+    engine converts, with every thread on one batch at a time as ours decodes; one whose library is not installed
+    is left out."""
     engines = {}
-    for variant in variants:
-        try:
-            engines[variant] = load_engine(model_dir, variant)
-        except MissingExtra as missing:
-            logger.info("%s engine left out (%s)", variant.engine, missing)
+    if not settings.engines:
+        return engines
+    with tempfile.TemporaryDirectory() as workdir:  # what the engines load stays in memory
+        variants = compared_engines(
+            settings.engines,
+            settings.compute_types,
+            device="cpu",
+            ctranslate2_dir=Path(workdir) / "ctranslate2",
+            threads=torch.get_num_threads(),
+            inter_threads=1,
+        )
+        model_dir = save_benchmark_model(model, Path(workdir) / "model")
+        for variant in variants:
+            try:
+                engines[variant] = load_engine(model_dir, variant)
+            except MissingExtra as missing:
+                logger.info("%s engine left out (%s)", variant.engine, missing)
     return engines
 
 

@@ -161,6 +161,16 @@ def test_script_quick_mode_writes_json(tmp_path):
     assert "random weights" in warning and "scripts/tools/benchmark_serving.py CHECKPOINT" in warning
 
 
+def test_a_compute_type_the_cpu_lacks_is_one_line_before_any_timing():
+    ctranslate2 = pytest.importorskip("ctranslate2")
+    if "float16" in ctranslate2.get_supported_compute_types("cpu"):
+        pytest.skip("this CPU runs float16")
+    command = [sys.executable, "scripts/tools/benchmark.py", "--size", "tiny", "--quick", "--compute-type", "float16"]
+    run = subprocess.run(command, capture_output=True, text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert run.returncode != 0 and "Traceback" not in run.stderr and "benchmark tiny" not in run.stderr
+    assert run.stderr.splitlines()[-1].startswith("error: compute type float16 is not supported")
+
+
 # The speed paths of the model compute what the plain ones do.
 
 
