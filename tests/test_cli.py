@@ -27,7 +27,7 @@ OWN_FLAGS = {
     "run_tries.py": {"--dataset"},  # handed on to each try's train.py, one for every try
     "benchmark_data.py": {"--max-tokens"},  # the training config's max_tokens, several values to time
     # the runtime group's meanings, for what these benchmarks build and start themselves
-    "benchmark.py": {"--threads"},
+    "benchmark.py": {"--threads", "--engine", "--compute-type"},
     "benchmark_corpus_translation.py": {"--threads"},
     "benchmark_serving.py": {"--engine", "--compute-type", "--inter-threads"},
 }

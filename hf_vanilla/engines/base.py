@@ -153,6 +153,17 @@ def engine_names() -> tuple[str, ...]:
     return tuple(sorted(_REGISTRY, key=lambda name: name != TRANSFORMERS))
 
 
+def compared_engines(engines: Sequence[str], compute_types: Sequence[str], **settings) -> list[EngineSettings]:
+    """The settings of each of `engines` in turn, once for each of `compute_types` where the engine takes one (the
+    ctranslate2 engine), with `settings` besides: the runs of a comparison of engines, named by `engine` and
+    `precision`."""
+    return [
+        EngineSettings(engine, compute_type=compute_type, **settings)
+        for engine in engines
+        for compute_type in (("auto",) if engine == TRANSFORMERS else compute_types)
+    ]
+
+
 def engine_abilities() -> Mapping[str, frozenset[str]]:
     """Each registered engine's abilities, by name: what a caller can check before loading one."""
     return {name: registered.abilities for name, registered in _REGISTRY.items()}

@@ -3,6 +3,9 @@
 The two models compute the same function (see `export.py`), so any difference in speed or memory is
 implementation. Runs are interleaved (ours, Marian, ours, Marian...) and summarised by their median, because the
 machine is shared and noisy; ratios are ours / Marian, above 1 meaning ours is faster (or uses more memory).
+On a CPU the engines (`hf_vanilla.engines`) decode beside ours too, each loaded before any timing on ours saved
+(converted where it converts), a row each named by `engine` and `compute_type`, its ratio ours / it. The weights are random and the
+output lengths forced: implementation speed; scripts/tools/benchmark_serving.py times a trained checkpoint.
 Every report names what its numbers depend on: the CPU (model, vector capability, native bf16 or not), threads,
 the GPU, the dtype and the library versions. dtype "auto" is bf16 where the hardware runs it natively, else fp32.
 """
@@ -17,7 +20,7 @@ import statistics
 import tempfile
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -27,13 +30,14 @@ from tokenizers import Tokenizer, models
 from tqdm.auto import tqdm
 from transformers import CompileConfig, PreTrainedTokenizerFast
 
-from hf_vanilla.engines.ctranslate2_engine import save_ctranslate2_model
-from hf_vanilla.extras import MissingExtra, require
+from hf_vanilla.engines import EngineSettings, TranslationEngine, compared_engines, engine_names, load_engine
+from hf_vanilla.extras import MissingExtra
 from hf_vanilla.files import write_json
 from hf_vanilla.model.attention_kernels import AUTO_ATTENTION
 from hf_vanilla.model.configuration_vanilla import SIZE_FIELDS, VanillaTransformerConfig
 from hf_vanilla.model.modeling_vanilla import VanillaTransformerForConditionalGeneration
 from hf_vanilla.precision import CLOCKS, cpu_description, matmul_peak_flops, resolve_precision, synchronize
+from hf_vanilla.translation import DecodingOptions
 
 from .export import to_marian
 
@@ -45,6 +49,10 @@ SENTENCE_LENGTHS = (17, 21)
 SOURCE_LENGTH = 20
 
 logger = logging.getLogger(__name__)
+RANDOM_MODELS_WARNING = (
+    "these models have random weights and forced output lengths: implementation speed only; for decoding speed "
+    "on a trained checkpoint run scripts/tools/benchmark_serving.py CHECKPOINT"
+)
 
 
 def benchmark_config(size: str, **overrides) -> VanillaTransformerConfig:
@@ -319,42 +327,13 @@ def synthetic_tokenizer(vocab_size: int) -> PreTrainedTokenizerFast:
     )
 
 
-def _ctranslate2_runs(model, shapes, new_tokens: int, workdir: Path, quantizations) -> dict:
-    """CTranslate2 translators of the converted model, one generation run per (shape, quantization)."""
-    ctranslate2 = require("ctranslate2", extra="ct2")
-
-    tokenizer = synthetic_tokenizer(model.config.vocab_size)
-    runs = {}
-    for quantization in quantizations:
-        path = workdir / f"ct2-{quantization}"
-        path.mkdir()
-        save_ctranslate2_model(model, tokenizer, path, quantization)
-        translator = ctranslate2.Translator(str(path), device="cpu", intra_threads=torch.get_num_threads())
-        for batch_size, num_beams, inputs in shapes:
-            sources = [
-                tokenizer.convert_ids_to_tokens(ids[mask.bool()])
-                for ids, mask in zip(inputs["input_ids"], inputs["attention_mask"], strict=True)
-            ]
-
-            def translate(translator=translator, sources=sources, num_beams=num_beams) -> None:
-                translator.translate_batch(
-                    sources,
-                    beam_size=num_beams,
-                    min_decoding_length=new_tokens,
-                    max_decoding_length=new_tokens,
-                    max_batch_size=len(sources),
-                )
-
-            runs[(batch_size, num_beams, quantization)] = translate
-    return runs
-
-
 @dataclass(frozen=True)
 class BenchmarkSettings:
     """What `run_benchmark` measures, and how (scripts/tools/benchmark.py's flags).
 
     `dtypes` may name "auto" (see `resolve_dtypes`). `compile_model` compiles our model (torch.compile) and leaves
-    Marian eager. CTranslate2 runs on CPU runs when it is installed and `ctranslate2_quantizations` is not empty.
+    Marian eager. On a CPU, each of `engines` (in each of `compute_types` where it takes one) decodes beside ours;
+    an engine whose library is not installed is left out.
     `clock`: see `interleaved_seconds` ("wall" only on a GPU).
     """
 
@@ -366,7 +345,8 @@ class BenchmarkSettings:
     generation_caches: tuple[str, ...] = ("cached", "uncached")
     dtypes: tuple[str, ...] = ("auto",)
     attn_implementations: tuple[str, ...] = ("eager", "sdpa")
-    ctranslate2_quantizations: tuple[str, ...] = ("int8", "float32")
+    engines: tuple[str, ...] = field(default_factory=engine_names)
+    compute_types: tuple[str, ...] = ("int8", "float32")
     compile_model: bool = False
     peak_seconds: float = 0.5
     clock: str = "wall"
@@ -402,6 +382,7 @@ class Runner:
 
 def run_benchmark(settings: BenchmarkSettings) -> dict:
     """Training and generation speed, MFU and peak memory of ours and Marian; see the module docstring."""
+    logger.warning(RANDOM_MODELS_WARNING)
     device = torch.device(settings.device)
     if device.type != "cpu" and settings.clock != "wall":
         raise ValueError(f"clock {settings.clock!r} does not see work queued on {device}; use the wall clock")
@@ -409,6 +390,8 @@ def run_benchmark(settings: BenchmarkSettings) -> dict:
     torch.manual_seed(settings.seed)
     config = benchmark_config(settings.size)
     ours = VanillaTransformerForConditionalGeneration(config)
+    # Loaded first, so that a setting the CPU cannot run (a compute type) is named before the minutes of timing.
+    engines = _loaded_engines(ours, settings) if device.type == "cpu" else {}
     models = {"ours": ours.to(device), "marian": to_marian(ours).to(device)}
     work = TrainingWork.of(config, training_batch(config, settings.target_tokens, settings.seed), device)
     results = {
@@ -425,7 +408,7 @@ def run_benchmark(settings: BenchmarkSettings) -> dict:
         },
         "training": [],
         "generation": [],
-        "ctranslate2": [],
+        "engines": [],
     }
     training_cases = [(dtype, attn) for dtype in dtypes for attn in settings.attn_implementations]
     generation_cases = [
@@ -451,10 +434,8 @@ def run_benchmark(settings: BenchmarkSettings) -> dict:
     results["generation"] = _generation_results(models, inputs, generation_cases, settings.new_tokens, runner)
     progress.close()
 
-    if settings.ctranslate2_quantizations and device.type == "cpu" and _has_ctranslate2():
-        results["ctranslate2"] = _benchmark_ctranslate2(
-            ours.float(), inputs, settings.new_tokens, settings.ctranslate2_quantizations, runner
-        )
+    if engines:
+        results["engines"] = _benchmark_engines(ours.float(), engines, inputs, settings.new_tokens, runner)
     return results
 
 
@@ -472,6 +453,8 @@ def _settings_record(
         "threads": torch.get_num_threads(),
         "device": str(device),
         "dtypes": list(dtypes),
+        "engines": list(settings.engines),
+        "compute_types": list(settings.compute_types),
         "memory": "CUDA max_memory_allocated" if device.type == "cuda" else "resident set (RSS)",
         "training_flops": work.flops,
     }
@@ -541,33 +524,79 @@ def _generation_results(models, inputs, cases, new_tokens, runner: Runner) -> li
     return results
 
 
-def _benchmark_ctranslate2(ours, inputs, new_tokens, quantizations, runner: Runner) -> list[dict]:
-    """Cached generation of CTranslate2 (each quantization) interleaved with ours (float32), same inputs."""
-    cases = []
-    with tempfile.TemporaryDirectory() as workdir:
-        shapes = [
-            (batch_size, num_beams, inputs[batch_size]) for batch_size in inputs for num_beams in (1, 4)
-        ]
-        translators = _ctranslate2_runs(ours, shapes, new_tokens, Path(workdir), quantizations)
-        model = runner.prepare(ours, "sdpa", False)
-        for batch_size, num_beams, source in shapes:
-            runs = {"ours": make_generation(model, source, num_beams, "cached", new_tokens)}
-            runs.update({q: translators[(batch_size, num_beams, q)] for q in quantizations})
-            seconds = runner.timing.interleaved(runs)
-            case = {"batch_size": batch_size, "num_beams": num_beams}
-            for name, samples in seconds.items():
-                case[name] = _rates(batch_size * new_tokens, samples)
-            cases.append(case)
-    return cases
+def _benchmark_engines(ours, engines: dict, inputs, new_tokens: int, runner: Runner) -> list[dict]:
+    """Each shape (batch size, beams) of cached generation by ours (float32), interleaved with each engine: the
+    same sentences, the same output lengths."""
+    model = runner.prepare(ours, "sdpa", False)
+    return [
+        _engine_case(model, engines, inputs[batch_size], num_beams, new_tokens, runner.timing)
+        for batch_size in inputs
+        for num_beams in (1, 4)
+    ]
 
 
-def _has_ctranslate2() -> bool:
-    try:
-        require("ctranslate2", extra="ct2")
-    except MissingExtra as missing:
-        logger.info("CTranslate2 left out (%s)", missing)
-        return False
-    return True
+def _engine_case(model, engines: dict, source, num_beams: int, new_tokens: int, timing: Timing) -> dict:
+    """One shape: the rates of ours and a row each engine, named by `engine` and `compute_type` as
+    benchmark_serving's report names them, with ours / its rate."""
+    runs = {"ours": make_generation(model, source, num_beams, "cached", new_tokens)}
+    runs.update({variant: _engine_decoding(engine, source, num_beams, new_tokens) for variant, engine in engines.items()})
+    seconds = timing.interleaved(runs)
+    batch_size = len(source["input_ids"])
+    ours = _rates(batch_size * new_tokens, seconds.pop("ours"))
+    rows = []
+    for variant, samples in seconds.items():
+        rates = _rates(batch_size * new_tokens, samples)
+        ratio = ours["per_second"] / rates["per_second"]
+        rows.append({"engine": variant.engine, "compute_type": variant.precision, **rates, "ratio": ratio})
+    return {"batch_size": batch_size, "num_beams": num_beams, "ours": ours, "engines": rows}
+
+
+def save_benchmark_model(model, directory: Path) -> Path:
+    """`model` saved with `synthetic_tokenizer`: a model directory every engine loads."""
+    model.save_pretrained(directory)
+    synthetic_tokenizer(model.config.vocab_size).save_pretrained(directory)
+    return directory
+
+
+def _loaded_engines(model, settings: BenchmarkSettings) -> dict[EngineSettings, TranslationEngine]:
+    """Each engine of `settings.engines` (`compared_engines`, on a CPU) loaded on `model` saved, converted where the
+    engine converts, with every thread on one batch at a time as ours decodes; one whose library is not installed
+    is left out."""
+    engines = {}
+    if not settings.engines:
+        return engines
+    with tempfile.TemporaryDirectory() as workdir:  # what the engines load stays in memory
+        variants = compared_engines(
+            settings.engines,
+            settings.compute_types,
+            device="cpu",
+            ctranslate2_dir=Path(workdir) / "ctranslate2",
+            threads=torch.get_num_threads(),
+            inter_threads=1,
+        )
+        model_dir = save_benchmark_model(model, Path(workdir) / "model")
+        for variant in variants:
+            try:
+                engines[variant] = load_engine(model_dir, variant)
+            except MissingExtra as missing:
+                logger.info("%s engine left out (%s)", variant.engine, missing)
+    return engines
+
+
+def _engine_decoding(
+    engine: TranslationEngine, inputs: dict[str, torch.Tensor], num_beams: int, new_tokens: int
+) -> Callable[[], None]:
+    """The engine's decoding of `inputs`' sentences as one batch, exactly `new_tokens` tokens each."""
+    batch = [
+        ids[mask.bool()].tolist() for ids, mask in zip(inputs["input_ids"], inputs["attention_mask"], strict=True)
+    ]
+    options = DecodingOptions(
+        num_beams=num_beams,
+        max_new_tokens=new_tokens,
+        max_tokens=len(batch) * max(map(len, batch)),
+        show_progress=False,
+    ).replace(min_new_tokens=new_tokens)
+    return functools.partial(engine.translate_encoded, batch, options)
 
 
 def environment(device: str | torch.device = "cpu") -> dict:
@@ -604,7 +633,7 @@ def describe_environment(described: dict) -> str:
 
 
 def format_table(results: dict) -> str:
-    """The results as aligned text: rates of ours and Marian (or CTranslate2) and their ratio."""
+    """The results as aligned text: rates of ours and Marian (or of each engine) and their ratio."""
     lines = [
         describe_environment(results["environment"]),
         f"size {results['size']}: parameters ours {results['parameters']['ours']:,}, "
@@ -635,16 +664,16 @@ def format_table(results: dict) -> str:
             f"{name:34} {ours['per_second']:9.1f} {marian['per_second']:9.1f} {case['ratio']:6.2f} "
             f"{_mib(ours['peak_memory_bytes']):>9} {_mib(marian['peak_memory_bytes']):>9}"
         )
-    for case in results["ctranslate2"]:
-        name = f"CTranslate2 batch {case['batch_size']} {'greedy' if case['num_beams'] == 1 else 'beam 4'}"
-        others = [key for key in case if key not in ("batch_size", "num_beams", "ours")]
-        lines.append(
-            f"{name:34} ours {case['ours']['per_second']:.1f} tok/s; "
-            + "; ".join(
-                f"{q} {case[q]['per_second']:.1f} ({case['ours']['per_second'] / case[q]['per_second']:.2f}x)"
-                for q in others
+    lines.append(
+        f"{'engines (new tok/s)':22} {'engine':>12} {'compute_type':>12} {'ours':>9} {'engine':>9} {'ratio':>6}"
+    )
+    for case in results["engines"]:
+        shape = f"batch {case['batch_size']} {'greedy' if case['num_beams'] == 1 else 'beam 4'}"
+        for row in case["engines"]:
+            lines.append(
+                f"{shape:22} {row['engine']:>12} {row['compute_type']:>12} {case['ours']['per_second']:9.1f} "
+                f"{row['per_second']:9.1f} {row['ratio']:6.2f}"
             )
-        )
     return "\n".join(lines)
 
 
@@ -671,6 +700,7 @@ __all__ = [
     "peak_memory",
     "resolve_dtypes",
     "run_benchmark",
+    "save_benchmark_model",
     "save_results",
     "synchronize",
     "synthetic_tokenizer",

@@ -1,4 +1,7 @@
-"""Benchmark our model against a MarianMTModel of identical shape: training, generation, CTranslate2, memory."""
+"""Benchmark our model against a MarianMTModel of identical shape: training, generation, the engines, memory.
+
+Random weights and forced output lengths: implementation speed. For decoding speed on a trained checkpoint, run
+scripts/tools/benchmark_serving.py CHECKPOINT."""
 
 import sys
 
@@ -12,6 +15,7 @@ from hf_vanilla.cli import (
     configure_logging,
     exits_on_missing_extra,
 )
+from hf_vanilla.engines import COMPUTE_TYPES, engine_names
 from hf_vanilla.precision import resolve_device
 from hf_vanilla.tools.benchmark import (
     GENERATION_CACHES,
@@ -56,8 +60,18 @@ def build_parser() -> ArgumentParser:
         "static-compiled (compiled on a CPU too, both models)",
     )
     parser.add_argument(
-        "--ctranslate2", nargs="*", default=["int8", "float32"],
-        help="CTranslate2 quantizations to compare with, on a CPU; the flag with no values skips CTranslate2"
+        "--engine",
+        nargs="+",
+        choices=engine_names(),
+        default=list(engine_names()),
+        help="engines that decode beside ours on a CPU, each loaded on ours saved; transformers alone: no CTranslate2",
+    )
+    parser.add_argument(
+        "--compute-type",
+        nargs="+",
+        choices=COMPUTE_TYPES,
+        default=list(BenchmarkSettings.compute_types),
+        help="the ctranslate2 engine's weights_activations, a row each",
     )
     parser.add_argument("--compile", action="store_true", help="torch.compile our model (Marian stays eager)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
@@ -88,7 +102,8 @@ def main() -> None:
         "attn_implementations": tuple(args.attn),
         "generation_batch_sizes": tuple(args.generation_batch_sizes),
         "generation_caches": tuple(args.generation_cache),
-        "ctranslate2_quantizations": tuple(args.ctranslate2),
+        "engines": tuple(args.engine),
+        "compute_types": tuple(args.compute_type),
         "compile_model": args.compile,
         "clock": args.clock,
         "device": args.device,

@@ -69,7 +69,7 @@ def decoding(args) -> dict:
     return args.decoding.generate_kwargs()
 
 
-def engine_settings(args, threads: int, workdir: Path) -> EngineSettings:
+def engine_settings(args, threads: int | None = None, workdir: Path | None = None) -> EngineSettings:
     return EngineSettings(
         args.engine, "cpu", compute_type=args.compute_type or "auto", ctranslate2_dir=workdir, threads=threads,
         inter_threads=args.inter_threads,
@@ -356,7 +356,9 @@ def main() -> None:
         "cores": os.cpu_count(),
         "load_average_before_and_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
         "model_validation_bleu": bleu,
-        "engine": ":".join(filter(None, (args.engine, args.compute_type))),
+        # As scripts/tools/benchmark.py names its engine rows.
+        "engine": args.engine,
+        "compute_type": engine_settings(args).precision,
         "decoding": args.decoding.report(),
         "dataset": f"{data.dataset} {args.split} ({args.source_lang}), {len(sentences)} sentences",
         "scaling": scaling(args, by_threads),

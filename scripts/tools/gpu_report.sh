@@ -120,7 +120,7 @@ else
     size_flags=(--max-steps null --log-interval 10) small_batch=() wmt_batch=25000 peak_seconds=0.5
     benchmark=(scripts/tools/benchmark.py --device cuda --size base --repeats 3 --generation-batch-sizes 64 1)
 fi
-benchmark+=(--attn sdpa --ctranslate2)  # one training case beside the decoding ones; CTranslate2 is for CPUs
+benchmark+=(--attn sdpa --engine transformers)  # one training case beside the decoding ones; CTranslate2 is for CPUs
 
 # train_part NAME CONFIG SECONDS FLAGS...: train.py with CONFIG for SECONDS (its --max-minutes, start-up included)
 # and FLAGS, in a new run directory. Only the final save is written, then deleted: the report keeps the log.

@@ -44,7 +44,7 @@ def results():
         generation_batch_sizes=(2, 1),
         dtypes=DTYPES,
         generation_caches=("cached", "uncached", "static"),
-        ctranslate2_quantizations=("int8",),
+        compute_types=("int8", "float32"),
         peak_seconds=0.02,
     )
     return run_benchmark(settings)
@@ -99,15 +99,17 @@ def test_auto_is_float32_on_a_cpu_without_native_bf16():
     assert "AVX2, no native bf16" in output[1]
 
 
-def test_ctranslate2_cases_when_installed(results):
+def test_each_engine_decodes_every_shape_beside_ours_in_each_compute_type_it_takes(results):
     pytest.importorskip("ctranslate2")
-    assert {(c["batch_size"], c["num_beams"]) for c in results["ctranslate2"]} == {
-        (2, 1),
-        (2, 4),
-        (1, 1),
-        (1, 4),
-    }
-    assert all(case["int8"]["per_second"] > 0 for case in results["ctranslate2"])
+    assert [(case["batch_size"], case["num_beams"]) for case in results["engines"]] == [(2, 1), (2, 4), (1, 1), (1, 4)]
+    expected = [("transformers", "float32"), ("ctranslate2", "int8"), ("ctranslate2", "float32")]
+    for case in results["engines"]:
+        assert [(row["engine"], row["compute_type"]) for row in case["engines"]] == expected
+        for row in case["engines"]:
+            assert row["per_second"] > 0
+            assert row["ratio"] == pytest.approx(case["ours"]["per_second"] / row["per_second"])
+    table = format_table(results)
+    assert "batch 1 beam 4" in table and " ctranslate2 " in table and " int8 " in table
 
 
 def test_table_and_json(results, tmp_path):
@@ -147,14 +149,26 @@ def test_peak_memory_sees_a_temporary_tensor():
 def test_script_quick_mode_writes_json(tmp_path):
     output = tmp_path / "bench.json"
     command = [sys.executable, "scripts/tools/benchmark.py", "--size", "tiny", "--quick", "--dtype", "float32"]
-    command += ["--attn", "sdpa", "--generation-batch-sizes", "1", "--ctranslate2", "--output", str(output)]
+    command += ["--attn", "sdpa", "--generation-batch-sizes", "1", "--engine", "transformers", "--output", str(output)]
     command += ["--clock", "cpu", "--threads", "1"]
     this_checkout = {**os.environ, "PYTHONPATH": str(REPO)}  # not an installed copy elsewhere
-    subprocess.run(command, check=True, capture_output=True, text=True, cwd=REPO, env=this_checkout)
+    run = subprocess.run(command, check=True, capture_output=True, text=True, cwd=REPO, env=this_checkout)
     results = json.loads(output.read_text())
     assert (results["settings"]["clock"], results["settings"]["threads"]) == ("cpu", 1)
     assert [case["dtype"] for case in results["training"]] == ["float32"]
-    assert results["ctranslate2"] == []
+    assert {row["engine"] for case in results["engines"] for row in case["engines"]} == {"transformers"}
+    [warning] = [line for line in run.stderr.splitlines() if " WARNING " in line]
+    assert "random weights" in warning and "scripts/tools/benchmark_serving.py CHECKPOINT" in warning
+
+
+def test_a_compute_type_the_cpu_lacks_is_one_line_before_any_timing():
+    ctranslate2 = pytest.importorskip("ctranslate2")
+    if "float16" in ctranslate2.get_supported_compute_types("cpu"):
+        pytest.skip("this CPU runs float16")
+    command = [sys.executable, "scripts/tools/benchmark.py", "--size", "tiny", "--quick", "--compute-type", "float16"]
+    run = subprocess.run(command, capture_output=True, text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert run.returncode != 0 and "Traceback" not in run.stderr and "benchmark tiny" not in run.stderr
+    assert run.stderr.splitlines()[-1].startswith("error: compute type float16 is not supported")
 
 
 # The speed paths of the model compute what the plain ones do.
