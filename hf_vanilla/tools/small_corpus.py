@@ -59,7 +59,8 @@ MARIAN_TRAINING = {"per_device_train_batch_size": 128, "learning_rate": 1e-3, "w
 
 @dataclass(frozen=True)
 class Sweep:
-    """What to run: Multi30k's folder (Hub translation layout), where runs go, and the sizes, pairs and minutes."""
+    """What to run: Multi30k's folder (Hub translation layout), where runs go, and the sizes, pairs, minutes and
+    recipes."""
 
     multi30k: Path
     work_dir: Path
@@ -67,6 +68,7 @@ class Sweep:
     sizes: tuple[int, ...] = SIZES
     language_pairs: tuple[str, ...] = LANGUAGE_PAIRS
     seed: int = 1
+    recipes: tuple[str, ...] = RECIPES
 
 
 def run_sweep(sweep: Sweep, output: Path) -> dict:
@@ -88,7 +90,7 @@ def run_sweep(sweep: Sweep, output: Path) -> dict:
         for language_pair in sweep.language_pairs:
             source, target = language_pair.split("-")
             test_pairs = load_translation_split(str(data), source, target, TEST_SPLIT)
-            for recipe in RECIPES:
+            for recipe in sweep.recipes:
                 run_dir = sweep.work_dir / f"{language_pair}-{size}-{recipe.replace(' ', '-')}"
                 started = time.monotonic()
                 model_dir, facts = _train(recipe, sweep, data, source, target, run_dir)
@@ -129,6 +131,11 @@ def _train(recipe: str, sweep: Sweep, data: Path, source: str, target: str, run_
     """Train `recipe` into `run_dir`: (the model directory to score, facts of the run for the report)."""
     size_table_bpe = sweep.work_dir / f"bpe-{data.name}-{source}-{target}-size-table"
     if recipe == "marian":
+        if not size_table_bpe.is_dir():
+            raise ValueError(
+                f"the MarianMT baseline trains on the size table run's BPE, and {size_table_bpe} is not there yet: "
+                "run the size table recipe first (--recipes 'size table' marian)"
+            )
         return train_marian(size_table_bpe, data, (source, target), sweep.minutes, run_dir)
     keys = {key: AUTO for key in RECIPE_KEYS} if recipe == "size table" else FIXED_RECIPE
     tokenizer = size_table_bpe if recipe == "size table" else sweep.work_dir / f"bpe-{data.name}-{source}-{target}-5k"

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from hf_vanilla.cli import ArgumentParser, add_logging_argument, configure_logging
-from hf_vanilla.tools.small_corpus import LANGUAGE_PAIRS, SIZES, Sweep, run_sweep
+from hf_vanilla.tools.small_corpus import LANGUAGE_PAIRS, RECIPES, SIZES, Sweep, run_sweep
 from hf_vanilla.training.settings import TrainingError
 
 
@@ -25,6 +25,9 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES), help="training pairs of each subset")
     parser.add_argument("--pairs", nargs="+", default=list(LANGUAGE_PAIRS), help="language pairs, as de-en")
     parser.add_argument("--seed", type=int, default=1, help="seed of the subsets and the runs")
+    parser.add_argument(
+        "--recipes", nargs="+", choices=RECIPES, default=list(RECIPES), help="the recipes trained, in this order"
+    )
     parser.add_argument("--work-dir", default="outputs/small-corpus", help="where the subsets and runs go")
     parser.add_argument("--output", default="docs/benchmarks/small-corpus-1thread.json", help="the JSON report")
     add_logging_argument(parser)
@@ -35,7 +38,15 @@ def main() -> None:
     malformed = [pair for pair in args.pairs if len(pair.split("-")) != 2]
     if malformed:
         sys.exit(f"error: --pairs takes SOURCE-TARGET language codes such as de-en, got {' '.join(malformed)}")
-    sweep = Sweep(Path(args.multi30k), Path(args.work_dir), args.minutes, tuple(args.sizes), tuple(args.pairs), args.seed)
+    sweep = Sweep(
+        Path(args.multi30k),
+        Path(args.work_dir),
+        args.minutes,
+        tuple(args.sizes),
+        tuple(args.pairs),
+        args.seed,
+        tuple(args.recipes),
+    )
     try:
         run_sweep(sweep, Path(args.output))
     except (TrainingError, ValueError) as err:

@@ -3,8 +3,9 @@
 import json
 
 import pytest
+import torch
 
-from hf_vanilla.tools.small_corpus import seeded_subset
+from hf_vanilla.tools.small_corpus import Sweep, run_sweep, seeded_subset
 
 
 @pytest.fixture
@@ -31,3 +32,14 @@ def test_a_subset_is_the_same_seeded_pairs_every_time_beside_the_whole_evaluatio
 def test_a_subset_larger_than_the_corpus_is_refused_in_one_line(corpus, tmp_path):
     with pytest.raises(ValueError, match="holds 50 training pairs, fewer than 100"):
         seeded_subset(corpus, 100, seed=1, folder=tmp_path / "subset")
+
+
+def test_the_marian_baseline_alone_is_refused_in_one_line_before_anything_trains(corpus, tmp_path):
+    threads = torch.get_num_threads()  # the sweep runs on one thread; the tests after this one keep theirs
+    sweep = Sweep(corpus, tmp_path / "work", minutes=0.1, sizes=(20,), language_pairs=("de-en",), recipes=("marian",))
+    try:
+        with pytest.raises(ValueError, match=r"run the size table recipe first \(--recipes 'size table' marian\)"):
+            run_sweep(sweep, tmp_path / "report.json")
+    finally:
+        torch.set_num_threads(threads)
+    assert not (tmp_path / "work" / "de-en-20-marian").exists()
