@@ -12,9 +12,11 @@ that fails is decoded again a sentence at a time so that only the sentences at f
 anyway, `failure` says why and `on_failure` is called (the service then exits, for a supervisor to restart it).
 
 The event loop hands sentences in (`Batcher.submit`) and awaits its request's answer; a worker takes a batch
-when one fills the token budget or when its oldest sentence has waited `max_wait_ms` since it arrived or since a
-worker was last busy, whichever is later: the clients just answered send their next sentences in that time, and
-make the next batch full instead of the one after. A batch is cut as evaluation
+when one fills the token budget, when as many sentences have come as the last batches answered (the clients
+just answered send their next sentences at once: the batch waits for them, and no longer), or at the latest when
+its oldest sentence has waited `max_wait_ms` since it arrived or since a worker was last busy, whichever is later:
+the next batch goes full instead of the one after, and a worker waits no longer than its clients take to come
+back. A batch is cut as evaluation
 cuts them (sorted by length, sentences * longest source within `max_tokens`), and the one holding the oldest
 sentence goes first, so no sentence waits behind an endless stream of shorter ones. Work on one sentence that
 is no translation (the attention behind one, `submit_job`) goes between two batches, ahead of any batch whose
@@ -168,6 +170,8 @@ class Batcher:
         self._jobs: deque[_Job] = deque()
         self._queued = 0
         self._free_since = 0.0  # time.monotonic() when a worker last finished a batch
+        self._awaited = 0  # sentences answered whose clients have not sent as many since
+        self._all_back = False  # as many sentences came as were answered: the waiting batch goes now
         self._stopping = False
         self._condition = threading.Condition()
         self._workers = [threading.Thread(target=self._run, name="translation-worker", daemon=True)]
@@ -198,6 +202,9 @@ class Batcher:
                 group = self._pending.setdefault(options, [])
                 group += [_Sentence(ids, index, request, now) for index, ids in encoded.items()]
                 self._queued += len(encoded)
+                if self._awaited:
+                    self._awaited = max(0, self._awaited - len(encoded))
+                    self._all_back = self._awaited == 0
                 self._condition.notify()
         for index in set(range(len(texts))) - set(encoded):
             request.deliver(index, None)  # a blank text: translated to "" without decoding
@@ -323,14 +330,16 @@ class Batcher:
                     taken = {id(sentence) for sentence in batch}
                     self._keep(options, [sentence for sentence in group if id(sentence) not in taken])
                     self._queued -= len(batch)
+                    self._all_back = False
                     return options, batch
                 if self._stopping and not self._queued:
                     return None
                 self._condition.wait(timeout=self._seconds_to_next_due())
 
     def _is_due(self, group: list[_Sentence]) -> bool:
-        """Stopping, waited long enough, or more than one batch's worth waiting."""
-        if self._stopping or time.monotonic() >= self._due_at(group):
+        """Stopping, the clients just answered all back, waited long enough, or more than one batch's worth
+        waiting."""
+        if self._stopping or self._all_back or time.monotonic() >= self._due_at(group):
             return True
         return len(group) * max(sentence.tokens for sentence in group) > self.settings.max_tokens
 
@@ -374,6 +383,7 @@ class Batcher:
             self.stats.batches += 1
             self.stats.sentences += len(batch)
             self.stats.largest_batch = max(self.stats.largest_batch, len(batch))
+            self._awaited += len(batch)
         # Counted before the answers go out, so that a client who has its answer sees its batch in /stats.
         for sentence, output in zip(batch, outputs, strict=True):
             if output is not None:

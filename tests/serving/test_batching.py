@@ -239,3 +239,29 @@ def test_an_engine_of_two_replicas_gets_two_workers_and_every_request_its_answer
         batcher.stop()
     assert answers == [[text.upper() for text in request] for request in texts]
     assert len(engine.threads) == 2 and batcher.queued == 0
+
+
+def test_a_batch_goes_once_the_clients_just_answered_are_back_not_after_the_whole_wait():
+    """Closed-loop clients (each sends its next sentence when answered): after the first batch, which waits
+    `max_wait_ms` for company, every batch holds all of them and goes as soon as the last one is back."""
+    engine = EchoEngine()
+    wait_ms, clients, rounds = 1000, 4, 3
+    batcher = Batcher(lambda: engine, OPTIONS, BatchingSettings(max_tokens=1000, max_wait_ms=wait_ms))
+    batcher.start()
+    batcher.wait_until_loaded()
+
+    async def client(number: int) -> list[list[str]]:
+        return [await batcher.submit([f"c{number} r{round_}"], OPTIONS).future for round_ in range(rounds)]
+
+    async def all_clients():
+        return await asyncio.gather(*(client(number) for number in range(clients)))
+
+    started = time.monotonic()
+    try:
+        answers = asyncio.run(all_clients())
+    finally:
+        batcher.stop()
+    assert answers == [[[f"C{number} R{round_}"] for round_ in range(rounds)] for number in range(clients)]
+    assert [len(batch) for batch in engine.batches[-rounds:]] == [clients] * rounds
+    # The rule of max_wait_ms alone would take `rounds` waits; the first wait is the only one.
+    assert time.monotonic() - started < (rounds - 1) * wait_ms / 1000
