@@ -241,10 +241,12 @@ def test_an_engine_of_two_replicas_gets_two_workers_and_every_request_its_answer
     assert len(engine.threads) == 2 and batcher.queued == 0
 
 
-def test_a_batch_goes_once_the_clients_just_answered_are_back_not_after_the_whole_wait():
+@pytest.mark.parametrize("engine_class", [EchoEngine, TwoBatchEngine])
+def test_a_batch_goes_once_the_clients_just_answered_are_back_not_after_the_whole_wait(engine_class):
     """Closed-loop clients (each sends its next sentence when answered): after the first batch, which waits
-    `max_wait_ms` for company, every batch holds all of them and goes as soon as the last one is back."""
-    engine = EchoEngine()
+    `max_wait_ms` for company, every batch holds all of them and goes as soon as the last one is back, with one
+    worker or two."""
+    engine = engine_class()
     wait_ms, clients, rounds = 1000, 4, 3
     batcher = Batcher(lambda: engine, OPTIONS, BatchingSettings(max_tokens=1000, max_wait_ms=wait_ms))
     batcher.start()
