@@ -59,7 +59,13 @@ def build_parser() -> ArgumentParser:
         "--max-wait-ms",
         type=float,
         default=BATCHING.max_wait_ms,
-        help="how long the oldest waiting sentence waits for others before its batch goes",
+        help="how long the oldest waiting sentence waits for others at the latest before its batch goes",
+    )
+    batching.add_argument(
+        "--fixed-wait",
+        action="store_true",
+        help="every batch waits the whole --max-wait-ms (default: it goes once the clients just answered have sent "
+        "again)",
     )
     batching.add_argument(
         "--max-queued-sentences",
@@ -88,7 +94,7 @@ def main() -> None:
         app = create_app(
             args.model,
             engine,
-            BatchingSettings(args.max_tokens, args.max_wait_ms, args.max_queued_sentences),
+            BatchingSettings(args.max_tokens, args.max_wait_ms, args.max_queued_sentences, args.fixed_wait),
             RequestLimits(
                 **{
                     field.name: getattr(args, f"request_{field.name}")

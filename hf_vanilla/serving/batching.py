@@ -12,10 +12,11 @@ that fails is decoded again a sentence at a time so that only the sentences at f
 anyway, `failure` says why and `on_failure` is called (the service then exits, for a supervisor to restart it).
 
 The event loop hands sentences in (`Batcher.submit`) and awaits its request's answer; a worker takes a batch
-when one fills the token budget, when as many sentences have come since its last batch was answered as that
-batch held (the clients just answered send their next sentences at once: the worker waits for them, and no
-longer), or at the latest when its oldest sentence has waited `max_wait_ms` since it arrived or since a worker was
-last busy, whichever is later: the next batch goes full instead of the one after. A batch is cut as evaluation
+when one fills the token budget, when it holds at least as many sentences as are still to come back from the
+clients answered so far (those send their next sentences at once: a worker waits for them only while they would
+more than double its batch, and otherwise keeps decoding while they come; not with `fixed_wait`), or at the
+latest when its oldest sentence has waited `max_wait_ms` since it arrived or since a worker was last busy,
+whichever is later (the rule until a first batch is answered, before anything is known of the clients). A batch is cut as evaluation
 cuts them (sorted by length, sentences * longest source within `max_tokens`), and the one holding the oldest
 sentence goes first, so no sentence waits behind an endless stream of shorter ones. Work on one sentence that
 is no translation (the attention behind one, `submit_job`) goes between two batches, ahead of any batch whose
@@ -46,12 +47,14 @@ WARM_UP_TEXT = "Ein Hund läuft über die Wiese."  # one decoding before the ser
 @dataclass(frozen=True)
 class BatchingSettings:
     """How sentences are batched: source tokens a batch (sentences * longest source: 1 sends each sentence
-    alone), how long the oldest sentence may wait for others, and how many sentences may wait at all (more are
-    refused at once)."""
+    alone), how long the oldest sentence may wait for others, how many sentences may wait at all (more are
+    refused at once), and whether a batch always waits `max_wait_ms` (`fixed_wait`) rather than going once the
+    clients just answered have sent again."""
 
     max_tokens: int = DEFAULT_MAX_TOKENS
     max_wait_ms: float = 10.0
     max_queued_sentences: int = 1024
+    fixed_wait: bool = False
 
 
 DEFAULT_BATCHING = BatchingSettings()
@@ -169,7 +172,7 @@ class Batcher:
         self._jobs: deque[_Job] = deque()
         self._queued = 0
         self._free_since = 0.0  # time.monotonic() when a worker last finished a batch
-        self._arrived = 0  # sentences submitted so far, which tell a worker when its clients are back
+        self._in_transit: int | None = None  # sentences answered whose clients have not sent as many since
         self._stopping = False
         self._condition = threading.Condition()
         self._workers = [threading.Thread(target=self._run, name="translation-worker", daemon=True)]
@@ -200,7 +203,8 @@ class Batcher:
                 group = self._pending.setdefault(options, [])
                 group += [_Sentence(ids, index, request, now) for index, ids in encoded.items()]
                 self._queued += len(encoded)
-                self._arrived += len(encoded)
+                if self._in_transit is not None:
+                    self._in_transit = max(0, self._in_transit - len(encoded))
                 self._condition.notify()
         for index in set(range(len(texts))) - set(encoded):
             request.deliver(index, None)  # a blank text: translated to "" without decoding
@@ -283,13 +287,12 @@ class Batcher:
 
     def _work(self) -> None:
         work: _Job | tuple[DecodingOptions, list[_Sentence]] | None = None
-        back_at: int | None = None  # the sentences arrived once this worker's last clients are back
         try:
-            while (work := self._next_batch(back_at)) is not None:
+            while (work := self._next_batch()) is not None:
                 if isinstance(work, _Job):
                     self._run_job(work)
                 else:
-                    back_at = self._decode(*work)
+                    self._decode(*work)
                 self._free_since = time.monotonic()
         except BaseException as err:  # a bug of ours: no request may wait on a worker that is gone
             in_flight = [work] if isinstance(work, _Job) else work[1] if work else []
@@ -311,12 +314,12 @@ class Batcher:
             self._stopping = True  # the other workers end too
             self._condition.notify_all()
 
-    def _next_batch(self, back_at: int | None) -> _Job | tuple[DecodingOptions, list[_Sentence]] | None:
+    def _next_batch(self) -> _Job | tuple[DecodingOptions, list[_Sentence]] | None:
         """Wait for a job, or a batch that is due (`_is_due`), and take it out of the queue; None once stopping
         with nothing queued."""
         with self._condition:
             while True:
-                due = [(options, group) for options, group in self._pending.items() if self._is_due(group, back_at)]
+                due = [(options, group) for options, group in self._pending.items() if self._is_due(group)]
                 # A job goes ahead of the batches due unless one holds a sentence that came before it.
                 if self._jobs and all(group[0].arrived >= self._jobs[0].arrived for _, group in due):
                     self._queued -= 1
@@ -332,11 +335,11 @@ class Batcher:
                     return None
                 self._condition.wait(timeout=self._seconds_to_next_due())
 
-    def _is_due(self, group: list[_Sentence], back_at: int | None) -> bool:
-        """Stopping, the worker's clients back (`back_at` sentences have arrived), waited long enough, or more
-        than one batch's worth waiting."""
-        back = back_at is not None and self._arrived >= back_at
-        if self._stopping or back or time.monotonic() >= self._due_at(group):
+    def _is_due(self, group: list[_Sentence]) -> bool:
+        """Stopping, as many waiting as are still to come back from the clients answered, waited long enough, or
+        more than one batch's worth waiting."""
+        enough = not self.settings.fixed_wait and self._in_transit is not None and len(group) >= self._in_transit
+        if self._stopping or enough or time.monotonic() >= self._due_at(group):
             return True
         return len(group) * max(sentence.tokens for sentence in group) > self.settings.max_tokens
 
@@ -357,11 +360,10 @@ class Batcher:
         batches = TokenBatchSampler(lengths, self.settings.max_tokens, shuffle=False)
         return next([group[index] for index in batch] for batch in batches if 0 in batch)
 
-    def _decode(self, options: DecodingOptions, batch: list[_Sentence]) -> int:
+    def _decode(self, options: DecodingOptions, batch: list[_Sentence]) -> None:
         """One decoding call for the batch: the engine cuts it no further, for it fits in the same budget. A
         batch that fails is decoded again a sentence at a time, and only a sentence that fails alone fails its
-        request (with a line naming it); the worker goes on. Returns how many sentences will have arrived once
-        the batch's clients are back."""
+        request (with a line naming it); the worker goes on."""
         started = time.perf_counter()
         try:
             outputs = self._engine.translate_encoded([sentence.ids for sentence in batch], options)
@@ -381,12 +383,11 @@ class Batcher:
             self.stats.batches += 1
             self.stats.sentences += len(batch)
             self.stats.largest_batch = max(self.stats.largest_batch, len(batch))
-            back_at = self._arrived + len(batch)
+            self._in_transit = (self._in_transit or 0) + len(batch)
         # Counted before the answers go out, so that a client who has its answer sees its batch in /stats.
         for sentence, output in zip(batch, outputs, strict=True):
             if output is not None:
                 sentence.request.deliver(sentence.index, output)
-        return back_at
 
     def _run_job(self, job: _Job) -> None:
         """Answer the job's request with what it returns, or fail it with its error; the worker goes on."""

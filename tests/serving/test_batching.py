@@ -244,8 +244,8 @@ def test_an_engine_of_two_replicas_gets_two_workers_and_every_request_its_answer
 @pytest.mark.parametrize("engine_class", [EchoEngine, TwoBatchEngine])
 def test_a_batch_goes_once_the_clients_just_answered_are_back_not_after_the_whole_wait(engine_class):
     """Closed-loop clients (each sends its next sentence when answered): after the first batch, which waits
-    `max_wait_ms` for company, every batch holds all of them and goes as soon as the last one is back, with one
-    worker or two."""
+    `max_wait_ms` for company, no batch waits for it again (it goes once it holds as many sentences as are still
+    to come back), with one worker or two."""
     engine = engine_class()
     wait_ms, clients, rounds = 1000, 4, 3
     batcher = Batcher(lambda: engine, OPTIONS, BatchingSettings(max_tokens=1000, max_wait_ms=wait_ms))
@@ -264,6 +264,26 @@ def test_a_batch_goes_once_the_clients_just_answered_are_back_not_after_the_whol
     finally:
         batcher.stop()
     assert answers == [[[f"C{number} R{round_}"] for round_ in range(rounds)] for number in range(clients)]
-    assert [len(batch) for batch in engine.batches[-rounds:]] == [clients] * rounds
+    assert sorted(engine.batches[1]) == [f"c{number} r0" for number in range(clients)]  # after the warm-up: one wait
     # The rule of max_wait_ms alone would take `rounds` waits; the first wait is the only one.
     assert time.monotonic() - started < (rounds - 1) * wait_ms / 1000
+
+
+def test_with_fixed_wait_every_batch_waits_the_whole_max_wait():
+    """`fixed_wait`: the clients just answered being back does not send the batch; each round waits."""
+    engine = EchoEngine()
+    wait_ms, rounds = 300, 2
+    settings = BatchingSettings(max_tokens=1000, max_wait_ms=wait_ms, fixed_wait=True)
+    batcher = Batcher(lambda: engine, OPTIONS, settings)
+    batcher.start()
+    batcher.wait_until_loaded()
+
+    async def client() -> list[list[str]]:
+        return [await batcher.submit([f"r{round_}"], OPTIONS).future for round_ in range(rounds)]
+
+    started = time.monotonic()
+    try:
+        assert asyncio.run(client()) == [[f"R{round_}"] for round_ in range(rounds)]
+    finally:
+        batcher.stop()
+    assert time.monotonic() - started >= rounds * wait_ms / 1000

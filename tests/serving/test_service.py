@@ -37,7 +37,7 @@ from huggingface_hub import InferenceClient  # noqa: E402
 from hf_vanilla.serving.app import GenerateParameters, RequestLimits, request_options, server_options  # noqa: E402
 from hf_vanilla.serving.batching import DEFAULT_BATCHING  # noqa: E402
 
-PATIENT = ["--max-wait-ms", "3000", "--max-queued-sentences", "6", "--request-max-sentences", "4"]
+PATIENT = ["--max-wait-ms", "3000", "--fixed-wait", "--max-queued-sentences", "6", "--request-max-sentences", "4"]
 PATIENT += ["--request-max-characters", "300", "--request-max-beams", "4", "--request-max-new-tokens", "16"]
 PATIENT += ["--request-max-attention-tokens", "12"]
 
