@@ -55,3 +55,12 @@ def test_a_run_fills_the_keys_left_auto_by_corpus_size_before_training_its_token
     assert (saved["dropout"], saved["early_dropout_updates"], saved["early_stopping_patience"]) == (0.2, 2000, 5)
     assert (saved["max_tokens"], saved["corpus_recipe"]) == (256, line)
     assert line in (tmp_path / "run" / "checkpoint_last" / "README.md").read_text()
+
+
+def test_the_medium_row_is_the_multi30k_small_recipe_so_29000_pairs_train_as_that_config_does():
+    """Multi30k's 29,000 pairs fall in the medium row: the same values as configs/multi30k-small.yaml, tuned on
+    them, but for early stopping, which a 30-minute run does not reach."""
+    name, recipe = recipe_for(29_000)
+    config = load_training_config(REPO / "configs" / "multi30k-small.yaml")
+    differ = [key for key in RECIPE_KEYS if getattr(recipe, key) != getattr(config, key)]
+    assert (name, differ) == ("medium-corpus", ["early_stopping_patience"])
