@@ -309,7 +309,11 @@ def recorded_validation_bleu(model_dir: str | os.PathLike) -> float | None:
     if not card.is_file():
         return None
     results = ModelCard.load(card).data.eval_results or []
-    scores = [result.metric_value for result in results if result.metric_type == "bleu"]
+    scores = [
+        result.metric_value
+        for result in results
+        if result.metric_type == "bleu" and result.dataset_split == "validation"
+    ]
     return max(scores) if scores else None
 
 

@@ -6,11 +6,13 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 from conftest import REPO
+from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from torch.utils.flop_counter import FlopCounterMode
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
@@ -22,6 +24,7 @@ from hf_vanilla.tools.benchmark import (
     benchmark_config,
     format_table,
     make_generation,
+    recorded_validation_bleu,
     resolve_dtypes,
     run_benchmark,
     save_results,
@@ -290,3 +293,22 @@ def test_static_compiled_generation_asks_generate_to_compile_on_any_device():
     assert compile_config._compile_all_devices and compile_config.options == {"freezing": True}
     make_generation(model, {}, num_beams=1, cache="static", new_tokens=2)()
     assert "compile_config" not in model.kwargs
+
+
+def test_a_checkpoint_counts_as_trained_by_its_validation_bleu_never_its_test_bleu(tmp_path):
+    """The benchmarks' guard against untrained checkpoints reads the validation BLEU of the card: a card that
+    records only test scores gives None, not its test BLEU."""
+
+    def card_with(*splits: str) -> Path:
+        results = [
+            EvalResult("translation", "local", "multi30k", "bleu", 30.0 + index, dataset_split=split)
+            for index, split in enumerate(splits)
+        ]
+        directory = tmp_path / "-".join(splits)
+        directory.mkdir()
+        ModelCard.from_template(ModelCardData(model_name="m", eval_results=results)).save(directory / "README.md")
+        return directory
+
+    assert recorded_validation_bleu(tmp_path) is None  # no card at all
+    assert recorded_validation_bleu(card_with("test")) is None
+    assert recorded_validation_bleu(card_with("validation", "test")) == 30.0
