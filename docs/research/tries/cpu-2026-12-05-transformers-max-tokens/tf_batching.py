@@ -1,4 +1,6 @@
-"""How batch shape changes transformers' beam-search speed on CPU (one thread): arrival chunks vs sorted sub-batches."""
+"""Usage: tf_batching.py THREADS CHECKPOINT MULTI30K OUTPUT.json
+
+How batch shape changes transformers' beam-search speed on CPU (one thread): arrival chunks vs sorted sub-batches."""
 import json, sys, time
 import torch
 from datasets import load_dataset
@@ -18,4 +20,4 @@ def run(name, chunk, max_tokens):
 for chunk in (len(src), 32, 64):
     for mt in (4096, 512, 256, 128):
         run(f"chunk {chunk}, max_tokens {mt}", chunk, mt)
-json.dump(out, open("/work/exp/tf_batching.json", "w"), indent=1)
+json.dump(out, open(sys.argv[4], "w"), indent=1)
