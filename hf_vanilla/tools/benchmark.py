@@ -309,12 +309,16 @@ def recorded_validation_bleu(model_dir: str | os.PathLike) -> float | None:
     if not card.is_file():
         return None
     results = ModelCard.load(card).data.eval_results or []
-    scores = [
-        result.metric_value
-        for result in results
-        if result.metric_type == "bleu" and result.dataset_split == "validation"
-    ]
-    return max(scores) if scores else None
+    # The split's first BLEU row is the cased sacreBLEU (training's greedy one, or evaluation's before its
+    # lowercased and tokenized variants), so every report names the same figure.
+    return next(
+        (
+            result.metric_value
+            for result in results
+            if result.metric_type == "bleu" and result.dataset_split == "validation"
+        ),
+        None,
+    )
 
 
 def synthetic_tokenizer(vocab_size: int) -> PreTrainedTokenizerFast:

@@ -297,7 +297,8 @@ def test_static_compiled_generation_asks_generate_to_compile_on_any_device():
 
 def test_a_checkpoint_counts_as_trained_by_its_validation_bleu_never_its_test_bleu(tmp_path):
     """The benchmarks' guard against untrained checkpoints reads the validation BLEU of the card: a card that
-    records only test scores gives None, not its test BLEU."""
+    records only test scores gives None, not its test BLEU; of the validation rows, the first (cased) BLEU, not a
+    higher lowercased one."""
 
     def card_with(*splits: str) -> Path:
         results = [
@@ -312,3 +313,4 @@ def test_a_checkpoint_counts_as_trained_by_its_validation_bleu_never_its_test_bl
     assert recorded_validation_bleu(tmp_path) is None  # no card at all
     assert recorded_validation_bleu(card_with("test")) is None
     assert recorded_validation_bleu(card_with("validation", "test")) == 30.0
+    assert recorded_validation_bleu(card_with("test", "validation", "validation")) == 31.0
