@@ -18,19 +18,18 @@ from typing import Any
 
 import yaml
 
+from hf_vanilla.data.corpus import ACCEPTED_FORMS, COMPRESSION_SUFFIXES, dataset_spec
+from hf_vanilla.evaluation.scoring import TranslationData
+from hf_vanilla.extras import MissingExtra
 from hf_vanilla.model.decoding import (
     DEFAULT_MAX_TOKENS,
     PAPER_EXTRA_OUTPUT_TOKENS,
     PAPER_GENERATION_KWARGS,
 )
+from hf_vanilla.precision import DTYPE_NAMES
 from hf_vanilla.training.settings import PUBLIC_MULTI30K, SETTING_GROUPS, TrainingConfig, load_training_config
-
-from .corpus import ACCEPTED_FORMS, COMPRESSION_SUFFIXES, dataset_spec
-from .corpus_translation import DEFAULT_CHUNK_LINES, ERROR_HANDLERS, OUTPUT_FORMATS, CorpusSettings
-from .engines import COMPUTE_TYPES, DEFAULT_ENGINE, EngineSettings, engine_names
-from .evaluation.scoring import TranslationData
-from .extras import MissingExtra
-from .precision import DTYPE_NAMES
+from hf_vanilla.translation.corpus import DEFAULT_CHUNK_LINES, ERROR_HANDLERS, OUTPUT_FORMATS, CorpusSettings
+from hf_vanilla.translation.engines import COMPUTE_TYPES, DEFAULT_ENGINE, EngineSettings, engine_names
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 

@@ -21,7 +21,7 @@ from hf_vanilla.cli import (
     configure_logging,
     training_config,
 )
-from hf_vanilla.preparation import PREPARATION_SETTINGS, prepare_training_data
+from hf_vanilla.training.preparation import PREPARATION_SETTINGS, prepare_training_data
 from hf_vanilla.training.settings import TrainingError
 
 

@@ -12,6 +12,7 @@ chosen beam size and length penalty the chosen checkpoint's decoding defaults (i
 
 import sys
 
+from hf_vanilla.checkpoints.cards import decoding_label
 from hf_vanilla.cli import (
     ArgumentParser,
     add_beam_arguments,
@@ -29,7 +30,6 @@ from hf_vanilla.cli import (
 from hf_vanilla.evaluation.paper_bleu import PAPER_BLEU_KEY, PAPER_BLEU_NAME
 from hf_vanilla.evaluation.scoring import Runtime, ScoreOptions
 from hf_vanilla.evaluation.selection import SelectionGrid, select_on_validation
-from hf_vanilla.publishing import decoding_label
 from hf_vanilla.research.cli import add_research_arguments, research_decoder
 from hf_vanilla.research.reranking import (
     LANGUAGE_MODEL_WEIGHT,

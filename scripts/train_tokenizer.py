@@ -10,7 +10,12 @@ The folder records the languages and data it learned from; a training run of ano
 
 import sys
 
-from hf_vanilla.checkpoints import TOKENIZER_FILES, load_tokenizer
+from hf_vanilla.checkpoints.loading import TOKENIZER_FILES, load_tokenizer
+from hf_vanilla.checkpoints.tokenizer_directory import (
+    PairsSource,
+    describe_tokenizer_training,
+    train_tokenizer_on_pairs,
+)
 from hf_vanilla.cli import (
     ArgumentParser,
     add_dataset_arguments,
@@ -19,15 +24,8 @@ from hf_vanilla.cli import (
     configure_logging,
     translation_data,
 )
-from hf_vanilla.corpus import CorpusError
-from hf_vanilla.tokenization import (
-    DEFAULT_VOCAB_SIZE,
-    PairsSource,
-    describe_tokenizer_training,
-    mean_tokens_per_sentence,
-    round_trip_rate,
-    train_tokenizer_on_pairs,
-)
+from hf_vanilla.data.corpus import CorpusError
+from hf_vanilla.data.tokenization import DEFAULT_VOCAB_SIZE, mean_tokens_per_sentence, round_trip_rate
 
 
 def build_parser() -> ArgumentParser:

@@ -18,7 +18,7 @@ search's whole n-best list is reranked (docs/research/extras.md, "Reranking with
 import signal
 import sys
 
-from hf_vanilla.checkpoints import decoding_for, model_digest
+from hf_vanilla.checkpoints.loading import decoding_for, model_digest
 from hf_vanilla.cli import (
     ArgumentParser,
     add_corpus_arguments,
@@ -36,7 +36,9 @@ from hf_vanilla.cli import (
     runtime_kwargs,
     sampling_kwargs,
 )
-from hf_vanilla.corpus_translation import (
+from hf_vanilla.evaluation.scoring import Runtime
+from hf_vanilla.research.cli import add_research_arguments, research_decoder
+from hf_vanilla.translation.corpus import (
     CorpusJob,
     CorpusTranslationError,
     best_only,
@@ -46,9 +48,7 @@ from hf_vanilla.corpus_translation import (
     process_state,
     translate_corpus,
 )
-from hf_vanilla.engines import load_engine
-from hf_vanilla.evaluation.scoring import Runtime
-from hf_vanilla.research.cli import add_research_arguments, research_decoder
+from hf_vanilla.translation.engines import load_engine
 
 
 def build_parser() -> ArgumentParser:

@@ -23,9 +23,10 @@ from synthetic_corpus import write_synthetic_corpus
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from hf_vanilla import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-from hf_vanilla.corpus import load_translation_split
+from hf_vanilla.checkpoints.tokenizer_directory import save_tokenizer
+from hf_vanilla.data.corpus import load_translation_split
+from hf_vanilla.data.tokenization import config_kwargs_from_tokenizer, train_tokenizer
 from hf_vanilla.research.language_model import LanguageModelTraining, train_language_model
-from hf_vanilla.tokenization import config_kwargs_from_tokenizer, save_tokenizer, train_tokenizer
 from hf_vanilla.training.settings import load_training_config
 from hf_vanilla.training.train import train
 

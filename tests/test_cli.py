@@ -116,7 +116,7 @@ def test_every_script_takes_a_log_level_and_configures_logging_with_it(script, m
 def test_log_lines_show_info_by_default_in_one_format_and_only_warnings_when_told(corpus_path, tmp_path):
     flags = ("--dataset", corpus_path, *DE_EN, "--vocab-size", "300", "--output-dir", tmp_path / "bpe")
     by_default = run_script("train_tokenizer.py", *flags, check=True).stderr
-    line = r"\d{4}-\d\d-\d\d [\d:,]+ INFO hf_vanilla\.tokenization: BPE: words counted"
+    line = r"\d{4}-\d\d-\d\d [\d:,]+ INFO hf_vanilla\.data\.tokenization: BPE: words counted"
     assert re.search(line, by_default), by_default[-2000:]
     quiet = run_script("train_tokenizer.py", *flags, "--log-level", "warning", check=True).stderr
     assert "INFO" not in quiet and "BPE: words counted" not in quiet

@@ -1,5 +1,5 @@
-"""The layout keeps the architecture: the model a checkpoint carries imports nothing else of the package, and
-nothing outside research/ imports research."""
+"""The layout keeps the architecture: the package is a stack of layers (docs/layout.md), each importing only
+those below it; the model a checkpoint carries, at the bottom, imports nothing else of the package."""
 
 import ast
 import re
@@ -26,6 +26,71 @@ def imports_of(source: str, package: tuple[str, ...]) -> set[str]:
             base = package[: len(package) - node.level + 1] if node.level else ()
             modules.add(".".join((*base, node.module or "")).rstrip("."))
     return modules
+
+
+# The layers, bottom first: a module may import its own layer and those before it, never one after it. The leaves
+# (files, precision, extras) sit with the model at the bottom: they import nothing of the package.
+LAYERS = (
+    ("model", "files", "precision", "extras"),
+    ("data",),
+    ("checkpoints",),
+    ("translation",),
+    ("evaluation",),
+    ("training",),
+    ("cli",),
+    ("tools",),
+    ("serving",),
+    ("research",),
+)
+# The package's door: it registers the model with the Auto classes, so it imports the model alone.
+DOOR = "hf_vanilla"
+
+
+def layer_of(module: str) -> int | None:
+    """The layer of a module of the package (`hf_vanilla.data.corpus` -> 1); None outside the package."""
+    parts = module.split(".")
+    if parts[0] != DOOR:
+        return None
+    if len(parts) == 1:
+        return 0
+    return next(index for index, rooms in enumerate(LAYERS) if parts[1] in rooms)
+
+
+def upward_imports(path: Path) -> list[str]:
+    """The package modules `path` imports from a layer above its own."""
+    own = layer_of(".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts))
+    return sorted(m for m in imported_modules(path) if (layer := layer_of(m)) is not None and layer > own)
+
+
+def test_every_room_of_the_package_has_a_layer():
+    rooms = {path.stem if path.suffix else path.name for path in PACKAGE.iterdir() if not path.name.startswith("_")}
+    rooms.discard("__pycache__")
+    assert rooms == {room for layer in LAYERS for room in layer}
+
+
+def test_no_module_imports_a_layer_above_its_own():
+    offending = {}
+    for path in PACKAGE.rglob("*.py"):
+        if path.name == "__init__.py" and path.parent == PACKAGE:
+            continue
+        if upward := upward_imports(path):
+            offending[str(path.relative_to(PACKAGE))] = upward
+    assert not offending
+
+
+def test_the_layer_check_can_fail(tmp_path, monkeypatch):
+    """The check itself can fail: data importing training, or the model importing data, is caught."""
+    assert layer_of("hf_vanilla.training.train") > layer_of("hf_vanilla.data.corpus")
+    data_module = PACKAGE / "data" / "corpus.py"
+    monkeypatch.setattr(Path, "read_text", lambda self: "from hf_vanilla.training.train import x\n")
+    assert upward_imports(data_module) == ["hf_vanilla.training.train"]
+    model_module = PACKAGE / "model" / "hub.py"
+    monkeypatch.setattr(Path, "read_text", lambda self: "from ..data.batches import y\n")
+    assert upward_imports(model_module) == ["hf_vanilla.data.batches"]
+
+
+def test_at_most_six_modules_sit_at_the_package_root():
+    assert len(list(PACKAGE.glob("*.py"))) <= 6
 
 
 def model_may_import(module: str) -> bool:
@@ -75,7 +140,7 @@ def test_the_boundary_check_resolves_relative_imports():
 
 
 # An engine asked for by name or type: a comparison with an engine's name, an isinstance of an engine class, or a
-# probe for a method. Callers ask for abilities (`hf_vanilla.engines.require`, `engine.abilities`) instead.
+# probe for a method. Callers ask for abilities (`hf_vanilla.translation.engines.require`, `engine.abilities`).
 ENGINE_TESTS = re.compile(
     r"isinstance\([^)]*Engine\b"
     r"|(==|!=|\bin)\s*\(?\s*(TRANSFORMERS|CTRANSLATE2|[\"'](transformers|ctranslate2)[\"'])"
@@ -93,7 +158,7 @@ def test_no_engine_is_asked_for_by_name_or_type_outside_the_engines():
     callers = [
         path
         for path in [*PACKAGE.rglob("*.py"), *(PACKAGE.parent / "scripts").rglob("*.py")]
-        if PACKAGE / "engines" not in path.parents
+        if PACKAGE / "translation" / "engines" not in path.parents
     ]
     offending = {str(path): lines for path in callers if (lines := engine_tests(path.read_text()))}
     assert not offending
@@ -111,5 +176,6 @@ def test_the_engine_check_catches_names_types_and_probes():
 
 
 def test_the_decoding_options_import_no_engine():
-    """translation.py is what engines build on: importing an engine from it would close a circle."""
-    assert not any(module.startswith("hf_vanilla.engines") for module in imported_modules(PACKAGE / "translation.py"))
+    """translation/decoding.py is what engines build on: importing an engine from it would close a circle."""
+    imported = imported_modules(PACKAGE / "translation" / "decoding.py")
+    assert not any(module.startswith("hf_vanilla.translation.engines") for module in imported)

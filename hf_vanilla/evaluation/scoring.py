@@ -14,9 +14,8 @@ import datasets
 from sacrebleu.metrics import BLEU, CHRF, TER
 from transformers import set_seed
 
-from hf_vanilla.checkpoints import decoding_for, generation_defaults
-from hf_vanilla.corpus import load_translation_split
-from hf_vanilla.engines import DEFAULT_ENGINE, EngineSettings, TranslationEngine, load_engine
+from hf_vanilla.checkpoints.loading import decoding_for, generation_defaults
+from hf_vanilla.data.corpus import load_translation_split
 from hf_vanilla.evaluation.paper_bleu import (
     PAPER_BLEU_LANGUAGES,
     PAPER_BLEU_NAME,
@@ -31,7 +30,8 @@ from hf_vanilla.model.decoding import (
     PAPER_EXTRA_OUTPUT_TOKENS,
     resolve_decoding,
 )
-from hf_vanilla.translation import DecodingOptions, write_lines_atomic
+from hf_vanilla.translation.decoding import DecodingOptions, write_lines_atomic
+from hf_vanilla.translation.engines import DEFAULT_ENGINE, EngineSettings, TranslationEngine, load_engine
 
 logger = logging.getLogger(__name__)
 

@@ -11,12 +11,9 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from hf_vanilla.files import write_json
-from hf_vanilla.model.decoding import PAPER_GENERATION_KWARGS, resolve_decoding
-from hf_vanilla.publishing import CARD_FILE, record_results, set_decoding_defaults
-
-from .paper_bleu import PAPER_BLEU_KEY, require_moses_tokenizer
-from .scoring import (
+from hf_vanilla.checkpoints.cards import CARD_FILE, record_results, set_decoding_defaults
+from hf_vanilla.evaluation.paper_bleu import PAPER_BLEU_KEY, require_moses_tokenizer
+from hf_vanilla.evaluation.scoring import (
     BEAM_SEARCH,
     DEFAULT_RUNTIME,
     DEFAULT_SCORES,
@@ -28,6 +25,8 @@ from .scoring import (
     evaluate_bleu,
     score_model,
 )
+from hf_vanilla.files import write_json
+from hf_vanilla.model.decoding import PAPER_GENERATION_KWARGS, resolve_decoding
 
 RUN_CANDIDATES = ("checkpoint_best", "checkpoint_last", "checkpoint_average")
 SCORE_KINDS = ("cased", "lowercased", "tokenized_lowercased", PAPER_BLEU_KEY)  # a report's scores in selection.json

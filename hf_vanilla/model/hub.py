@@ -81,7 +81,7 @@ class PipelineCodeAndCardMixin:
     def _upload_modified_files(self, working_dir: str | os.PathLike, *args, **kwargs):
         """`push_to_hub` writes the Hub's card, or a stub one, over ours just before it uploads: put back the
         checkpoint's card (languages, license, task, dataset, scores), with the tags transformers added. The card
-        is the checkpoint's, made when it was saved (`hf_vanilla.publishing`); nothing here writes one. This
+        is the checkpoint's, made when it was saved (`hf_vanilla.checkpoints.cards`); nothing here writes one. This
         private method is the only step between transformers' card and the upload."""
         card_file = checkpoint_card(self.config)
         if card_file is not None:

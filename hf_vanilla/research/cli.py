@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import argparse
 
-from hf_vanilla.engines import LOGITS_PROCESSORS, engine_abilities, missing_ability
-
-from .decoders import ENSEMBLE_NEEDS, ResearchDecoder, ResearchModels, load_research_decoder
-from .reranking import (
+from hf_vanilla.research.decoders import (
+    ENSEMBLE_NEEDS,
+    ResearchDecoder,
+    ResearchModels,
+    load_research_decoder,
+)
+from hf_vanilla.research.reranking import (
     DEFAULT_LANGUAGE_MODEL_WEIGHT,
     DEFAULT_RERANK_WEIGHT,
     DEFAULT_RIGHT_TO_LEFT_WEIGHT,
@@ -17,6 +20,7 @@ from .reranking import (
     RIGHT_TO_LEFT_WEIGHTS,
     reranking_weights,
 )
+from hf_vanilla.translation.engines import LOGITS_PROCESSORS, engine_abilities, missing_ability
 
 # Each kind of reranking model: its models' option, its weight's option, the weights tried and the one used unless
 # told, what the models are and what of theirs the weight multiplies.

@@ -19,19 +19,19 @@ from typing import Any
 
 import datasets
 
-from hf_vanilla.checkpoints import load_config, model_digest
-from hf_vanilla.corpus import split_names, write_translation_jsonl
-from hf_vanilla.corpus_translation import (
+from hf_vanilla.checkpoints.loading import load_config, model_digest
+from hf_vanilla.data.corpus import split_names, write_translation_jsonl
+from hf_vanilla.evaluation.scoring import DEFAULT_RUNTIME, Runtime, TranslationData, score_translations
+from hf_vanilla.files import atomic_directory, write_json
+from hf_vanilla.translation.corpus import (
     CorpusJob,
     CorpusSettings,
     describe_decoding,
     engine_translator,
     translate_corpus,
 )
-from hf_vanilla.engines import TranslationEngine, load_engine
-from hf_vanilla.evaluation.scoring import DEFAULT_RUNTIME, Runtime, TranslationData, score_translations
-from hf_vanilla.files import atomic_directory, write_json
-from hf_vanilla.translation import DecodingOptions, read_lines, write_lines_atomic
+from hf_vanilla.translation.decoding import DecodingOptions, read_lines, write_lines_atomic
+from hf_vanilla.translation.engines import TranslationEngine, load_engine
 
 logger = logging.getLogger(__name__)
 PROVENANCE_FILE = "distillation.json"  # not a split: datasets reads only the files named after splits
@@ -187,7 +187,7 @@ def _saved_translations(
     options: DecodingOptions,
     show_progress: bool,
 ) -> list[str]:
-    """`teacher.engine.translate(inputs, options)` a chunk at a time through `corpus_translation.translate_corpus`
+    """`teacher.engine.translate(inputs, options)` a chunk at a time through `translation.corpus.translate_corpus`
     (a stopped run continues after the chunks committed), one translation a line in a file of `translations_dir`
     named by everything the translations depend on; translations already there are read, not decoded."""
     job = _translations_job(teacher, inputs, translations_dir, chunk_size, options)

@@ -18,11 +18,11 @@ import torch
 from transformers import LogitsProcessor, PreTrainedModel, PreTrainedTokenizerBase
 from transformers.modeling_outputs import BaseModelOutput
 
-from hf_vanilla.checkpoints import load_models
+from hf_vanilla.checkpoints.loading import load_models
+from hf_vanilla.data.tokenization import check_tokenizer_matches_model
 from hf_vanilla.model.decoding import writes_right_to_left
 from hf_vanilla.model.modeling_vanilla import CACHE_NAME
-from hf_vanilla.tokenization import check_tokenizer_matches_model
-from hf_vanilla.translation import BatchLogitsProcessors
+from hf_vanilla.translation.decoding import BatchLogitsProcessors
 
 
 def load_ensemble(

@@ -30,8 +30,8 @@ from transformers import (
     TrainingArguments,
 )
 
-from hf_vanilla.checkpoints import load_models
-from hf_vanilla.data import TokenBatchSampler
+from hf_vanilla.checkpoints.loading import load_models
+from hf_vanilla.data.batches import TokenBatchSampler
 from hf_vanilla.files import atomic_directory, write_json
 from hf_vanilla.precision import cpu_description, resolve_device, resolve_precision
 
@@ -176,7 +176,7 @@ def load_language_models(
     model_names_or_paths: Sequence[str | os.PathLike], device: str | None = None, dtype: str = "float32"
 ) -> list[tuple[PreTrainedModel, PreTrainedTokenizerBase]]:
     """Saved causal language models with their tokenizers, in eval mode on `device` in `dtype`, each loaded
-    and checked as `hf_vanilla.checkpoints.load_models` loads one; one that does not load is a
+    and checked as `hf_vanilla.checkpoints.loading.load_models` loads one; one that does not load is a
     FileNotFoundError or ValueError naming it."""
     return load_models(
         model_names_or_paths, device, dtype, role="language model", model_class=AutoModelForCausalLM

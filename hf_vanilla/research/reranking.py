@@ -22,13 +22,17 @@ import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from hf_vanilla.checkpoints import load_models
-from hf_vanilla.data import TokenBatchSampler
-from hf_vanilla.engines import NBEST_SCORES, TranslationEngine, require
+from hf_vanilla.checkpoints.loading import load_models
+from hf_vanilla.data.batches import TokenBatchSampler
 from hf_vanilla.model.decoding import DEFAULT_MAX_TOKENS, reverse_words
-from hf_vanilla.translation import BatchLogitsProcessors, DecodingOptions
-
-from .language_model import IGNORED, load_language_models, mean_label_log_probs, sentence_log_probs
+from hf_vanilla.research.language_model import (
+    IGNORED,
+    load_language_models,
+    mean_label_log_probs,
+    sentence_log_probs,
+)
+from hf_vanilla.translation.decoding import BatchLogitsProcessors, DecodingOptions
+from hf_vanilla.translation.engines import NBEST_SCORES, TranslationEngine, require
 
 T = TypeVar("T")
 # Weights `select_checkpoint.py` tries (0: beam search's own choice), and the one a single decoding uses unless told:

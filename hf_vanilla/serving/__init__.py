@@ -2,7 +2,7 @@
 task on FastAPI, requests batched on the fly. Needs `pip install 'hf_vanilla[serve]'`; nothing in the core imports
 it."""
 
-from .app import RequestLimits, create_app
-from .batching import BatchingSettings
+from hf_vanilla.serving.app import RequestLimits, create_app
+from hf_vanilla.serving.batching import BatchingSettings
 
 __all__ = ["BatchingSettings", "RequestLimits", "create_app"]

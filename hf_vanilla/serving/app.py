@@ -31,16 +31,15 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from transformers import PretrainedConfig
 
-from hf_vanilla.checkpoints import decoding_for, load_config
-from hf_vanilla.engines import DEFAULT_ENGINE, EngineSettings, load_engine
+from hf_vanilla.checkpoints.loading import decoding_for, load_config
 from hf_vanilla.model.configuration_vanilla import VanillaTransformerConfig
 from hf_vanilla.model.decoding import PAPER_GENERATION_KWARGS, max_new_tokens_room
 from hf_vanilla.model.hub import checkpoint_card
-from hf_vanilla.translation import DecodingOptions, unencodable_character
-
-from .attention import AttentionQuery
-from .batching import DEFAULT_BATCHING, Batcher, BatchingSettings, QueueFull, RequestRefused
-from .page import PageSettings, page_html
+from hf_vanilla.serving.attention import AttentionQuery
+from hf_vanilla.serving.batching import DEFAULT_BATCHING, Batcher, BatchingSettings, QueueFull, RequestRefused
+from hf_vanilla.serving.page import PageSettings, page_html
+from hf_vanilla.translation.decoding import DecodingOptions, unencodable_character
+from hf_vanilla.translation.engines import DEFAULT_ENGINE, EngineSettings, load_engine
 
 logger = logging.getLogger(__name__)
 RETRY_AFTER_SECONDS = "1"

@@ -1,5 +1,5 @@
 """POST /attention's work on the worker: one sentence translated as POST / translates it, and the
-cross-attention behind that translation as JSON (`hf_vanilla.attention`), for the page's heatmap and for any
+cross-attention behind that translation as JSON (`hf_vanilla.translation.attention`), for the page's heatmap and for any
 other client."""
 
 from __future__ import annotations
@@ -9,12 +9,11 @@ from typing import Any
 
 import torch
 
-from hf_vanilla.attention import SentenceAttentions
-from hf_vanilla.engines import ATTENTION, TranslationEngine, missing_ability
 from hf_vanilla.model.decoding import cut_source
-from hf_vanilla.translation import DecodingOptions
-
-from .batching import RequestRefused
+from hf_vanilla.serving.batching import RequestRefused
+from hf_vanilla.translation.attention import SentenceAttentions
+from hf_vanilla.translation.decoding import DecodingOptions
+from hf_vanilla.translation.engines import ATTENTION, TranslationEngine, missing_ability
 
 DECIMALS = 4  # of each weight in the JSON: a heatmap shows no finer difference, and the answer stays small
 

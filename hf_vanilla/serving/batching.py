@@ -35,10 +35,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hf_vanilla.data import TokenBatchSampler
-from hf_vanilla.engines import TranslationEngine
+from hf_vanilla.data.batches import TokenBatchSampler
 from hf_vanilla.model.decoding import DEFAULT_MAX_TOKENS, cut_source
-from hf_vanilla.translation import DecodingOptions
+from hf_vanilla.translation.decoding import DecodingOptions
+from hf_vanilla.translation.engines import TranslationEngine
 
 logger = logging.getLogger(__name__)
 WARM_UP_TEXT = "Ein Hund läuft über die Wiese."  # one decoding before the service says it is ready

@@ -1,6 +1,6 @@
 """Attention heatmaps for one sentence pair: encoder self-, decoder self- and cross-attention, per layer and head.
 
-Needs matplotlib (`pip install hf_vanilla[plot]`). The weights are `hf_vanilla.attention`'s: one
+Needs matplotlib (`pip install hf_vanilla[plot]`). The weights are `hf_vanilla.translation.attention`'s: one
 teacher-forced forward pass with `output_attentions=True` on eager attention (sdpa does not return them).
 """
 
@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from hf_vanilla.attention import SentenceAttentions, teacher_forced_attentions
-from hf_vanilla.engines import model_engine
 from hf_vanilla.extras import require
 from hf_vanilla.files import atomic_file
 from hf_vanilla.model.decoding import cut_source
-from hf_vanilla.translation import DecodingOptions
+from hf_vanilla.translation.attention import SentenceAttentions, teacher_forced_attentions
+from hf_vanilla.translation.decoding import DecodingOptions
+from hf_vanilla.translation.engines import model_engine
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

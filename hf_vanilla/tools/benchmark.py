@@ -3,7 +3,7 @@
 The two models compute the same function (see `export.py`), so any difference in speed or memory is
 implementation. Runs are interleaved (ours, Marian, ours, Marian...) and summarised by their median, because the
 machine is shared and noisy; ratios are ours / Marian, above 1 meaning ours is faster (or uses more memory).
-On a CPU the engines (`hf_vanilla.engines`) decode beside ours too, each loaded before any timing on ours saved
+On a CPU the engines (`hf_vanilla.translation.engines`) decode beside ours too, each loaded before any timing on ours saved
 (converted where it converts), a row each named by `engine` and `compute_type`, its ratio ours / it. The weights are random and the
 output lengths forced: implementation speed; scripts/tools/benchmark_serving.py times a trained checkpoint.
 Every report names what its numbers depend on: the CPU (model, vector capability, native bf16 or not), threads,
@@ -30,16 +30,21 @@ from tokenizers import Tokenizer, models
 from tqdm.auto import tqdm
 from transformers import CompileConfig, PreTrainedTokenizerFast
 
-from hf_vanilla.engines import EngineSettings, TranslationEngine, compared_engines, engine_names, load_engine
 from hf_vanilla.extras import MissingExtra
 from hf_vanilla.files import write_json
 from hf_vanilla.model.attention_kernels import AUTO_ATTENTION
 from hf_vanilla.model.configuration_vanilla import SIZE_FIELDS, VanillaTransformerConfig
 from hf_vanilla.model.modeling_vanilla import VanillaTransformerForConditionalGeneration
 from hf_vanilla.precision import CLOCKS, cpu_description, matmul_peak_flops, resolve_precision, synchronize
-from hf_vanilla.translation import DecodingOptions
-
-from .export import to_marian
+from hf_vanilla.tools.export import to_marian
+from hf_vanilla.translation.decoding import DecodingOptions
+from hf_vanilla.translation.engines import (
+    EngineSettings,
+    TranslationEngine,
+    compared_engines,
+    engine_names,
+    load_engine,
+)
 
 BENCHMARK_VOCAB_SIZE = 8000  # the joint BPE size used on Multi30k
 SPECIAL_TOKENS = ("<pad>", "<s>", "</s>", "<unk>")

@@ -1,5 +1,5 @@
 """The MarianMT bridge: a trained model as a stock `MarianMTModel` directory (CTranslate2 converts from the
-checkpoint itself: `hf_vanilla.engines.ctranslate2_engine`).
+checkpoint itself: `hf_vanilla.translation.engines.ctranslate2_engine`).
 
 The paper's post-LN Transformer with ReLU, scaled embeddings and fixed sinusoidal positions is the function
 transformers' `MarianMTModel` computes, up to three differences that the conversion absorbs:
@@ -23,11 +23,11 @@ from pathlib import Path
 import torch
 from transformers import GenerationConfig, MarianConfig, MarianMTModel, PreTrainedTokenizerBase
 
-from hf_vanilla.checkpoints import load_model_and_tokenizer, load_tokenizer
+from hf_vanilla.checkpoints.loading import load_model_and_tokenizer, load_tokenizer
+from hf_vanilla.data.tokenization import check_tokenizer_matches_model
 from hf_vanilla.files import atomic_directory, refuse_existing, write_json
 from hf_vanilla.model.configuration_vanilla import VanillaTransformerConfig
 from hf_vanilla.model.modeling_vanilla import VanillaTransformerForConditionalGeneration
-from hf_vanilla.tokenization import check_tokenizer_matches_model
 
 MARIAN_LAYER_NORM_EPS = 1e-5  # nn.LayerNorm's default, which MarianMTModel does not let a config change
 
@@ -156,7 +156,7 @@ def load_vanilla(
     model_dir: str | os.PathLike,
 ) -> tuple[VanillaTransformerForConditionalGeneration, PreTrainedTokenizerBase]:
     """A saved model directory and its tokenizer, loaded and checked as every checkpoint is
-    (`hf_vanilla.checkpoints.load_model_and_tokenizer`), in float32 on the CPU; a model of another type than
+    (`hf_vanilla.checkpoints.loading.load_model_and_tokenizer`), in float32 on the CPU; a model of another type than
     ours is a ValueError."""
     model, tokenizer = load_model_and_tokenizer(model_dir, "cpu")
     if not isinstance(model, VanillaTransformerForConditionalGeneration):

@@ -31,7 +31,7 @@ from hf_vanilla.cli import (
     configure_logging,
     training_config_overrides,
 )
-from hf_vanilla.data import example_lengths
+from hf_vanilla.data.batches import example_lengths
 from hf_vanilla.precision import matmul_peak_flops, resolve_precision
 from hf_vanilla.tools.benchmark import environment, save_results, training_flops
 from hf_vanilla.training.run_directory import LOG_FILE, read_training_log

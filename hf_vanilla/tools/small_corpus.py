@@ -22,8 +22,8 @@ from pathlib import Path
 
 import torch
 
-from hf_vanilla.checkpoints import load_tokenizer
-from hf_vanilla.corpus import load_translation_split
+from hf_vanilla.checkpoints.loading import load_tokenizer
+from hf_vanilla.data.corpus import load_translation_split
 from hf_vanilla.evaluation.scoring import TEST_SPLIT, score_model
 from hf_vanilla.files import write_json
 from hf_vanilla.precision import auto_precision, cpu_description

@@ -17,7 +17,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from hf_vanilla.checkpoints import decoding_for
+from hf_vanilla.checkpoints.loading import decoding_for
 from hf_vanilla.evaluation.scoring import Runtime, TranslationData, score_model
 from hf_vanilla.files import atomic_file, write_json
 from hf_vanilla.precision import cpu_description

@@ -15,10 +15,9 @@ from pathlib import Path
 
 import datasets
 
-from hf_vanilla.corpus import write_translation_jsonl
+from hf_vanilla.data.corpus import write_translation_jsonl
 from hf_vanilla.files import atomic_directory
-
-from .settings import TrainingError
+from hf_vanilla.training.settings import TrainingError
 
 logger = logging.getLogger(__name__)
 

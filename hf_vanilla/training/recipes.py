@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from hf_vanilla.model.configuration_vanilla import PRESETS, VanillaTransformerConfig
 
 if TYPE_CHECKING:
-    from .settings import TrainingConfig
+    from hf_vanilla.training.settings import TrainingConfig
 
 AUTO = "auto"
 

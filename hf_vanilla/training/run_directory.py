@@ -2,7 +2,7 @@
 
 A run directory holds `checkpoint_<step>` (numbered, one per save), `checkpoint_last` (also carrying the
 training state for `--resume`), `checkpoint_best` and, after averaging, `checkpoint_average`, each a standalone
-`save_pretrained` directory with its model card (`hf_vanilla.publishing`); `train_log.jsonl`, one JSON record a
+`save_pretrained` directory with its model card (`hf_vanilla.checkpoints.cards`); `train_log.jsonl`, one JSON record a
 line; and `training_config.yaml`. Every directory is written under a staging name and renamed into place, so a crash
 never leaves one that looks complete but is not.
 """
@@ -24,10 +24,9 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from hf_vanilla.checkpoints.cards import CARD_FILE, RunRecord, directory_card, save_card
 from hf_vanilla.files import STAGING_PREFIX, atomic_directory, publish_directory, write_text_atomic
-from hf_vanilla.publishing import CARD_FILE, RunRecord, directory_card, save_card
-
-from .settings import TrainingConfig, TrainingError, load_training_config
+from hf_vanilla.training.settings import TrainingConfig, TrainingError, load_training_config
 
 logger = logging.getLogger(__name__)
 

@@ -15,10 +15,9 @@ from pathlib import Path
 
 import yaml
 
-from hf_vanilla.corpus import dataset_spec
+from hf_vanilla.data.corpus import dataset_spec
 from hf_vanilla.precision import MIXED_PRECISION_DTYPES
-
-from .recipes import AUTO, RECIPE_KEYS
+from hf_vanilla.training.recipes import AUTO, RECIPE_KEYS
 
 PUBLIC_MULTI30K = "bentrevett/multi30k"
 BY_SIZE = f"; {AUTO}: by corpus size (training/recipes.py)"

@@ -34,15 +34,21 @@ from accelerate.utils.other import load as load_tensors
 from torch.utils.data import DataLoader
 from transformers import GenerationConfig, PreTrainedTokenizerBase
 
-from hf_vanilla.checkpoints import TOKENIZER_FILES, load_config, load_pretrained, load_tokenizer
-from hf_vanilla.corpus import CorpusError, load_translation_split, split_names
-from hf_vanilla.data import (
+from hf_vanilla.checkpoints.loading import TOKENIZER_FILES, load_config, load_pretrained, load_tokenizer
+from hf_vanilla.checkpoints.tokenizer_directory import PairsSource, train_tokenizer_on_pairs
+from hf_vanilla.data.batches import (
     CleaningRules,
     TokenizedRows,
     UpdateBatchSampler,
     clean_and_tokenize,
     example_lengths,
     make_collator,
+)
+from hf_vanilla.data.corpus import CorpusError, load_translation_split, split_names
+from hf_vanilla.data.tokenization import (
+    check_tokenizer_languages,
+    check_tokenizer_matches_model,
+    config_kwargs_from_tokenizer,
 )
 from hf_vanilla.evaluation.scoring import TEST_SPLIT, bleu_metric
 from hf_vanilla.extras import MissingExtra, require
@@ -52,18 +58,10 @@ from hf_vanilla.model.configuration_vanilla import SIZE_FIELDS, VanillaTransform
 from hf_vanilla.model.decoding import resolve_decoding
 from hf_vanilla.model.modeling_vanilla import VanillaTransformerForConditionalGeneration
 from hf_vanilla.precision import resolve_precision
-from hf_vanilla.tokenization import (
-    PairsSource,
-    check_tokenizer_languages,
-    check_tokenizer_matches_model,
-    config_kwargs_from_tokenizer,
-    train_tokenizer_on_pairs,
-)
-
-from .heldout import hold_out, write_heldout
-from .loss import training_loss_function
-from .recipes import apply_recipe, keys_left_auto
-from .run_directory import (
+from hf_vanilla.training.heldout import hold_out, write_heldout
+from hf_vanilla.training.loss import training_loss_function
+from hf_vanilla.training.recipes import apply_recipe, keys_left_auto
+from hf_vanilla.training.run_directory import (
     AVERAGE,
     CONFIG_FILE,
     LAST,
@@ -80,9 +78,9 @@ from .run_directory import (
     run_traces,
     truncate_log,
 )
-from .schedule import LearningRateSchedule, make_lr_scheduler, peak_learning_rate
-from .settings import TrainingConfig, TrainingError
-from .trainer import Optimization, Trainer, TrainingData, TrainingProgress, ValidationSet
+from hf_vanilla.training.schedule import LearningRateSchedule, make_lr_scheduler, peak_learning_rate
+from hf_vanilla.training.settings import TrainingConfig, TrainingError
+from hf_vanilla.training.trainer import Optimization, Trainer, TrainingData, TrainingProgress, ValidationSet
 
 logger = get_logger(__name__)  # logs on the main process only
 
@@ -623,7 +621,7 @@ def generation_config(config: TrainingConfig, model_config: VanillaTransformerCo
 
 def _initial_model(config: TrainingConfig, model_config: VanillaTransformerConfig):
     """A new model with `model_config`, or with the weights of `config.init_from` (fine-tuning), loaded and
-    checked as every checkpoint is (`hf_vanilla.checkpoints.load_pretrained`)."""
+    checked as every checkpoint is (`hf_vanilla.checkpoints.loading.load_pretrained`)."""
     if not config.init_from:
         model = VanillaTransformerForConditionalGeneration(model_config)
         model.set_attn_implementation(AUTO_ATTENTION)

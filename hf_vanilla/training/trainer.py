@@ -35,14 +35,12 @@ from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerBase
 
-from hf_vanilla.data import TokenBatchSampler, TokenizedRows, UpdateBatchSampler, make_collator
+from hf_vanilla.checkpoints.cards import save_model_directory
+from hf_vanilla.data.batches import TokenBatchSampler, TokenizedRows, UpdateBatchSampler, make_collator
 from hf_vanilla.evaluation.scoring import score_translations
 from hf_vanilla.files import publish_directory, write_json
-from hf_vanilla.publishing import save_model_directory
-from hf_vanilla.translation import translate_sentences
-
-from .loss import label_smoothed_loss
-from .run_directory import (
+from hf_vanilla.training.loss import label_smoothed_loss
+from hf_vanilla.training.run_directory import (
     BEST,
     LAST,
     PROGRESS_FILE,
@@ -53,8 +51,9 @@ from .run_directory import (
     run_record,
     staging_directory,
 )
-from .schedule import DropoutRates, LearningRateSchedule, dropout_for_update, set_dropout
-from .settings import TrainingConfig, TrainingError
+from hf_vanilla.training.schedule import DropoutRates, LearningRateSchedule, dropout_for_update, set_dropout
+from hf_vanilla.training.settings import TrainingConfig, TrainingError
+from hf_vanilla.translation.decoding import translate_sentences
 
 logger = get_logger(__name__)  # logs on the main process only
 

@@ -9,7 +9,7 @@ of the paper's model).
 
 import sys
 
-from hf_vanilla.checkpoints import TOKENIZER_FILES, load_tokenizer
+from hf_vanilla.checkpoints.loading import TOKENIZER_FILES, load_tokenizer
 from hf_vanilla.cli import (
     ArgumentParser,
     add_dataset_arguments,

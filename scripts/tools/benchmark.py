@@ -15,7 +15,6 @@ from hf_vanilla.cli import (
     configure_logging,
     exits_on_missing_extra,
 )
-from hf_vanilla.engines import COMPUTE_TYPES, engine_names
 from hf_vanilla.precision import resolve_device
 from hf_vanilla.tools.benchmark import (
     GENERATION_CACHES,
@@ -24,6 +23,7 @@ from hf_vanilla.tools.benchmark import (
     run_benchmark,
     save_results,
 )
+from hf_vanilla.translation.engines import COMPUTE_TYPES, engine_names
 
 
 def build_parser() -> ArgumentParser:

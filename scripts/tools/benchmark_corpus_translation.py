@@ -29,8 +29,9 @@ import numpy as np
 import torch
 
 from hf_vanilla import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+from hf_vanilla.checkpoints.tokenizer_directory import save_tokenizer
 from hf_vanilla.cli import ArgumentParser, add_logging_argument, configure_logging, positive_int
-from hf_vanilla.tokenization import config_kwargs_from_tokenizer, save_tokenizer, train_tokenizer
+from hf_vanilla.data.tokenization import config_kwargs_from_tokenizer, train_tokenizer
 from hf_vanilla.tools.benchmark import environment, save_results
 
 REPO = Path(__file__).resolve().parents[2]

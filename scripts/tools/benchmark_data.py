@@ -13,7 +13,7 @@ and then, 3,000 validation and test pairs, in the Hub's Parquet `translation` la
     python scripts/tools/benchmark_data.py --pairs 500000 1000000 4500000 --output docs/benchmarks/data-scale.json
 
 The loader is timed side by side in one process: the former collation (transformers' DataCollatorForSeq2Seq) and
-the current one (`hf_vanilla.data.BatchCollator`), each with every `--loader-workers` count of worker processes.
+the current one (`hf_vanilla.data.batches.BatchCollator`), each with every `--loader-workers` count of worker processes.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from torch.utils.data import DataLoader
 from transformers import DataCollatorForSeq2Seq
 
 from hf_vanilla.cli import ArgumentParser, add_logging_argument, configure_logging, positive_int
-from hf_vanilla.data import TokenizedRows, UpdateBatchSampler, example_lengths, make_collator
+from hf_vanilla.data.batches import TokenizedRows, UpdateBatchSampler, example_lengths, make_collator
 from hf_vanilla.tools.benchmark import environment, save_results
 from hf_vanilla.training.settings import load_training_config
 from hf_vanilla.training.train import load_inputs

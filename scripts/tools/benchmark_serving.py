@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 from _server_process import ServerProcess  # beside this script
 
-from hf_vanilla.checkpoints import decoding_for, load_tokenizer
+from hf_vanilla.checkpoints.loading import decoding_for, load_tokenizer
 from hf_vanilla.cli import (
     ArgumentParser,
     add_beam_arguments,
@@ -53,13 +53,13 @@ from hf_vanilla.cli import (
     positive_int,
     translation_data,
 )
-from hf_vanilla.engines import COMPUTE_TYPES, EngineSettings, engine_names, load_engine
 from hf_vanilla.extras import require
 from hf_vanilla.files import write_json
 from hf_vanilla.precision import cpu_description
 from hf_vanilla.serving.batching import DEFAULT_BATCHING
 from hf_vanilla.tools.benchmark import recorded_validation_bleu
-from hf_vanilla.translation import DecodingOptions
+from hf_vanilla.translation.decoding import DecodingOptions
+from hf_vanilla.translation.engines import COMPUTE_TYPES, EngineSettings, engine_names, load_engine
 
 STARTUP_SECONDS = 300
 
@@ -234,7 +234,7 @@ def raw_translate_batch(args, settings: EngineSettings) -> Callable[[list], obje
     """CTranslate2's `translate_batch` alone on the converted model, with the engine's threads: sentences
     tokenized as token strings and batched by it in the same token budget, one limit for all (256, its default),
     none of our batching or texts."""
-    from hf_vanilla.engines.ctranslate2_engine import cached_conversion
+    from hf_vanilla.translation.engines.ctranslate2_engine import cached_conversion
 
     ctranslate2 = require("ctranslate2", extra="ct2")
     inter_threads, intra_threads = settings.cpu_threads()

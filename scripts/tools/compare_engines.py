@@ -22,11 +22,11 @@ from hf_vanilla.cli import (
     exits_on_missing_extra,
     translation_data,
 )
-from hf_vanilla.engines import EngineSettings, load_engine
 from hf_vanilla.files import write_json
 from hf_vanilla.model.decoding import PAPER_GENERATION_KWARGS
 from hf_vanilla.precision import cpu_description
-from hf_vanilla.translation import DecodingOptions
+from hf_vanilla.translation.decoding import DecodingOptions
+from hf_vanilla.translation.engines import EngineSettings, load_engine
 
 DECODINGS = {"greedy": {"num_beams": 1}, "beam": PAPER_GENERATION_KWARGS}
 ENGINES = {

@@ -4,9 +4,9 @@
 from transformers import MarianMTModel
 
 from hf_vanilla.cli import ArgumentParser, add_logging_argument, configure_logging, exits_on_missing_extra
-from hf_vanilla.engines.ctranslate2_engine import convert_to_ctranslate2
 from hf_vanilla.extras import require
 from hf_vanilla.tools.export import export_to_marian, load_vanilla, max_logit_difference
+from hf_vanilla.translation.engines.ctranslate2_engine import convert_to_ctranslate2
 
 
 def build_parser() -> ArgumentParser:

@@ -10,7 +10,7 @@ The target side is --target when given (teacher-forced), else the model's own gr
 
 import sys
 
-from hf_vanilla.checkpoints import load_model_and_tokenizer
+from hf_vanilla.checkpoints.loading import load_model_and_tokenizer
 from hf_vanilla.cli import (
     ArgumentParser,
     add_device_argument,

@@ -11,9 +11,10 @@ from huggingface_hub import ModelCard
 from synthetic_corpus import SPLIT_SIZES
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
 
-from hf_vanilla.checkpoints import load_model_and_tokenizer
-from hf_vanilla.corpus import load_translation_split
-from hf_vanilla.engines import TransformersEngine
+from hf_vanilla.checkpoints.cards import CARD_FILE, RunRecord, model_card, save_card, set_decoding_defaults
+from hf_vanilla.checkpoints.loading import load_model_and_tokenizer
+from hf_vanilla.checkpoints.tokenizer_directory import save_tokenizer
+from hf_vanilla.data.corpus import load_translation_split
 from hf_vanilla.evaluation import scoring as scoring_module
 from hf_vanilla.evaluation.paper_bleu import PAPER_BLEU_KEY, PAPER_BLEU_NAME
 from hf_vanilla.evaluation.scoring import (
@@ -27,15 +28,14 @@ from hf_vanilla.evaluation.scoring import (
 )
 from hf_vanilla.evaluation.selection import SelectionGrid, select_on_validation
 from hf_vanilla.model.decoding import cut_source
-from hf_vanilla.publishing import CARD_FILE, RunRecord, model_card, save_card, set_decoding_defaults
-from hf_vanilla.tokenization import save_tokenizer
-from hf_vanilla.translation import (
+from hf_vanilla.translation.decoding import (
     DecodingOptions,
     read_lines,
     translate_nbest,
     translate_sentences,
     write_lines_atomic,
 )
+from hf_vanilla.translation.engines import TransformersEngine
 
 QUIET = Runtime(show_progress=False)
 

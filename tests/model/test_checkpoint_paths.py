@@ -15,7 +15,7 @@ from conftest import REPO, tiny_config
 from huggingface_hub import ModelCard
 from transformers import AutoTokenizer
 
-from hf_vanilla.publishing import RunRecord, directory_card
+from hf_vanilla.checkpoints.cards import RunRecord, directory_card
 from hf_vanilla.tools.export import export_to_marian
 from hf_vanilla.training.train import train
 

@@ -2,7 +2,7 @@ import pytest
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
 
 from hf_vanilla.model.pipeline import VanillaTranslationPipeline
-from hf_vanilla.translation import translate_sentences
+from hf_vanilla.translation.decoding import translate_sentences
 
 SOURCES = ["Ein Mann fährt Fahrrad.", "", "Zwei Hunde spielen im Schnee.", "Kinder."]
 

@@ -11,8 +11,8 @@ from conftest import DE_EN, run_script
 from huggingface_hub import ModelCard
 from transformers import AutoTokenizer
 
-from hf_vanilla.corpus import load_translation_split
-from hf_vanilla.tokenization import tokenizer_fingerprint
+from hf_vanilla.data.corpus import load_translation_split
+from hf_vanilla.data.tokenization import tokenizer_fingerprint
 from hf_vanilla.training.run_directory import CONFIG_FILE
 from hf_vanilla.training.settings import load_training_config
 

@@ -12,8 +12,8 @@ import pytest
 import yaml
 from conftest import REPO, SCRIPTS, tiny_config
 
-from hf_vanilla.checkpoints import load_model_and_tokenizer
-from hf_vanilla.corpus import load_translation_split
+from hf_vanilla.checkpoints.loading import load_model_and_tokenizer
+from hf_vanilla.data.corpus import load_translation_split
 from hf_vanilla.research.reranking import REVERSE_WEIGHT, RIGHT_TO_LEFT_WEIGHT
 
 pytestmark = pytest.mark.slow  # the whole recipe end to end: minutes; `pytest -m slow` runs it

@@ -5,12 +5,12 @@ import sacrebleu
 from conftest import DE_EN, run_script, tiny_config
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-from hf_vanilla.corpus import load_translation_split
-from hf_vanilla.engines import TransformersEngine
+from hf_vanilla.data.corpus import load_translation_split
 from hf_vanilla.evaluation.scoring import Runtime, TranslationData
 from hf_vanilla.research.distillation import PROVENANCE_FILE, SavedTranslations, Teachers, distill_dataset
 from hf_vanilla.training.train import train
-from hf_vanilla.translation import translate_sentences
+from hf_vanilla.translation.decoding import translate_sentences
+from hf_vanilla.translation.engines import TransformersEngine
 
 TRANSLATE = TransformersEngine.translate  # the engine's own, which the counting stand-in calls
 GREEDY = {"num_beams": 1, "max_new_tokens": 8}  # untrained teachers: short outputs keep the tests quick

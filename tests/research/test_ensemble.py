@@ -8,13 +8,13 @@ import torch
 from conftest import run_script
 from transformers import AutoModelForSeq2SeqLM, LogitsProcessorList
 
-from hf_vanilla.engines import EngineSettings
 from hf_vanilla.evaluation.scoring import Runtime, TranslationData, evaluate_bleu
 from hf_vanilla.evaluation.selection import SelectionGrid, select_on_validation
 from hf_vanilla.model.modeling_vanilla import VanillaTransformerForConditionalGeneration
 from hf_vanilla.research.decoders import ResearchModels, load_research_decoder
 from hf_vanilla.research.ensemble import EnsembleLogitsProcessor, ensemble_logits_processors
-from hf_vanilla.translation import translate_sentences
+from hf_vanilla.translation.decoding import translate_sentences
+from hf_vanilla.translation.engines import EngineSettings
 
 SOURCES = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee.", "", "Kinder."]
 

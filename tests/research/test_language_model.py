@@ -9,7 +9,7 @@ import torch
 from conftest import TINY_LANGUAGE_MODEL, run_script, with_truncated_weights
 from transformers import AutoTokenizer
 
-from hf_vanilla.corpus import load_translation_split
+from hf_vanilla.data.corpus import load_translation_split
 from hf_vanilla.research.language_model import (
     RECORD_FILE,
     LanguageModelTraining,

@@ -9,8 +9,7 @@ from conftest import DE_EN, run_script
 from test_ensemble import SOURCES
 from transformers import pipeline
 
-from hf_vanilla.checkpoints import load_model_and_tokenizer
-from hf_vanilla.engines import EngineSettings, TransformersEngine
+from hf_vanilla.checkpoints.loading import load_model_and_tokenizer
 from hf_vanilla.evaluation.scoring import Runtime, TranslationData, evaluate_translation
 from hf_vanilla.evaluation.selection import SelectionGrid, select_on_validation
 from hf_vanilla.model.decoding import reverse_words
@@ -35,7 +34,8 @@ from hf_vanilla.research.reranking import (
     weight_grid,
     word_counts,
 )
-from hf_vanilla.translation import DecodingOptions, translate_nbest, translate_sentences
+from hf_vanilla.translation.decoding import DecodingOptions, translate_nbest, translate_sentences
+from hf_vanilla.translation.engines import EngineSettings, TransformersEngine
 
 # A sentence's log-probability is a float32 sum of ~50 terms: batched with other sentences or alone, on CPUs with other
 # kernels, it agrees to a few parts in ten million (1.9e-5 of -57.3 seen on an AVX512 Xeon), not to an absolute 1e-5.

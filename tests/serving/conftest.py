@@ -15,8 +15,8 @@ from conftest import sharpened
 from huggingface_hub import ModelCard, ModelCardData
 from transformers import AutoModelForSeq2SeqLM
 
-from hf_vanilla.checkpoints import load_model_and_tokenizer
-from hf_vanilla.translation import translate_sentences
+from hf_vanilla.checkpoints.loading import load_model_and_tokenizer
+from hf_vanilla.translation.decoding import translate_sentences
 
 STARTUP_SECONDS = 180  # two processes importing torch at once on a busy 2-core machine (20 s when idle)
 BEAM = {"num_beams": 4, "length_penalty": 0.6}  # what the model's generation_config.json says

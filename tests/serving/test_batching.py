@@ -8,10 +8,10 @@ import time
 
 import pytest
 
-from hf_vanilla.engines import EngineSettings, load_engine
 from hf_vanilla.serving.attention import AttentionQuery
 from hf_vanilla.serving.batching import Batcher, BatchingSettings, RequestRefused
-from hf_vanilla.translation import DecodingOptions
+from hf_vanilla.translation.decoding import DecodingOptions
+from hf_vanilla.translation.engines import EngineSettings, load_engine
 
 OPTIONS = DecodingOptions(num_beams=1, show_progress=False)
 TOGETHER = BatchingSettings(max_tokens=1000, max_wait_ms=200)  # sentences sent together meet in one batch

@@ -11,9 +11,9 @@ import pytest
 import requests
 from fastapi.testclient import TestClient
 
-from hf_vanilla.engines import EngineSettings
-from hf_vanilla.publishing import set_decoding_defaults
+from hf_vanilla.checkpoints.cards import set_decoding_defaults
 from hf_vanilla.serving import RequestLimits, create_app
+from hf_vanilla.translation.engines import EngineSettings
 
 from .conftest import BEAM, STARTUP_SECONDS, Server
 

@@ -24,8 +24,8 @@ from hypothesis import HealthCheck, given
 from hypothesis import strategies as st
 from transformers import AutoConfig
 
-from hf_vanilla.corpus import load_translation_split
-from hf_vanilla.publishing import set_decoding_defaults
+from hf_vanilla.checkpoints.cards import set_decoding_defaults
+from hf_vanilla.data.corpus import load_translation_split
 
 from .conftest import BEAM, STARTUP_SECONDS, Server
 

@@ -3,9 +3,9 @@ import pytest
 import torch
 from conftest import run_script
 
-from hf_vanilla.checkpoints import load_model_and_tokenizer
+from hf_vanilla.checkpoints.loading import load_model_and_tokenizer
 from hf_vanilla.tools.attention_plots import save_attention_plots, sentence_attentions
-from hf_vanilla.translation import translate_sentences
+from hf_vanilla.translation.decoding import translate_sentences
 
 SOURCE = "Zwei junge Männer sind im Freien."
 TARGET = "Two young men are outside."

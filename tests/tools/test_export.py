@@ -10,9 +10,8 @@ from conftest import with_another_vocabulary_of_the_same_size, with_truncated_we
 from transformers import MarianMTModel
 
 from hf_vanilla import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-from hf_vanilla.engines.ctranslate2_engine import save_ctranslate2_model
+from hf_vanilla.data.tokenization import config_kwargs_from_tokenizer, train_tokenizer
 from hf_vanilla.model.modeling_vanilla import sinusoidal_positions
-from hf_vanilla.tokenization import config_kwargs_from_tokenizer, train_tokenizer
 from hf_vanilla.tools.export import (
     MARIAN_LAYER_NORM_EPS,
     export_to_marian,
@@ -21,6 +20,7 @@ from hf_vanilla.tools.export import (
     max_logit_difference,
     to_marian,
 )
+from hf_vanilla.translation.engines.ctranslate2_engine import save_ctranslate2_model
 
 SENTENCES = [
     "A man is walking his dog.",

@@ -21,7 +21,7 @@ from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from hf_vanilla import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-from hf_vanilla.checkpoints import load_model_and_tokenizer
+from hf_vanilla.checkpoints.loading import load_model_and_tokenizer
 from hf_vanilla.precision import auto_precision, cpu_has_native_bf16
 from hf_vanilla.tools.plotting import plot_training_log
 from hf_vanilla.training.loss import label_smoothed_loss, training_loss_function
@@ -43,7 +43,7 @@ from hf_vanilla.training.schedule import (
 from hf_vanilla.training.settings import TrainingConfig, TrainingError, load_training_config
 from hf_vanilla.training.train import _loader_workers, train
 from hf_vanilla.training.trainer import Trainer, TrainingStopped
-from hf_vanilla.translation import translate_sentences
+from hf_vanilla.translation.decoding import translate_sentences
 
 CONFIGS = sorted((REPO / "configs").glob("*.yaml"))
 

@@ -14,9 +14,10 @@ from synthetic_corpus import synthetic_pairs
 from transformers import AutoTokenizer
 
 from hf_vanilla import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-from hf_vanilla.checkpoints import load_model_and_tokenizer
-from hf_vanilla.corpus import load_translation_split
-from hf_vanilla.tokenization import config_kwargs_from_tokenizer, save_tokenizer, train_tokenizer
+from hf_vanilla.checkpoints.loading import load_model_and_tokenizer
+from hf_vanilla.checkpoints.tokenizer_directory import save_tokenizer
+from hf_vanilla.data.corpus import load_translation_split
+from hf_vanilla.data.tokenization import config_kwargs_from_tokenizer, train_tokenizer
 from hf_vanilla.training.settings import TrainingError
 from hf_vanilla.training.train import train
 
@@ -187,7 +188,7 @@ def test_average_last_within_the_saves_trains(tmp_path, tokenizer_dir):
 def test_overlong_validation_pair_is_dropped_and_counted(tmp_path, tokenizer_dir, caplog):
     corpus = write_corpus(tmp_path / "corpus")
     replace_line(corpus / "validation.jsonl", 2, json_line(" ".join(["Hund"] * 5000), "a dog"))
-    caplog.set_level(logging.INFO, logger="hf_vanilla.data")
+    caplog.set_level(logging.INFO, logger="hf_vanilla.data.batches")
     train(run_config(corpus, tokenizer_dir, tmp_path / "run", max_steps=1))
     assert "Cleaning kept 7 of 8 validation pairs; dropped 0 empty, 1 over 250 tokens" in caplog.text
     assert "Cleaning kept 80 of 80 train pairs" in caplog.text

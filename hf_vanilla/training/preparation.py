@@ -16,8 +16,8 @@ from typing import Any
 
 from accelerate import PartialState
 
-from hf_vanilla.data import example_lengths
-from hf_vanilla.tokenization import describe_tokenizer_training, train_tokenizer_on_pairs
+from hf_vanilla.checkpoints.tokenizer_directory import describe_tokenizer_training, train_tokenizer_on_pairs
+from hf_vanilla.data.batches import example_lengths
 from hf_vanilla.training.settings import TrainingConfig, TrainingError
 from hf_vanilla.training.train import load_inputs, pairs_source, training_pairs, with_corpus_recipe
 

@@ -12,7 +12,13 @@ import pytest
 from conftest import tiny_config
 from synthetic_corpus import synthetic_pairs
 
-from hf_vanilla.corpus import CorpusError, dataset_spec, load_translation_split, parse_dataset, split_names
+from hf_vanilla.data.corpus import (
+    CorpusError,
+    dataset_spec,
+    load_translation_split,
+    parse_dataset,
+    split_names,
+)
 from hf_vanilla.evaluation.scoring import Runtime, ScoreOptions, TranslationData, evaluate_bleu
 from hf_vanilla.training.heldout import HELDOUT_DIR
 from hf_vanilla.training.train import train

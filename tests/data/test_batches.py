@@ -8,8 +8,7 @@ import pytest
 import torch
 from synthetic_corpus import SPLIT_SIZES
 
-from hf_vanilla.corpus import CorpusError, load_translation_split
-from hf_vanilla.data import (
+from hf_vanilla.data.batches import (
     CleaningRules,
     ShapeBucketBatchSampler,
     TokenBatchSampler,
@@ -20,7 +19,8 @@ from hf_vanilla.data import (
     padding_efficiency,
     reverse_words,
 )
-from hf_vanilla.tokenization import train_tokenizer
+from hf_vanilla.data.corpus import CorpusError, load_translation_split
+from hf_vanilla.data.tokenization import train_tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -125,7 +125,7 @@ def test_cleaning_drops_and_counts_each_reason_in_tokens(caplog, tokenizer):
         }
     )
     rules = CleaningRules(max_tokens=tokens(long_text) - 1, max_length_ratio=9)
-    with caplog.at_level(logging.INFO, logger="hf_vanilla.data"):
+    with caplog.at_level(logging.INFO, logger="hf_vanilla.data.batches"):
         kept, dropped = clean_and_tokenize(pairs, tokenizer, rules)
     assert dropped == {"empty": 2, "too_long": 1, "length_ratio": 1}
     assert kept.select_columns(["source", "target"]).to_list() == [
@@ -140,7 +140,7 @@ def test_cleaning_drops_and_counts_each_reason_in_tokens(caplog, tokenizer):
 
 def test_cleaning_counts_tokens_so_that_a_script_without_spaces_is_kept():
     """A Chinese sentence is one white-space "word": counted in words, its pairs fall foul of the length ratio."""
-    from hf_vanilla.tokenization import train_tokenizer
+    from hf_vanilla.data.tokenization import train_tokenizer
 
     english = ["A man is riding a bicycle down the street.", "Two dogs are playing in the snow together."]
     chinese = ["一个男人正骑着自行车沿街而行。", "两只狗正在雪地里一起玩耍。"]
@@ -326,7 +326,7 @@ def test_shape_bucket_batches_pad_to_their_bucket_and_keep_padding_out_of_the_lo
     """Every batch has its bucket's rows x length; the labelled tokens are exactly the real targets, and a
     model's summed loss over them equals the one over the same examples padded to their longest."""
     from hf_vanilla import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-    from hf_vanilla.tokenization import config_kwargs_from_tokenizer
+    from hf_vanilla.data.tokenization import config_kwargs_from_tokenizer
     from hf_vanilla.training.loss import label_smoothed_cross_entropy
 
     torch.manual_seed(0)
@@ -369,7 +369,7 @@ def test_collator_makes_the_batches_of_transformers_seq2seq_collator(
     from transformers import DataCollatorForSeq2Seq
 
     from hf_vanilla import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-    from hf_vanilla.tokenization import config_kwargs_from_tokenizer
+    from hf_vanilla.data.tokenization import config_kwargs_from_tokenizer
 
     model = (
         VanillaTransformerForConditionalGeneration(

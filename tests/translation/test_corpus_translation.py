@@ -21,18 +21,18 @@ from conftest import SCRIPTS, run_in_session, run_script
 from synthetic_corpus import synthetic_pairs
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-from hf_vanilla import corpus_translation
-from hf_vanilla.checkpoints import model_digest
-from hf_vanilla.corpus import CorpusError
-from hf_vanilla.corpus_translation import (
+from hf_vanilla.checkpoints.loading import model_digest
+from hf_vanilla.data.corpus import CorpusError
+from hf_vanilla.translation import corpus as corpus_translation
+from hf_vanilla.translation.corpus import (
     CorpusJob,
     CorpusSettings,
     CorpusTranslationError,
     engine_translator,
     translate_corpus,
 )
-from hf_vanilla.engines import TransformersEngine
-from hf_vanilla.translation import DecodingOptions
+from hf_vanilla.translation.decoding import DecodingOptions
+from hf_vanilla.translation.engines import TransformersEngine
 
 GREEDY = DecodingOptions(num_beams=1, max_new_tokens=4, show_progress=False)
 SAMPLING = GREEDY.replace(do_sample=True, top_k=0)

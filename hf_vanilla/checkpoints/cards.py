@@ -23,7 +23,7 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase
 from transformers.utils import GENERATION_CONFIG_NAME
 
-from hf_vanilla.corpus import TRAIN_SPLIT, parse_dataset
+from hf_vanilla.data.corpus import TRAIN_SPLIT, parse_dataset
 from hf_vanilla.files import atomic_file, write_text_atomic
 from hf_vanilla.model.configuration_vanilla import VanillaTransformerConfig
 from hf_vanilla.model.decoding import FROM_PAPER, PAPER_EXTRA_OUTPUT_TOKENS, resolve_decoding

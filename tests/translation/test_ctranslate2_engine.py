@@ -13,15 +13,15 @@ import torch
 from conftest import DE_EN, run_script, sharpened
 
 from hf_vanilla import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-from hf_vanilla.checkpoints import load_tokenizer
-from hf_vanilla.corpus import load_translation_split
-from hf_vanilla.engines import EngineSettings, load_engine
+from hf_vanilla.checkpoints.cards import set_decoding_defaults
+from hf_vanilla.checkpoints.loading import load_tokenizer
+from hf_vanilla.data.corpus import load_translation_split
 from hf_vanilla.files import atomic_directory
-from hf_vanilla.publishing import set_decoding_defaults
-from hf_vanilla.translation import DecodingOptions
+from hf_vanilla.translation.decoding import DecodingOptions
+from hf_vanilla.translation.engines import EngineSettings, load_engine
 
 ctranslate2 = pytest.importorskip("ctranslate2")
-from hf_vanilla.engines.ctranslate2_engine import cached_conversion, checkpoint_digest  # noqa: E402
+from hf_vanilla.translation.engines.ctranslate2_engine import cached_conversion, checkpoint_digest  # noqa: E402
 
 VARIANTS = {
     "post-LN, tied (the paper)": {},
@@ -188,7 +188,7 @@ def test_lines_longer_than_the_positions_are_cut_or_left_blank_with_the_same_war
     for name, settings in float32.items():
         engine = load_engine(directory, settings)
         caplog.clear()
-        with caplog.at_level(logging.WARNING, logger="hf_vanilla.translation"):
+        with caplog.at_level(logging.WARNING, logger="hf_vanilla.translation.decoding"):
             found[name] = engine.translate(sources, options)
         assert "1 of 3 lines are longer than the model's 24 positions" in caplog.text
         assert engine.max_source_tokens == 24 < len(engine.encode([long_line])[0])
@@ -213,7 +213,7 @@ def test_what_ctranslate2_cannot_do_is_refused_before_decoding(paper_engines, se
 
 def test_int8_translates_and_auto_chooses_and_logs_a_compute_type(paper_engines, sources, cache_dir, caplog):
     directory, reference, _ = paper_engines
-    with caplog.at_level(logging.INFO, logger="hf_vanilla.engines.ctranslate2_engine"):
+    with caplog.at_level(logging.INFO, logger="hf_vanilla.translation.engines.ctranslate2_engine"):
         engine = load_engine(directory, EngineSettings("ctranslate2", "cpu", ctranslate2_dir=cache_dir))
     chosen = engine.describe()["precision"]
     assert chosen in ctranslate2.get_supported_compute_types("cpu")
@@ -254,12 +254,12 @@ def test_the_conversion_is_cached_outside_the_checkpoint_and_a_damaged_copy_is_r
     converted = cache_dir / checkpoint_digest(directory)
     assert converted.is_dir() and not any(path.name.startswith("model.bin") for path in directory.iterdir())
     settings = ctranslate2_float32(cache_dir)
-    with caplog.at_level(logging.INFO, logger="hf_vanilla.engines.ctranslate2_engine"):
+    with caplog.at_level(logging.INFO, logger="hf_vanilla.translation.engines.ctranslate2_engine"):
         load_engine(directory, settings)
     assert "converting" not in caplog.text  # cached
     weights = converted / "model.bin"
     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
-    with caplog.at_level(logging.WARNING, logger="hf_vanilla.engines.ctranslate2_engine"):
+    with caplog.at_level(logging.WARNING, logger="hf_vanilla.translation.engines.ctranslate2_engine"):
         engine = load_engine(directory, settings)
     assert "does not load" in caplog.text and "converting again" in caplog.text
     assert engine.translate(sources, QUIET) == reference.translate(sources, QUIET)

@@ -5,14 +5,14 @@ model and the departures (`pre_layernorm`, an untied output projection) alike, i
 epsilon as they are. The conversion runs on first use and is cached by the checkpoint's digest, outside the
 checkpoint directory (`cached_conversion`).
 
-The options mean what they mean to `generate` (`hf_vanilla.translation.translate_sentences`):
+The options mean what they mean to `generate` (`hf_vanilla.translation.decoding.translate_sentences`):
 - length penalty: both rank a finished hypothesis by sum(log p) / length**length_penalty, the end token counted
   in the length (CTranslate2 counts it when asked to return it, `return_end_token`, which is asked here);
 - each sentence's own limit of source length + 50: CTranslate2's `max_decoding_length` is one number a call, so
   beam search decodes a batch's sentences of equal limits together; greedy search decodes the batch at its
   longest limit and cuts each translation at its own, which gives the same tokens;
 - blank lines, long lines (cut or left blank with the same warning) and word order are the shared code's
-  (`hf_vanilla.translation.encoded_batches`); a corpus goes to `translate_batch` in chunks of `CHUNK_BATCHES`
+  (`hf_vanilla.translation.decoding.encoded_batches`); a corpus goes to `translate_batch` in chunks of `CHUNK_BATCHES`
   batches' worth of sorted sentences, which CTranslate2 cuts into batches of `max_tokens` itself (and decodes
   on its `inter_threads` replicas at once), token ids mapped to its token strings by one list lookup each.
 One rule differs: CTranslate2's beam search stops a sentence once `num_beams` hypotheses have finished, which
@@ -37,7 +37,7 @@ import torch
 from huggingface_hub import constants
 from transformers import GenerationConfig, PreTrainedConfig, PreTrainedTokenizerBase
 
-from hf_vanilla.checkpoints import (
+from hf_vanilla.checkpoints.loading import (
     TOKENIZER_FILE,
     WEIGHTS_FILE,
     generation_defaults,
@@ -47,15 +47,19 @@ from hf_vanilla.checkpoints import (
     model_digest,
     model_directory,
 )
+from hf_vanilla.data.tokenization import check_tokenizer_matches_model
 from hf_vanilla.extras import require
 from hf_vanilla.files import atomic_directory, refuse_existing
 from hf_vanilla.model.configuration_vanilla import VanillaTransformerConfig
 from hf_vanilla.model.decoding import max_source_tokens, paper_max_new_tokens
 from hf_vanilla.model.modeling_vanilla import sinusoidal_positions
-from hf_vanilla.tokenization import check_tokenizer_matches_model
-from hf_vanilla.translation import DEFAULT_DECODING, BatchLogitsProcessors, DecodingOptions, encoded_batches
-
-from .base import (
+from hf_vanilla.translation.decoding import (
+    DEFAULT_DECODING,
+    BatchLogitsProcessors,
+    DecodingOptions,
+    encoded_batches,
+)
+from hf_vanilla.translation.engines.base import (
     CTRANSLATE2,
     LOGITS_PROCESSORS,
     NBEST_SCORES,

@@ -11,10 +11,10 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedConfig, PreTrainedModel, PreTrainedTokenizerBase
 
-from hf_vanilla.attention import SentenceAttentions, teacher_forced_attentions
-from hf_vanilla.checkpoints import load_model_and_tokenizer
+from hf_vanilla.checkpoints.loading import load_model_and_tokenizer
 from hf_vanilla.model.decoding import max_source_tokens
-from hf_vanilla.translation import (
+from hf_vanilla.translation.attention import SentenceAttentions, teacher_forced_attentions
+from hf_vanilla.translation.decoding import (
     DEFAULT_DECODING,
     BatchLogitsProcessors,
     DecodingOptions,
@@ -23,8 +23,7 @@ from hf_vanilla.translation import (
     translate_nbest,
     translate_sentences,
 )
-
-from .base import (
+from hf_vanilla.translation.engines.base import (
     ATTENTION,
     LOGITS_PROCESSORS,
     NBEST_SCORES,
@@ -99,7 +98,7 @@ class TransformersEngine:
     ) -> SentenceAttentions:
         """The translation of one encoded source (within `max_source_tokens`) as `translate` gives it with
         `options`, and the attention behind it: the output's own tokens teacher-forced through the model
-        (`hf_vanilla.attention`)."""
+        (`hf_vanilla.translation.attention`)."""
         [output_ids] = self.translate_encoded([source_ids], options)
         [text] = self.detokenize([output_ids], options)
         return teacher_forced_attentions(self.model, self.tokenizer, list(source_ids), output_ids, text)

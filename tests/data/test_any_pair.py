@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from hf_vanilla.data.tokenization import round_trip_rate, train_tokenizer
 from hf_vanilla.evaluation.scoring import bleu_metric, score_translations
-from hf_vanilla.tokenization import round_trip_rate, train_tokenizer
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 # A language given a default value or a fallback: `default="de"`, `setting("en", ...)`, `lang or "en"`, `= "de"`.
 LANGUAGE_DEFAULT = re.compile(r"""(default=|setting\(|\bor |= )["'](de|en)["']""")
 # Where German and English belong: the WMT 2014 English-German paper's own BLEU and its synthetic stand-in.

@@ -1,4 +1,4 @@
-"""Parallel text: clean and tokenize it, batch it by tokens (paper section 5.1). `hf_vanilla.corpus` loads it."""
+"""Parallel text: clean and tokenize it, batch it by tokens (paper section 5.1). `hf_vanilla.data.corpus` loads it."""
 
 from __future__ import annotations
 

@@ -37,11 +37,11 @@ from accelerate.utils import parse_flag_from_env
 from tqdm.auto import tqdm
 from transformers import set_seed
 
-from .corpus import not_utf8, raw_lines
-from .engines import TranslationEngine
-from .files import atomic_file, write_json, write_text_atomic
-from .precision import resolve_device
-from .translation import DecodingOptions, lines_numbered_from, named_lines
+from hf_vanilla.data.corpus import not_utf8, raw_lines
+from hf_vanilla.files import atomic_file, write_json, write_text_atomic
+from hf_vanilla.precision import resolve_device
+from hf_vanilla.translation.decoding import DecodingOptions, lines_numbered_from, named_lines
+from hf_vanilla.translation.engines import TranslationEngine
 
 logger = logging.getLogger(__name__)
 

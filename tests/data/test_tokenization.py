@@ -5,13 +5,13 @@ from types import SimpleNamespace
 import pytest
 from transformers import AutoTokenizer
 
-from hf_vanilla.corpus import load_translation_split
-from hf_vanilla.tokenization import (
+from hf_vanilla.checkpoints.tokenizer_directory import save_tokenizer
+from hf_vanilla.data.corpus import load_translation_split
+from hf_vanilla.data.tokenization import (
     check_tokenizer_matches_model,
     config_kwargs_from_tokenizer,
     mean_tokens_per_sentence,
     round_trip_rate,
-    save_tokenizer,
     tokenizer_fingerprint,
     train_tokenizer,
 )

@@ -1,5 +1,5 @@
 """Batched translation with `generate` (paper section 6.1): the decoding options every engine takes
-(`hf_vanilla.engines`), `generate` over batches of them, and the text files they work on."""
+(`hf_vanilla.translation.engines`), `generate` over batches of them, and the text files they work on."""
 
 from __future__ import annotations
 
@@ -25,6 +25,8 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
+from hf_vanilla.data.batches import TokenBatchSampler
+from hf_vanilla.files import write_text_atomic
 from hf_vanilla.model.decoding import (
     DEFAULT_MAX_TOKENS,
     PAPER_EXTRA_OUTPUT_TOKENS,
@@ -36,9 +38,6 @@ from hf_vanilla.model.decoding import (
     resolve_decoding,
     writes_right_to_left,
 )
-
-from .data import TokenBatchSampler
-from .files import write_text_atomic
 
 logger = logging.getLogger(__name__)
 LINES_NAMED = 10  # a warning about lines (too long, not UTF-8) names this many of them

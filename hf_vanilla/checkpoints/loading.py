@@ -29,12 +29,11 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
+from hf_vanilla.data.tokenization import check_tokenizer_matches_model
 from hf_vanilla.model.attention_kernels import AUTO_ATTENTION
 from hf_vanilla.model.configuration_vanilla import VanillaTransformerConfig
 from hf_vanilla.model.decoding import ResolvedDecoding, resolve_decoding, writes_right_to_left
-
-from .precision import resolve_device, resolve_precision
-from .tokenization import check_tokenizer_matches_model
+from hf_vanilla.precision import resolve_device, resolve_precision
 
 logger = logging.getLogger(__name__)
 TOKENIZER_FILE, WEIGHTS_FILE = "tokenizer.json", "model.safetensors"

@@ -11,7 +11,7 @@ from huggingface_hub import ModelCard
 from transformers import GenerationConfig
 
 from hf_vanilla import VanillaTransformerConfig
-from hf_vanilla.publishing import (
+from hf_vanilla.checkpoints.cards import (
     CARD_FILE,
     RunRecord,
     decoding_defaults,
@@ -24,7 +24,7 @@ from hf_vanilla.training.run_directory import LAST, TRAINING_STATE, run_record
 from hf_vanilla.training.settings import load_training_config
 from hf_vanilla.training.train import train
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SECTIONS = (
     "## Model details",
     "## Intended uses and limitations",
@@ -172,7 +172,7 @@ def quickstart_card(directory: Path) -> str:
 def test_model_card_md_is_the_card_the_package_writes(tmp_path):
     """model_card.md, the example README links, is what the builder writes for the quickstart's checkpoint."""
     assert (REPO / "model_card.md").read_text() == quickstart_card(tmp_path), (
-        "model_card.md is stale: regenerate it with `python tests/test_publishing.py`"
+        "model_card.md is stale: regenerate it with `python tests/checkpoints/test_cards.py`"
     )
 
 

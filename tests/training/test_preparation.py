@@ -11,11 +11,12 @@ import pytest
 from conftest import SCRIPTS, tiny_config
 from transformers import AutoTokenizer
 
-from hf_vanilla.corpus import load_translation_split
+from hf_vanilla.checkpoints.tokenizer_directory import PairsSource, train_tokenizer_on_pairs
+from hf_vanilla.data.corpus import load_translation_split
+from hf_vanilla.data.tokenization import sample_pairs
 from hf_vanilla.model.configuration_vanilla import DROPOUT_FIELDS
-from hf_vanilla.preparation import PREPARATION_SETTINGS, prepare_training_data
-from hf_vanilla.tokenization import PairsSource, sample_pairs, train_tokenizer_on_pairs
 from hf_vanilla.tools.options_page import script_parser
+from hf_vanilla.training.preparation import PREPARATION_SETTINGS, prepare_training_data
 from hf_vanilla.training.recipes import RECIPE_KEYS
 from hf_vanilla.training.settings import TrainingConfig, TrainingError
 

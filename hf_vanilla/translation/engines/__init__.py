@@ -3,7 +3,7 @@ have beyond it, and the registry that loads one by name (`load_engine`). Two reg
 transformers' `generate` (the reference, every ability) and CTranslate2 (the same decoding, faster; converted on
 first use, its library imported only then)."""
 
-from .base import (
+from hf_vanilla.translation.engines.base import (
     ATTENTION,
     COMPUTE_TYPES,
     LOGITS_PROCESSORS,
@@ -20,8 +20,8 @@ from .base import (
     register_engine,
     require,
 )
-from .ctranslate2_engine import CTranslate2Engine
-from .transformers_engine import TransformersEngine
+from hf_vanilla.translation.engines.ctranslate2_engine import CTranslate2Engine
+from hf_vanilla.translation.engines.transformers_engine import TransformersEngine
 
 DEFAULT_ENGINE = EngineSettings()
 

@@ -1,0 +1,1 @@
+"""Checkpoints: opening one, saving one, its card, its digest."""

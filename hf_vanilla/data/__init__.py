@@ -1,0 +1,1 @@
+"""Parallel data: every form it ships in, cleaning, token batches, the joint BPE."""

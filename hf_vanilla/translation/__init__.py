@@ -1,0 +1,1 @@
+"""Translation: the decoding options, the engines, corpus translation, attention extraction."""
