@@ -1,23 +1,22 @@
 """The update loop: batches in, updates, logs, validation and checkpoints out, until the budget is spent.
 
 `train` (train.py) prepares everything and hands it to `Trainer`: `Trainer.run` is the loop,
-`Trainer._update` one update (sections 5.1, 5.3, 5.4). An update reads nothing back from the device: its loss
-and token count are added up there and read at a log or save point, where the run also checks that it has not
-diverged. Decisions that follow the update count (max_steps, save_interval_updates) or the validation scores
-(early stopping: every process reads the same reduced loss and gathered BLEU) are the same on every process;
-those that follow the clock (max_minutes, save_interval_minutes) and a stop signal are taken on the main process
-and shared with every process in one reduction as `TrainerControl`, every update with one process (no device
-involved) and every `SHARE_INTERVAL` updates with several, so all stop and save together.
+`Trainer._update` one update (sections 5.1, 5.3, 5.4); when to stop is `StopRules`' (stopping.py). An update
+reads nothing back from the device: its loss and token count are added up there and read at a log or save
+point, where the run also checks that it has not diverged. Decisions that follow the update count (max_steps,
+save_interval_updates) or the validation scores (early stopping: every process reads the same reduced loss and
+gathered BLEU) are the same on every process; those that follow the clock (max_minutes, save_interval_minutes)
+and a stop signal are taken on the main process and shared with every process in one reduction as
+`TrainerControl`, every update with one process (no device involved) and every `SHARE_INTERVAL` updates with
+several, so all stop and save together.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import errno
 import math
 import shutil
-import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -53,6 +52,8 @@ from hf_vanilla.training.run_directory import (
 )
 from hf_vanilla.training.schedule import DropoutRates, LearningRateSchedule, dropout_for_update, set_dropout
 from hf_vanilla.training.settings import TrainingConfig, TrainingError
+from hf_vanilla.training.stopping import StopRules, diverged, stopped_by_signal
+from hf_vanilla.training.stopping import TrainingStopped as TrainingStopped  # run's, for its callers
 from hf_vanilla.translation.decoding import translate_sentences
 
 logger = get_logger(__name__)  # logs on the main process only
@@ -60,16 +61,6 @@ logger = get_logger(__name__)  # logs on the main process only
 # With several processes, the main process's clock and stop signals are shared this many updates apart: each
 # sharing is a collective the host waits for.
 SHARE_INTERVAL = 16
-# What a scheduler sends before it stops a job (SLURM, Kubernetes, cloud preemption), and Ctrl-C.
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
-
-
-class TrainingStopped(TrainingError):
-    """The run was asked to stop by a signal and saved a checkpoint to resume from."""
-
-    def __init__(self, message: str, signal_number: int):
-        super().__init__(message)
-        self.exit_code = 128 + signal_number  # the shell's code for a process ended by that signal
 
 
 @dataclass
@@ -108,7 +99,8 @@ class TrainingProgress:
 
 
 def validation_score(metrics: dict[str, float]) -> float:
-    """What picks checkpoint_best and counts for early stopping, higher better: BLEU where validated, else -loss."""
+    """What picks checkpoint_best and counts for early stopping, higher better: BLEU where validated, else
+    -loss."""
     return metrics.get("val_bleu", -metrics["val_loss"])
 
 
@@ -144,7 +136,8 @@ class TrainingData:
 
 @dataclass
 class TrainerControl:
-    """What to do after an update, decided on the main process (as transformers' `TrainerControl` names it)."""
+    """What to do after an update, decided on the main process (as transformers' `TrainerControl` names
+    it)."""
 
     should_stop: bool = False  # the clock or the step budget is spent
     should_save: bool = False  # a save interval has come round
@@ -159,7 +152,8 @@ class TrainerControl:
             [float(self.should_stop), float(self.should_save), self.elapsed_seconds, float(self.stop_signal)],
             device=accelerator.device,
         )
-        stop, save, elapsed, stop_signal = accelerator.reduce(values * accelerator.is_main_process, "sum").tolist()
+        main_values = values * accelerator.is_main_process
+        stop, save, elapsed, stop_signal = accelerator.reduce(main_values, "sum").tolist()
         return TrainerControl(bool(stop), bool(save), elapsed, int(stop_signal))
 
 
@@ -181,24 +175,33 @@ class Trainer:
         self.saved_step = self.progress.step if self.progress.step else None
         self.checkpoints = CheckpointWriter(self.config, self.accelerator, self.data.tokenizer)
         self.log = RunLog(
-            self.accelerator, self.output_dir, self.progress, self.elapsed, self.data.sampler.updates_per_epoch
+            self.accelerator,
+            self.output_dir,
+            self.progress,
+            self.elapsed,
+            self.data.sampler.updates_per_epoch,
         )
         config = self.config
-        self.configured_dropout = DropoutRates(config.dropout, config.attention_dropout, config.activation_dropout)
+        self.configured_dropout = DropoutRates(
+            config.dropout, config.attention_dropout, config.activation_dropout
+        )
         self.dropout = self.configured_dropout  # the model was built with it
         device = self.accelerator.device
-        # Summed loss and target tokens since the last log record, kept on the device until a log or save point.
+        # Summed loss and target tokens since the last log record, kept on the device until a log or save
+        # point.
         self.interval_totals = torch.zeros(2, dtype=torch.float64, device=device)
-        # The first update whose loss was not finite (0: none yet), found on the device, read at the same points.
+        # The first update whose loss was not finite (0: none yet), found on the device, read at the same
+        # points.
         self.diverged_at = torch.zeros((), dtype=torch.int64, device=device)
-        self.stop_signal = 0
+        self.stop_rules = StopRules.of(config)
 
     def elapsed(self) -> float:
         return self.clock_offset + time.monotonic()
 
     def run(self) -> None:
-        """Update until a budget (steps, epochs, minutes) or the early-stopping patience is spent or a stop signal
-        comes, saving (and validating) at the intervals and at the end; the reason is logged and in the cards."""
+        """Update until a budget (steps, epochs, minutes) or the early-stopping patience is spent or a stop
+        signal comes, saving (and validating) at the intervals and at the end; the reason is logged and in the
+        cards."""
         progress = self.progress
         bar = tqdm(
             total=self.optimization.schedule.total_updates,
@@ -207,35 +210,37 @@ class Trainer:
             disable=not self.accelerator.is_main_process,
             mininterval=1,
         )
-        # A resumed run may have reached its limits already (every process reads the same progress).
-        progress.stop_reason = (
-            self._epochs_done() or self._steps_done() or self._over_time() or self._out_of_patience()
-        )
+        progress.stop_reason = self.stop_rules.at_start(progress)
         self._follow_clock(progress.elapsed_seconds)
-        with self._stop_signals_caught():
+        with self.stop_rules.signals_caught():
             while not progress.stop_reason:
-                self.data.sampler.set_epoch(progress.epoch, first_update=progress.updates_in_epoch)
-                batches = iter(self.data.loader)
-                while not progress.stop_reason:
-                    started = time.monotonic()
-                    group = list(islice(batches, self.accelerator.gradient_accumulation_steps))
-                    if not group:
-                        break
-                    self._update(group, started, bar)
-                    control = self._decide()
-                    progress.stop_reason = (control.should_stop and self._time_budget()) or self._steps_done()
-                    if progress.stop_reason or control.should_save or control.stop_signal:
-                        self.save(at_interval=control.should_save)  # early stopping decides here
-                    if control.stop_signal:
-                        self._stopped_by(control.stop_signal)
-                if not progress.stop_reason:
-                    progress.epoch += 1
-                    progress.updates_in_epoch = 0
-                    progress.stop_reason = self._epochs_done()
+                self._run_epoch(bar)
         bar.close()
         if self.saved_step != progress.step:
             self.save()
         logger.info("Training stopped after update %d: %s", progress.step, progress.stop_reason)
+
+    def _run_epoch(self, bar: tqdm) -> None:
+        """The updates of the epoch under way, from where it stands, until it ends or a rule stops the run;
+        saving where a rule or an interval says, and raising TrainingStopped after a stop signal's save."""
+        progress = self.progress
+        self.data.sampler.set_epoch(progress.epoch, first_update=progress.updates_in_epoch)
+        batches = iter(self.data.loader)
+        while not progress.stop_reason:
+            started = time.monotonic()
+            group = list(islice(batches, self.accelerator.gradient_accumulation_steps))
+            if not group:
+                progress.epoch += 1
+                progress.updates_in_epoch = 0
+                progress.stop_reason = self.stop_rules.epochs_done(progress)
+                return
+            self._update(group, started, bar)
+            control = self._decide()
+            progress.stop_reason = self.stop_rules.after_update(progress, control.should_stop)
+            if progress.stop_reason or control.should_save or control.stop_signal:
+                self.save(at_interval=control.should_save)  # early stopping decides here
+            if control.stop_signal:
+                raise stopped_by_signal(control.stop_signal, progress.step, self.output_dir / LAST)
 
     def _update(self, group: list[dict], started: float, bar: tqdm) -> None:
         """One update over this process's token batches `group` (section 5.1): each batch's forward and
@@ -249,10 +254,12 @@ class Trainer:
         model, optimizer, scheduler = optimization.model, optimization.optimizer, optimization.scheduler
         learning_rate = scheduler.get_last_lr()[0]
         self._set_dropout()
-        group = [{name: tensor.to(device, non_blocking=True) for name, tensor in batch.items()} for batch in group]
+        group = [
+            {name: tensor.to(device, non_blocking=True) for name, tensor in batch.items()} for batch in group
+        ]
         tokens = accelerator.reduce(sum((batch["labels"] != -100).sum() for batch in group), "sum")
-        # The model divides each batch's summed loss by this; accelerate then divides by the accumulation steps
-        # and DDP averages over processes, which together make sum / global tokens.
+        # The model divides each batch's summed loss by this; accelerate then divides by the accumulation
+        # steps and DDP averages over processes, which together make sum / global tokens.
         num_items = tokens.float() / (len(group) * accelerator.num_processes)
         loss_sum = torch.zeros((), dtype=torch.float64, device=device)
         for batch in group:
@@ -272,8 +279,8 @@ class Trainer:
             self.log.training(learning_rate, bar)
 
     def _count(self, totals: torch.Tensor, started: float) -> None:
-        """Count the update started at `started`, with its (summed loss, target tokens) `totals` on the device,
-        there noting the first update whose loss is not finite."""
+        """Count the update started at `started`, with its (summed loss, target tokens) `totals` on the
+        device, there noting the first update whose loss is not finite."""
         progress = self.progress
         progress.step += 1
         progress.updates_in_epoch += 1
@@ -282,27 +289,6 @@ class Trainer:
         first_divergence = (self.diverged_at == 0) & ~torch.isfinite(totals[0])
         self.diverged_at = torch.where(first_divergence, progress.step, self.diverged_at)
         progress.interval_seconds += time.monotonic() - started
-
-    @contextlib.contextmanager
-    def _stop_signals_caught(self):
-        """SIGTERM and SIGINT finish the update under way, save, and stop (TrainingStopped) instead of killing."""
-        def request_stop(signal_number, frame):
-            self.stop_signal = signal_number
-
-        earlier = {number: signal.signal(number, request_stop) for number in STOP_SIGNALS}
-        try:
-            yield
-        finally:
-            for number, handler in earlier.items():
-                signal.signal(number, handler)
-
-    def _stopped_by(self, signal_number: int) -> None:
-        name = signal.Signals(signal_number).name
-        raise TrainingStopped(
-            f"stopped by {name} after update {self.progress.step}, saved in {self.output_dir / LAST}; "
-            "continue with the same command and --resume",
-            signal_number,
-        )
 
     def _read_totals(self) -> None:
         """Bring the device's totals to the host (a synchronisation): stop if the loss diverged."""
@@ -315,32 +301,25 @@ class Trainer:
         self.interval_totals.zero_()
 
     def _diverged(self, what: str) -> None:
-        last = self.output_dir / LAST
-        resumable = (
-            f"the last checkpoint, {last} (update {self.saved_step}), has finite weights: continue from it with "
-            "--resume and a lower lr"
-            if self.saved_step
-            else "no checkpoint was saved before: start again with a lower lr"
-        )
-        raise TrainingError(
-            f"{what}: training diverged (lower lr, set clip_grad_norm or use bf16 instead of fp16); nothing from "
-            f"this update on was saved; {resumable}"
-        )
+        raise diverged(what, self.output_dir / LAST, self.saved_step)
 
     def _decide(self) -> TrainerControl:
-        """What the update just made calls for. Update-count decisions are every process's own; the clock's and
-        a stop signal are the main process's, shared (with several processes, every SHARE_INTERVAL updates)."""
+        """What the update just made calls for. Update-count decisions are every process's own; the clock's
+        and a stop signal are the main process's, shared (with several processes, every SHARE_INTERVAL
+        updates)."""
         config, progress, accelerator = self.config, self.progress, self.accelerator
-        save_by_count = bool(config.save_interval_updates and progress.step % config.save_interval_updates == 0)
+        save_by_count = bool(
+            config.save_interval_updates and progress.step % config.save_interval_updates == 0
+        )
         if accelerator.num_processes > 1 and progress.step % SHARE_INTERVAL:
             return TrainerControl(should_save=save_by_count)
         minutes_since_save = (progress.elapsed_seconds - progress.last_save_seconds) / 60
         main = TrainerControl(
-            should_stop=self._over_time() is not None,
+            should_stop=self.stop_rules.over_time(progress) is not None,
             should_save=config.save_interval_minutes is not None
             and minutes_since_save >= config.save_interval_minutes,
             elapsed_seconds=progress.elapsed_seconds,
-            stop_signal=self.stop_signal,
+            stop_signal=self.stop_rules.stop_signal,
         ).shared(accelerator)
         self._follow_clock(main.elapsed_seconds)
         return dataclasses.replace(main, should_save=main.should_save or save_by_count)
@@ -358,43 +337,6 @@ class Trainer:
             logger.info("Update %d: dropout %s from now on (late dropout)", step + 1, wanted.dropout)
         self.dropout = wanted
 
-    # Each stopping rule: the reason to stop (logged, and in the cards of the last checkpoints), or None.
-
-    def _epochs_done(self) -> str | None:
-        if self.config.max_epochs is not None and self.progress.epoch >= self.config.max_epochs:
-            return f"max_epochs ({self.config.max_epochs})"
-        return None
-
-    def _steps_done(self) -> str | None:
-        if self.config.max_steps is not None and self.progress.step >= self.config.max_steps:
-            return f"max_steps ({self.config.max_steps})"
-        return None
-
-    def _over_time(self) -> str | None:
-        minutes = self.config.max_minutes
-        return self._time_budget() if minutes is not None and self.progress.elapsed_seconds >= 60 * minutes else None
-
-    def _time_budget(self) -> str:
-        return f"time budget ({self.config.max_minutes:g} min)"
-
-    def _out_of_patience(self) -> str | None:
-        """Early stopping: the validation score (`validation_score`) has gone `early_stopping_patience` interval
-        validations without improving (every process reads the same scores, so all agree)."""
-        patience, progress = self.config.early_stopping_patience, self.progress
-        if patience is None or progress.validations_since_best < patience:
-            return None
-        best = f"BLEU {progress.best_checked:.2f}" if self.config.validation_bleu else f"loss {-progress.best_checked:.4f}"
-        logger.info(
-            "Update %d: the validation %s has not improved for %d validations (best %s); stopping "
-            "(early_stopping_patience %d)",
-            progress.step,
-            "BLEU" if self.config.validation_bleu else "loss",
-            progress.validations_since_best,
-            best,
-            patience,
-        )
-        return f"no validation improvement for {progress.validations_since_best} checks"
-
     def _follow_clock(self, elapsed_seconds: float) -> None:
         if self.config.max_minutes is not None:
             self.optimization.schedule.clock_spent = elapsed_seconds / (60 * self.config.max_minutes)
@@ -403,8 +345,8 @@ class Trainer:
         """Check, validate, log, then write checkpoint_<step>, checkpoint_best (if it is) and checkpoint_last.
 
         Only the validations of interval saves count for early stopping, so that a run stopped by a signal and
-        resumed stops where an uninterrupted one does; one that runs out of patience says so in its cards. Nothing is written from a run whose loss or weights are no
-        longer finite."""
+        resumed stops where an uninterrupted one does; one that runs out of patience says so in its cards.
+        Nothing is written from a run whose loss or weights are no longer finite."""
         accelerator, progress, model = self.accelerator, self.progress, self.optimization.model
         self._read_totals()
         finite = torch.stack([parameter.isfinite().all() for parameter in model.parameters()]).all()
@@ -420,7 +362,7 @@ class Trainer:
         is_best = accelerator.is_main_process and metrics is not None and self.log.validation(metrics)
         if metrics is not None and at_interval:
             progress.count_validation(validation_score(metrics))
-            progress.stop_reason = progress.stop_reason or self._out_of_patience()
+            progress.stop_reason = progress.stop_reason or self.stop_rules.out_of_patience(progress)
         progress.last_save_seconds = progress.elapsed_seconds = self.elapsed()
         try:
             self.checkpoints.save(model, progress, metrics, is_best)
@@ -445,7 +387,8 @@ def disk_is_full(err: BaseException) -> bool:
 
 @dataclass
 class RunLog:
-    """The run's log records: train_log.jsonl (main process) and the trackers (TensorBoard), plus the console."""
+    """The run's log records: train_log.jsonl (main process) and the trackers (TensorBoard), plus the
+    console."""
 
     accelerator: Accelerator
     output_dir: Path
@@ -539,7 +482,8 @@ class CheckpointWriter:
         if accelerator.is_main_process:
             shutil.rmtree(staging, ignore_errors=True)
             model = accelerator.unwrap_model(model)
-            summary = f"Checkpoint after {progress.step} updates ({progress.elapsed_seconds / 60:.1f} minutes)."
+            minutes = progress.elapsed_seconds / 60
+            summary = f"Checkpoint after {progress.step} updates ({minutes:.1f} minutes)."
             if progress.stop_reason:
                 summary += f" Training stopped: {progress.stop_reason}."
             run = run_record(self.config, summary, metrics)
@@ -570,7 +514,9 @@ def validate(
     totals = torch.zeros(2, dtype=torch.float64, device=accelerator.device)
     with torch.no_grad():
         for batch in DataLoader(
-            TokenizedRows(validation.tokenized), batch_sampler=sampler, collate_fn=make_collator(tokenizer, model)
+            TokenizedRows(validation.tokenized),
+            batch_sampler=sampler,
+            collate_fn=make_collator(tokenizer, model),
         ):
             batch = {name: tensor.to(accelerator.device) for name, tensor in batch.items()}
             totals[0] += label_smoothed_loss(model, batch, config.label_smoothing, 1).double()
