@@ -1,26 +1,28 @@
-"""Requests batched on the fly: worker threads decode the sentences that arrived close together in one call of
-the engine (`TranslationEngine.translate_encoded`), sentences of other decoding options never mixed.
+"""Requests batched on the fly: worker threads decode the sentences that arrived close together in one call
+of the engine (`TranslationEngine.translate_encoded`), sentences of other decoding options never mixed.
 
-Each sentence is tokenized once, on the event loop as its request comes (the count that batches it and the ids
-that the engine decodes are the same), and its translation detokenized there as the answer goes: the workers
-only decode, and while they do (CTranslate2 lets go of Python's lock meanwhile) the event loop reads, tokenizes
-and answers the other requests. There are as many workers as the engine decodes batches at once
+Each sentence is tokenized once, on the event loop as its request comes (the count that batches it and the
+ids that the engine decodes are the same), and its translation detokenized there as the answer goes: the
+workers only decode, and while they do (CTranslate2 lets go of Python's lock meanwhile) the event loop reads,
+tokenizes and answers the other requests. There are as many workers as the engine decodes batches at once
 (`concurrent_batches`: CTranslate2's `inter_threads`, 1 for `generate`).
 
-A worker never stops for a request's sake: a sentence the tokenizer cannot take fails its own request, a batch
-that fails is decoded again a sentence at a time so that only the sentences at fault fail; should the worker end
-anyway, `failure` says why and `on_failure` is called (the service then exits, for a supervisor to restart it).
+A worker never stops for a request's sake: a sentence the tokenizer cannot take fails its own request, a
+batch that fails is decoded again a sentence at a time so that only the sentences at fault fail; should the
+worker end anyway, `failure` says why and `on_failure` is called (the service then exits, for a supervisor to
+restart it).
 
 The event loop hands sentences in (`Batcher.submit`) and awaits its request's answer; a worker takes a batch
-when one fills the token budget, when it holds at least as many sentences as are still to come back from the
-clients answered so far (those send their next sentences at once: a worker waits for them only while they would
-more than double its batch, and otherwise keeps decoding while they come; not with `fixed_wait`), or at the
-latest when its oldest sentence has waited `max_wait_ms` since it arrived or since a worker was last busy,
-whichever is later (the rule until a first batch is answered, before anything is known of the clients). A batch is cut as evaluation
-cuts them (sorted by length, sentences * longest source within `max_tokens`), and the one holding the oldest
-sentence goes first, so no sentence waits behind an endless stream of shorter ones. Work on one sentence that
-is no translation (the attention behind one, `submit_job`) goes between two batches, ahead of any batch whose
-sentences all came after it, so that neither kind of work can keep the other waiting.
+when the policy (policy.py) says one is due: when one fills the token budget, when it holds at least as many
+sentences as are still to come back from the clients answered so far (those send their next sentences at
+once: a worker waits for them only while they would more than double its batch, and otherwise keeps decoding
+while they come; not with `fixed_wait`), or at the latest when its oldest sentence has waited `max_wait_ms`
+since it arrived or since a worker was last busy, whichever is later (the rule until a first batch is
+answered, before anything is known of the clients). A batch is cut as evaluation cuts them (sorted by length,
+sentences * longest source within `max_tokens`), and the one holding the oldest sentence goes first, so no
+sentence waits behind an endless stream of shorter ones. Work on one sentence that is no translation (the
+attention behind one, `submit_job`) goes between two batches, ahead of any batch whose sentences all came
+after it, so that neither kind of work can keep the other waiting.
 """
 
 from __future__ import annotations
@@ -35,26 +37,21 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hf_vanilla.data.batches import TokenBatchSampler
-from hf_vanilla.model.decoding import DEFAULT_MAX_TOKENS, cut_source
+from hf_vanilla.model.decoding import cut_source
+from hf_vanilla.serving.policy import (
+    BatchingSettings,
+    QueueState,
+    TakeJob,
+    in_transit_after_answer,
+    in_transit_after_arrival,
+    next_work,
+    seconds_to_next_due,
+)
 from hf_vanilla.translation.decoding import DecodingOptions
 from hf_vanilla.translation.engines import TranslationEngine
 
 logger = logging.getLogger(__name__)
 WARM_UP_TEXT = "Ein Hund läuft über die Wiese."  # one decoding before the service says it is ready
-
-
-@dataclass(frozen=True)
-class BatchingSettings:
-    """How sentences are batched: source tokens a batch (sentences * longest source: 1 sends each sentence
-    alone), how long the oldest sentence may wait for others, how many sentences may wait at all (more are
-    refused at once), and whether a batch always waits `max_wait_ms` (`fixed_wait`) rather than going once the
-    clients just answered have sent again."""
-
-    max_tokens: int = DEFAULT_MAX_TOKENS
-    max_wait_ms: float = 10.0
-    max_queued_sentences: int = 1024
-    fixed_wait: bool = False
 
 
 DEFAULT_BATCHING = BatchingSettings()
@@ -151,8 +148,8 @@ class Batcher:
     `load` (run on a worker thread, so the service answers health checks meanwhile) gives the engine that
     decodes; a translation with `warm_up` options follows before `ready` is set, and the engine's
     `concurrent_batches` workers start. `stop()` lets the workers decode every sentence still queued (without
-    waiting for more) and end. Should loading fail or a worker end otherwise, `failure` says why, every waiting
-    request fails with it, and `on_failure` is called.
+    waiting for more) and end. Should loading fail or a worker end otherwise, `failure` says why, every
+    waiting request fails with it, and `on_failure` is called.
     """
 
     def __init__(
@@ -191,10 +188,13 @@ class Batcher:
     def submit(self, texts: Sequence[str], options: DecodingOptions, may_cut: bool = True) -> _Request:
         """Queue `texts` to be decoded with `options` (the model must be ready); await the result's `future`
         for their translations, in order. Each text is tokenized here, once; a text longer than the model's
-        positions is cut to fit, or with `may_cut` False refused (422), and a text the tokenizer cannot take is
-        refused (400): RequestRefused, as QueueFull when they do not fit in the queue, is raised at once."""
+        positions is cut to fit, or with `may_cut` False refused (422), and a text the tokenizer cannot take
+        is refused (400): RequestRefused, as QueueFull when they do not fit in the queue, is raised at
+        once."""
         engine = self._engine
-        request = _Request(len(texts), asyncio.get_running_loop(), lambda outputs: _texts(engine, options, outputs))
+        request = _Request(
+            len(texts), asyncio.get_running_loop(), lambda outputs: _texts(engine, options, outputs)
+        )
         encoded = _encoded(engine, texts, may_cut)
         if encoded:
             now = time.monotonic()
@@ -203,8 +203,7 @@ class Batcher:
                 group = self._pending.setdefault(options, [])
                 group += [_Sentence(ids, index, request, now) for index, ids in encoded.items()]
                 self._queued += len(encoded)
-                if self._in_transit is not None:
-                    self._in_transit = max(0, self._in_transit - len(encoded))
+                self._in_transit = in_transit_after_arrival(self._in_transit, len(encoded))
                 self._condition.notify()
         for index in set(range(len(texts))) - set(encoded):
             request.deliver(index, None)  # a blank text: translated to "" without decoding
@@ -249,8 +248,8 @@ class Batcher:
                 self._keep(options, kept)
 
     def _keep(self, options: DecodingOptions, group: list[_Sentence]) -> None:
-        """`group` as the sentences waiting with `options`; an emptied group goes, so that the options requests
-        have chosen do not pile up."""
+        """`group` as the sentences waiting with `options`; an emptied group goes, so that the options
+        requests have chosen do not pile up."""
         if group:
             self._pending[options] = group
         else:
@@ -282,7 +281,9 @@ class Batcher:
         for worker in others:
             worker.start()
         self.ready.set()
-        logger.info("model loaded and warm: %s, %d batches decoded at once", engine.describe(), len(self._workers))
+        logger.info(
+            "model loaded and warm: %s, %d batches decoded at once", engine.describe(), len(self._workers)
+        )
         self._work()
 
     def _work(self) -> None:
@@ -290,7 +291,7 @@ class Batcher:
         try:
             while (work := self._next_batch()) is not None:
                 if isinstance(work, _Job):
-                    self._run_job(work)
+                    _run_job(work, self._engine)
                 else:
                     self._decode(*work)
                 self._free_since = time.monotonic()
@@ -299,8 +300,8 @@ class Batcher:
             self._stop_failed(f"the translation worker stopped: {type(err).__name__}: {err}", in_flight)
 
     def _stop_failed(self, failure: str, in_flight: Sequence[_Sentence | _Job] = ()) -> None:
-        """Fail every waiting request and those of the batch `in_flight` with `failure`, which /health reports,
-        and call `on_failure`."""
+        """Fail every waiting request and those of the batch `in_flight` with `failure`, which /health
+        reports, and call `on_failure`."""
         logger.exception(failure)
         self.failure = failure
         self.on_failure()
@@ -315,50 +316,30 @@ class Batcher:
             self._condition.notify_all()
 
     def _next_batch(self) -> _Job | tuple[DecodingOptions, list[_Sentence]] | None:
-        """Wait for a job, or a batch that is due (`_is_due`), and take it out of the queue; None once stopping
-        with nothing queued."""
+        """Wait for a job, or a batch that is due (`policy.next_work`), and take it out of the queue; None
+        once stopping with nothing queued."""
         with self._condition:
             while True:
-                due = [(options, group) for options, group in self._pending.items() if self._is_due(group)]
-                # A job goes ahead of the batches due unless one holds a sentence that came before it.
-                if self._jobs and all(group[0].arrived >= self._jobs[0].arrived for _, group in due):
+                state = QueueState(
+                    self._pending,
+                    self._jobs[0].arrived if self._jobs else None,
+                    self._free_since,
+                    self._in_transit,
+                    self._stopping,
+                )
+                work = next_work(state, self.settings, time.monotonic())
+                if isinstance(work, TakeJob):
                     self._queued -= 1
                     return self._jobs.popleft()
-                if due:
-                    options, group = due[0]
-                    batch = self._batch_with_oldest(group)
-                    taken = {id(sentence) for sentence in batch}
-                    self._keep(options, [sentence for sentence in group if id(sentence) not in taken])
-                    self._queued -= len(batch)
-                    return options, batch
+                if work is not None:
+                    group, taken = self._pending[work.options], set(work.indexes)
+                    kept = [sentence for index, sentence in enumerate(group) if index not in taken]
+                    self._keep(work.options, kept)
+                    self._queued -= len(taken)
+                    return work.options, [group[index] for index in work.indexes]
                 if self._stopping and not self._queued:
                     return None
-                self._condition.wait(timeout=self._seconds_to_next_due())
-
-    def _is_due(self, group: list[_Sentence]) -> bool:
-        """Stopping, as many waiting as are still to come back from the clients answered, waited long enough, or
-        more than one batch's worth waiting."""
-        enough = not self.settings.fixed_wait and self._in_transit is not None and len(group) >= self._in_transit
-        if self._stopping or enough or time.monotonic() >= self._due_at(group):
-            return True
-        return len(group) * max(sentence.tokens for sentence in group) > self.settings.max_tokens
-
-    def _due_at(self, group: list[_Sentence]) -> float:
-        """When the group's batch goes at the latest: `max_wait_ms` after its oldest sentence came or the worker
-        was last busy."""
-        return max(group[0].arrived, self._free_since) + self.settings.max_wait_ms / 1000
-
-    def _seconds_to_next_due(self) -> float | None:
-        """Until the first group is due (None: nothing waits, sleep until notified)."""
-        due = [self._due_at(group) for group in self._pending.values()]
-        return max(0.0, min(due) - time.monotonic()) if due else None
-
-    def _batch_with_oldest(self, group: list[_Sentence]) -> list[_Sentence]:
-        """The batch of `TokenBatchSampler` (sorted by length, sentences * longest within max_tokens, a longer
-        sentence alone) that holds the group's oldest sentence, group[0]."""
-        lengths = [sentence.tokens for sentence in group]
-        batches = TokenBatchSampler(lengths, self.settings.max_tokens, shuffle=False)
-        return next([group[index] for index in batch] for batch in batches if 0 in batch)
+                self._condition.wait(timeout=seconds_to_next_due(state, self.settings, time.monotonic()))
 
     def _decode(self, options: DecodingOptions, batch: list[_Sentence]) -> None:
         """One decoding call for the batch: the engine cuts it no further, for it fits in the same budget. A
@@ -369,7 +350,7 @@ class Batcher:
             outputs = self._engine.translate_encoded([sentence.ids for sentence in batch], options)
         except Exception:  # one bad batch must not end the service, nor fail the sentences not at fault
             logger.exception("a batch of %d sentences failed; decoding them one at a time", len(batch))
-            outputs = [self._decode_alone(options, sentence) for sentence in batch]
+            outputs = [_decode_alone(self._engine, options, sentence) for sentence in batch]
         tokens = [sentence.tokens for sentence in batch]
         logger.info(
             "batch: %d sentences, %d source tokens (%d padded), num_beams %s, %.0f ms",
@@ -383,37 +364,41 @@ class Batcher:
             self.stats.batches += 1
             self.stats.sentences += len(batch)
             self.stats.largest_batch = max(self.stats.largest_batch, len(batch))
-            self._in_transit = (self._in_transit or 0) + len(batch)
+            self._in_transit = in_transit_after_answer(self._in_transit, len(batch))
         # Counted before the answers go out, so that a client who has its answer sees its batch in /stats.
         for sentence, output in zip(batch, outputs, strict=True):
             if output is not None:
                 sentence.request.deliver(sentence.index, output)
 
-    def _run_job(self, job: _Job) -> None:
-        """Answer the job's request with what it returns, or fail it with its error; the worker goes on."""
-        try:
-            job.request.deliver(0, job.run(self._engine))
-        except RequestRefused as err:
-            job.request.fail(err)
-        except Exception as err:
-            logger.exception("a job failed")
-            job.request.fail(RequestRefused(500, f"{type(err).__name__}: {err}"))
 
-    def _decode_alone(self, options: DecodingOptions, sentence: _Sentence) -> list[int] | None:
-        """The sentence's output ids, or None once its request has failed with the error."""
-        try:
-            return self._engine.translate_encoded([sentence.ids], options)[0]
-        except Exception as err:
-            logger.exception("inputs[%d] of a request failed alone", sentence.index)
-            sentence.request.fail(
-                RequestRefused(500, f"decoding inputs[{sentence.index}] failed: {type(err).__name__}: {err}")
-            )
-            return None
+def _run_job(job: _Job, engine: TranslationEngine) -> None:
+    """Answer the job's request with what it returns, or fail it with its error; the worker goes on."""
+    try:
+        job.request.deliver(0, job.run(engine))
+    except RequestRefused as err:
+        job.request.fail(err)
+    except Exception as err:
+        logger.exception("a job failed")
+        job.request.fail(RequestRefused(500, f"{type(err).__name__}: {err}"))
+
+
+def _decode_alone(
+    engine: TranslationEngine, options: DecodingOptions, sentence: _Sentence
+) -> list[int] | None:
+    """The sentence's output ids, or None once its request has failed with the error."""
+    try:
+        return engine.translate_encoded([sentence.ids], options)[0]
+    except Exception as err:
+        logger.exception("inputs[%d] of a request failed alone", sentence.index)
+        sentence.request.fail(
+            RequestRefused(500, f"decoding inputs[{sentence.index}] failed: {type(err).__name__}: {err}")
+        )
+        return None
 
 
 def _encoded(engine: TranslationEngine, texts: Sequence[str], may_cut: bool) -> dict[int, list[int]]:
-    """The token ids of each nonblank text by index, cut to the model's positions; RequestRefused for a text too
-    long to cut (422) or one the tokenizer cannot take (400)."""
+    """The token ids of each nonblank text by index, cut to the model's positions; RequestRefused for a text
+    too long to cut (422) or one the tokenizer cannot take (400)."""
     nonblank = [index for index, text in enumerate(texts) if text.strip()]
     if not nonblank:
         return {}
@@ -439,7 +424,9 @@ def _encoded(engine: TranslationEngine, texts: Sequence[str], may_cut: bool) -> 
     return {index: cut_source(ids, limit) for index, ids in zip(nonblank, encoded, strict=True)}
 
 
-def _texts(engine: TranslationEngine, options: DecodingOptions, outputs: Sequence[list[int] | None]) -> list[str]:
+def _texts(
+    engine: TranslationEngine, options: DecodingOptions, outputs: Sequence[list[int] | None]
+) -> list[str]:
     """A request's translations from its sentences' output ids, detokenized together; "" for a blank text."""
     decoded_ids = [ids for ids in outputs if ids is not None]
     decoded = iter(engine.detokenize(decoded_ids, options) if decoded_ids else [])
