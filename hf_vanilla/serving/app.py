@@ -4,10 +4,11 @@ POST / takes {"inputs": text or [texts], "parameters": {...}, "options": {...}} 
 [{"translation_text": ...}, ...], one a text, in order, as a Hub translation model answers, so that
 `huggingface_hub.InferenceClient(model="http://HOST:PORT").translation(...)` works unchanged. GET / is the
 page for a browser; POST /attention gives one translation with the cross-attention behind it. Every error,
-whoever raises it, is {"error": one line} with the status saying whose fault it is: 400 a malformed request,
-413 / 422 a request over the server's limits, 501 attention from an engine without it, 503 (with Retry-After) a
-full queue or a model still loading, 500 the server's own failure (never the client's input). A body is refused
-once it passes the byte limit, before it is all read.
+whoever raises it, is {"error": one line} with the status saying whose fault it is: 400 a malformed
+request, 413 / 422 a request over the server's limits, 501 attention from an engine without it, 503 (with
+Retry-After) a full queue or a model still loading, 500 the server's own failure (never the client's input).
+A body is refused once it passes the byte limit, before it is all read. The routes read what they share from
+the app's state (`Service`).
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from huggingface_hub import ModelCard
@@ -129,7 +130,8 @@ class TranslationRequest(BaseModel):
     @field_validator("inputs", mode="before")
     @classmethod
     def _text_or_texts(cls, value):
-        if not (isinstance(value, str) or (isinstance(value, list) and all(isinstance(text, str) for text in value))):
+        texts = isinstance(value, list) and all(isinstance(text, str) for text in value)
+        if not (isinstance(value, str) or texts):
             raise PydanticCustomError("text_or_texts", "must be a string or a list of strings")
         for index, text in enumerate([value] if isinstance(value, str) else value):
             check_unicode(text, "inputs" if isinstance(value, str) else f"inputs[{index}]")
@@ -219,13 +221,15 @@ def http_error_message(err: HTTPException) -> str:
 class BodyTooLarge(HTTPException):
     def __init__(self, max_bytes: int):
         super().__init__(
-            413, f"the request body is over this server's {max_bytes} bytes (from --request-max-characters and --request-max-sentences)"
+            413,
+            f"the request body is over this server's {max_bytes} bytes "
+            "(from --request-max-characters and --request-max-sentences)",
         )
 
 
 class BodyLimit:
-    """ASGI middleware that refuses a request body over `max_bytes` (413) before it is read into memory: on its
-    Content-Length alone, or as soon as the bytes received pass the limit; the rest is never read."""
+    """ASGI middleware that refuses a request body over `max_bytes` (413) before it is read into memory: on
+    its Content-Length alone, or as soon as the bytes received pass the limit; the rest is never read."""
 
     def __init__(self, app: ASGIApp, max_bytes: int):
         self.app, self.max_bytes = app, max_bytes
@@ -251,8 +255,8 @@ class BodyLimit:
 
 
 def model_pair(config: PretrainedConfig) -> tuple[str, str] | None:
-    """The languages the checkpoint of `config` translates from and to, as its model card's metadata names them,
-    if it does."""
+    """The languages the checkpoint of `config` translates from and to, as its model card's metadata names
+    them, if it does."""
     card = checkpoint_card(config) if config.model_type == VanillaTransformerConfig.model_type else None
     try:
         languages = ModelCard.load(card).data.language if card else None
@@ -265,7 +269,8 @@ def check_pair(parameters: TranslationParameters, pair: tuple[str, str] | None) 
     """RequestRefused (422) for a src_lang or tgt_lang that is not the model's own."""
     if pair is None:
         return
-    for asked, own, name in ((parameters.src_lang, pair[0], "src_lang"), (parameters.tgt_lang, pair[1], "tgt_lang")):
+    asked_own_names = ((parameters.src_lang, pair[0], "src_lang"), (parameters.tgt_lang, pair[1], "tgt_lang"))
+    for asked, own, name in asked_own_names:
         if asked is not None and asked != own:
             raise RequestRefused(
                 422, f"{name} {asked!r}: this server translates {pair[0]} -> {pair[1]} only"
@@ -298,7 +303,8 @@ def request_options(
     num_beams = settings.get("num_beams", base.num_beams)
     if num_beams > limits.max_beams:
         raise RequestRefused(
-            422, f"num_beams {num_beams} is over this server's limit of {limits.max_beams} (--request-max-beams)"
+            422,
+            f"num_beams {num_beams} is over this server's limit of {limits.max_beams} (--request-max-beams)",
         )
     most_new_tokens = min(limits.max_new_tokens or room, room)
     if settings.get("max_new_tokens", 0) > most_new_tokens:
@@ -360,6 +366,141 @@ async def worker_answer(
     return queued.future.result()
 
 
+@dataclass(frozen=True)
+class Service:
+    """What the routes share, kept in the app's state: the batcher, the options a request without
+    generate_parameters decodes with, the request limits, the decoder's room for new tokens, the language
+    pair of the model (if its card names one), and the page."""
+
+    batcher: Batcher
+    base: DecodingOptions
+    limits: RequestLimits
+    room: int
+    pair: tuple[str, str] | None
+    page: str
+
+
+def _service(request: Request) -> Service:
+    return request.app.state.service
+
+
+ServiceDependency = Annotated[Service, Depends(_service)]
+router = APIRouter()
+
+
+@asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    batcher = app.state.batcher
+    batcher.start()
+    yield
+    # uvicorn has answered every accepted request by now: the worker ends with an empty queue.
+    await asyncio.to_thread(batcher.stop)
+
+
+def not_ready(batcher: Batcher) -> JSONResponse:
+    if batcher.failure:
+        return error(500, batcher.failure)
+    return error(503, "the model is loading", **{"Retry-After": RETRY_AFTER_SECONDS})
+
+
+async def malformed(request: Request, err: RequestValidationError) -> JSONResponse:
+    return error(400, validation_message(err))
+
+
+async def http_error(request: Request, err: HTTPException) -> JSONResponse:
+    return error(err.status_code, http_error_message(err), **(err.headers or {}))
+
+
+async def internal_error(request: Request, err: Exception) -> JSONResponse:
+    logger.error("an unexpected error answering %s %s", request.method, request.url.path, exc_info=err)
+    return error(500, f"internal error: {type(err).__name__}: {err}")
+
+
+@router.post("/", response_model=list[TranslationOutput])
+async def translate(
+    body: TranslationRequest, request: Request, service: ServiceDependency
+) -> Response | list[TranslationOutput]:
+    """Translate `inputs` (one text or a list), with the request's generate_parameters over the server's."""
+    batcher = service.batcher
+    if body.options and body.options.wait_for_model and not batcher.failure:
+        await asyncio.to_thread(batcher.wait_until_loaded)
+    if not batcher.ready.is_set() or batcher.failure:
+        return not_ready(batcher)
+    texts = [body.inputs] if isinstance(body.inputs, str) else body.inputs
+    parameters = body.parameters or TranslationParameters()
+
+    def submit():
+        check_request_size(texts, service.limits)
+        check_pair(parameters, service.pair)
+        options = request_options(service.base, parameters.generate_parameters, service.limits, service.room)
+        options = options.replace(clean_up_tokenization_spaces=bool(parameters.clean_up_tokenization_spaces))
+        return batcher.submit(texts, options, may_cut=parameters.truncation != "do_not_truncate")
+
+    answer = await worker_answer(batcher, request, submit)
+    if isinstance(answer, Response):
+        return answer
+    return [TranslationOutput(translation_text=text) for text in answer]
+
+
+@router.post("/attention", response_model=AttentionOutput, response_model_exclude_none=True)
+async def attention(
+    body: AttentionRequest, request: Request, service: ServiceDependency
+) -> Response | AttentionOutput:
+    """Translate one sentence as POST / would, and give the cross-attention behind that translation: the
+    worker decodes it alone, between two batches."""
+    batcher, limits = service.batcher, service.limits
+    if not batcher.ready.is_set() or batcher.failure:
+        return not_ready(batcher)
+    parameters = body.parameters or AttentionParameters()
+
+    def submit():
+        check_request_size([body.inputs], limits)
+        options = request_options(service.base, parameters.generate_parameters, limits, service.room)
+        query = AttentionQuery(body.inputs, options, parameters.heads, limits.max_attention_tokens)
+        return batcher.submit_job(query)
+
+    answer = await worker_answer(batcher, request, submit)
+    return answer if isinstance(answer, Response) else AttentionOutput(**answer[0])
+
+
+@router.get("/", include_in_schema=False)
+async def translation_page(service: ServiceDependency) -> HTMLResponse:
+    """The translation page, for a browser."""
+    return HTMLResponse(service.page)
+
+
+@router.get("/health")
+async def health(service: ServiceDependency) -> Response:
+    """Alive: 200 while the process can answer (also while the model loads), 500 once the model failed to
+    load or the worker stopped (the process then exits, for its supervisor to restart it)."""
+    failure = service.batcher.failure
+    return error(500, failure) if failure else JSONResponse({"status": "ok"})
+
+
+@router.get("/ready")
+async def ready(service: ServiceDependency) -> Response:
+    """Ready for requests: 200 once the model is loaded and has translated one sentence, 503 before."""
+    batcher = service.batcher
+    return JSONResponse({"status": "ready"}) if batcher.ready.is_set() else not_ready(batcher)
+
+
+@router.get("/stats")
+async def stats(service: ServiceDependency) -> dict[str, int]:
+    """Batches decoded, sentences, the largest batch, sentences refused for a full queue, sentences
+    waiting."""
+    return {**asdict(service.batcher.stats), "queued": service.batcher.queued}
+
+
+def service_page(base: DecodingOptions, limits: RequestLimits, pair: tuple[str, str] | None) -> str:
+    """The translation page, its controls starting at the server's decoding options and bounded by the
+    limits."""
+    limits_shown = (limits.max_beams, MAX_LENGTH_PENALTY, limits.max_characters)
+    # Greedy by default: the page's penalty control starts where a beam search request's would.
+    penalty = base.length_penalty
+    penalty = PAPER_GENERATION_KWARGS["length_penalty"] if penalty is None else penalty
+    return page_html(PageSettings(base.num_beams, penalty, *limits_shown, pair))
+
+
 def create_app(
     checkpoint: str | os.PathLike,
     engine: EngineSettings = DEFAULT_ENGINE,
@@ -367,8 +508,8 @@ def create_app(
     limits: RequestLimits = RequestLimits(),
     cache_implementation: str | None = None,
 ) -> FastAPI:
-    """The service for a saved model directory, decoding on `engine`: the model loads (for the ctranslate2 engine,
-    converted on first use) on the worker thread once the server runs."""
+    """The service for a saved model directory, decoding on `engine`: the model loads (for the ctranslate2
+    engine, converted on first use) on the worker thread once the server runs."""
     if limits.max_sentences > batching.max_queued_sentences:
         raise ValueError(
             f"--request-max-sentences {limits.max_sentences} is more than the queue holds "
@@ -378,100 +519,12 @@ def create_app(
     config = load_config(checkpoint)
     room, pair = max_new_tokens_room(config), model_pair(config)
     batcher = Batcher(lambda: load_engine(checkpoint, engine), base, batching)
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        batcher.start()
-        yield
-        # uvicorn has answered every accepted request by now: the worker ends with an empty queue.
-        await asyncio.to_thread(batcher.stop)
-
-    def not_ready() -> JSONResponse:
-        if batcher.failure:
-            return error(500, batcher.failure)
-        return error(503, "the model is loading", **{"Retry-After": RETRY_AFTER_SECONDS})
-
-    limits_shown = (limits.max_beams, MAX_LENGTH_PENALTY, limits.max_characters)
-    # Greedy by default: the page's penalty control starts where a beam search request's would.
-    penalty = base.length_penalty
-    penalty = PAPER_GENERATION_KWARGS["length_penalty"] if penalty is None else penalty
-    page = page_html(PageSettings(base.num_beams, penalty, *limits_shown, pair))
     app = FastAPI(title="hf_vanilla translation", summary=f"Translation with {checkpoint}", lifespan=lifespan)
     app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes)
     app.state.batcher = batcher
-
-    @app.exception_handler(RequestValidationError)
-    async def malformed(request: Request, err: RequestValidationError) -> JSONResponse:
-        return error(400, validation_message(err))
-
-    @app.exception_handler(HTTPException)
-    async def http_error(request: Request, err: HTTPException) -> JSONResponse:
-        return error(err.status_code, http_error_message(err), **(err.headers or {}))
-
-    @app.exception_handler(Exception)
-    async def internal_error(request: Request, err: Exception) -> JSONResponse:
-        logger.error("an unexpected error answering %s %s", request.method, request.url.path, exc_info=err)
-        return error(500, f"internal error: {type(err).__name__}: {err}")
-
-    @app.post("/", response_model=list[TranslationOutput])
-    async def translate(body: TranslationRequest, request: Request) -> Response | list[TranslationOutput]:
-        """Translate `inputs` (one text or a list), with the request's generate_parameters over the server's."""
-        if body.options and body.options.wait_for_model and not batcher.failure:
-            await asyncio.to_thread(batcher.wait_until_loaded)
-        if not batcher.ready.is_set() or batcher.failure:
-            return not_ready()
-        texts = [body.inputs] if isinstance(body.inputs, str) else body.inputs
-        parameters = body.parameters or TranslationParameters()
-
-        def submit():
-            check_request_size(texts, limits)
-            check_pair(parameters, pair)
-            options = request_options(base, parameters.generate_parameters, limits, room).replace(
-                clean_up_tokenization_spaces=bool(parameters.clean_up_tokenization_spaces)
-            )
-            return batcher.submit(texts, options, may_cut=parameters.truncation != "do_not_truncate")
-
-        answer = await worker_answer(batcher, request, submit)
-        if isinstance(answer, Response):
-            return answer
-        return [TranslationOutput(translation_text=text) for text in answer]
-
-    @app.post("/attention", response_model=AttentionOutput, response_model_exclude_none=True)
-    async def attention(body: AttentionRequest, request: Request) -> Response | AttentionOutput:
-        """Translate one sentence as POST / would, and give the cross-attention behind that translation: the
-        worker decodes it alone, between two batches."""
-        if not batcher.ready.is_set() or batcher.failure:
-            return not_ready()
-        parameters = body.parameters or AttentionParameters()
-
-        def submit():
-            check_request_size([body.inputs], limits)
-            options = request_options(base, parameters.generate_parameters, limits, room)
-            query = AttentionQuery(body.inputs, options, parameters.heads, limits.max_attention_tokens)
-            return batcher.submit_job(query)
-
-        answer = await worker_answer(batcher, request, submit)
-        return answer if isinstance(answer, Response) else AttentionOutput(**answer[0])
-
-    @app.get("/", include_in_schema=False)
-    async def translation_page() -> HTMLResponse:
-        """The translation page, for a browser."""
-        return HTMLResponse(page)
-
-    @app.get("/health")
-    async def health() -> Response:
-        """Alive: 200 while the process can answer (also while the model loads), 500 once the model failed to
-        load or the worker stopped (the process then exits, for its supervisor to restart it)."""
-        return error(500, batcher.failure) if batcher.failure else JSONResponse({"status": "ok"})
-
-    @app.get("/ready")
-    async def ready() -> Response:
-        """Ready for requests: 200 once the model is loaded and has translated one sentence, 503 before."""
-        return JSONResponse({"status": "ready"}) if batcher.ready.is_set() else not_ready()
-
-    @app.get("/stats")
-    async def stats() -> dict[str, int]:
-        """Batches decoded, sentences, the largest batch, sentences refused for a full queue, sentences waiting."""
-        return {**asdict(batcher.stats), "queued": batcher.queued}
-
+    app.state.service = Service(batcher, base, limits, room, pair, service_page(base, limits, pair))
+    app.add_exception_handler(RequestValidationError, malformed)
+    app.add_exception_handler(HTTPException, http_error)
+    app.add_exception_handler(Exception, internal_error)
+    app.include_router(router)
     return app
