@@ -18,6 +18,7 @@ ATTENTION = "attention"  # `attention(source_ids, options)`: the attention behin
 NBEST_SCORES = "n-best scores"  # `translate_nbest` scores beam search's hypotheses as generate ranks them
 SAMPLING = "sampling"  # options with do_sample, top_k, temperature...
 LOGITS_PROCESSORS = "logits processors"  # `translate(..., logits_processors=)`: an ensemble's scores mixed in
+VOCABULARY_MAP = "vocabulary map"  # `EngineSettings.vocab_map`: outputs within the checkpoint's shortlist
 
 TRANSFORMERS, CTRANSLATE2 = "transformers", "ctranslate2"  # the engines this package registers
 # CTranslate2's compute types (weights_activations); "auto": the fastest the device runs
@@ -87,7 +88,8 @@ class EngineSettings:
     reference; "ctranslate2"); `device` (None or "auto": the GPU if present); the transformers engine's `dtype`
     ("auto", "float32", "bfloat16", "float16"); the CTranslate2 engine's `compute_type` (`COMPUTE_TYPES`) and
     `ctranslate2_dir`, where its converted models are cached (None: under the Hugging Face cache); on a CPU,
-    `threads` and the CTranslate2 engine's `inter_threads` (`cpu_threads`)."""
+    `threads` and the CTranslate2 engine's `inter_threads` (`cpu_threads`); `vocab_map`: decode within the
+    checkpoint's vocabulary shortlist (`translation.shortlist`), for an engine with `VOCABULARY_MAP`."""
 
     engine: str = TRANSFORMERS
     device: str | None = None
@@ -96,6 +98,7 @@ class EngineSettings:
     ctranslate2_dir: str | os.PathLike | None = None
     threads: int | None = None
     inter_threads: int | None = None
+    vocab_map: bool = False
 
     def cpu_threads(self) -> tuple[int, int]:
         """On a CPU: how many batches decode at once (`inter_threads`; CTranslate2 keeps a replica of the model
@@ -127,6 +130,10 @@ class EngineSettings:
             raise ValueError(
                 f"dtype {self.dtype} is the transformers engine's; the ctranslate2 engine takes --compute-type "
                 "(float32, bfloat16, float16, int8...)"
+            )
+        if self.vocab_map and VOCABULARY_MAP not in _REGISTRY[self.engine].abilities:
+            raise ValueError(
+                missing_ability(self.engine, VOCABULARY_MAP, "--vocab-map decodes within the checkpoint's shortlist")
             )
 
 

@@ -59,10 +59,12 @@ from hf_vanilla.translation.decoding import (
     DecodingOptions,
     encoded_batches,
 )
+from hf_vanilla.translation.shortlist import VOCAB_MAP_FILE
 from hf_vanilla.translation.engines.base import (
     CTRANSLATE2,
     LOGITS_PROCESSORS,
     NBEST_SCORES,
+    VOCABULARY_MAP,
     EngineSettings,
     missing_ability,
     register_engine,
@@ -75,7 +77,7 @@ CONVERSION_REVISION = "1"
 CONVERTED_FILES = ("config.json", WEIGHTS_FILE, TOKENIZER_FILE)
 # `generate` keywords CTranslate2 takes under its own name, with the same meaning.
 EQUIVALENT_KEYWORDS = {"min_new_tokens": "min_decoding_length"}
-ABILITIES = frozenset({NBEST_SCORES})
+ABILITIES = frozenset({NBEST_SCORES, VOCABULARY_MAP})
 # A corpus goes to translate_batch this many batches (of `max_tokens`) at a time: few calls, and a progress bar.
 CHUNK_BATCHES = 16
 GREEDY_LENGTH_PENALTY = 1.0  # what CTranslate2 is told where greedy search takes none: it ranks nothing by it
@@ -153,11 +155,18 @@ def transformer_spec(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase)
 
 
 def save_ctranslate2_model(
-    model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, output_dir: Path, quantization: str | None = None
+    model: torch.nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    output_dir: Path,
+    quantization: str | None = None,
+    vocab_map: Path | None = None,
 ) -> None:
     """Convert `model` into the (empty) `output_dir`, weights in `quantization` (int8, float16...; None keeps
-    float32, and any compute type is then chosen when the model loads)."""
+    float32, and any compute type is then chosen when the model loads), with the `vocab_map` file given
+    (`translation.shortlist`) for decoding with `use_vmap`."""
     spec = transformer_spec(model, tokenizer)
+    if vocab_map is not None:
+        spec.register_vocabulary_mapping(str(vocab_map))
     spec.validate()
     spec.optimize(quantization=quantization)
     spec.save(str(output_dir))
@@ -179,27 +188,46 @@ def default_cache_dir() -> Path:
     return Path(constants.HF_HOME) / "hf_vanilla" / "ctranslate2"
 
 
-def checkpoint_digest(model_dir: Path) -> str:
-    """The SHA-256 of the model's digest (`checkpoints.model_digest`) and of the converter's revision."""
+def checkpoint_digest(model_dir: Path, vocab_map: Path | None = None) -> str:
+    """The SHA-256 of the model's digest (`checkpoints.model_digest`) and of the converter's revision, and of the
+    `vocab_map` file converted with it, if any."""
     for name in CONVERTED_FILES:
         if not (model_dir / name).is_file():
             raise FileNotFoundError(f"{model_dir} has no {name}: it is no saved model directory")
     revision = f"hf_vanilla ctranslate2 conversion {CONVERSION_REVISION} of {model_digest(model_dir)}"
+    if vocab_map is not None:
+        revision += f" with the vocabulary map {hashlib.sha256(vocab_map.read_bytes()).hexdigest()}"
     return hashlib.sha256(revision.encode()).hexdigest()
 
 
-def cached_conversion(model_dir: Path, cache_dir: str | os.PathLike | None = None, rebuild: bool = False) -> Path:
-    """The CTranslate2 model of `model_dir`, converted on first use into `cache_dir` (default: `default_cache_dir`)
-    under the checkpoint's digest. Written atomically: a process converting at the same time keeps the copy of
-    whichever finished first; `rebuild` replaces a copy that does not load."""
-    converted = Path(cache_dir or default_cache_dir()) / checkpoint_digest(model_dir)
+def cached_conversion(
+    model_dir: Path, cache_dir: str | os.PathLike | None = None, rebuild: bool = False, vocab_map: Path | None = None
+) -> Path:
+    """The CTranslate2 model of `model_dir` (with the `vocab_map` file, if given), converted on first use into
+    `cache_dir` (default: `default_cache_dir`) under the checkpoint's digest. Written atomically: a process
+    converting at the same time keeps the copy of whichever finished first; `rebuild` replaces a copy that does
+    not load."""
+    converted = Path(cache_dir or default_cache_dir()) / checkpoint_digest(model_dir, vocab_map)
     if rebuild:
         shutil.rmtree(converted, ignore_errors=True)
     if not converted.is_dir():
         logger.info("converting %s to CTranslate2 in %s (once; cached by its digest)", model_dir, converted)
         with atomic_directory(converted, keep_existing=True) as staging:
-            save_ctranslate2_model(*load_model_and_tokenizer(model_dir, "cpu"), staging)
+            save_ctranslate2_model(*load_model_and_tokenizer(model_dir, "cpu"), staging, vocab_map=vocab_map)
     return converted
+
+
+def vocab_map_file(model_dir: Path, settings: EngineSettings) -> Path | None:
+    """The checkpoint's vocabulary map where `settings` ask for one (`vocab_map`); a FileNotFoundError if it has
+    none."""
+    if not settings.vocab_map:
+        return None
+    path = model_dir / VOCAB_MAP_FILE
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{model_dir} has no {VOCAB_MAP_FILE} for --vocab-map: build one with scripts/research/make_student.py"
+        )
+    return path
 
 
 def ctranslate2_device(device: str | None) -> tuple[str, int]:
@@ -257,13 +285,15 @@ def load_translator(converted: Path, settings: EngineSettings):
 class CTranslate2Engine:
     """`TranslationEngine` through `ctranslate2.Translator`: the batches, limits and texts of `translate_sentences`,
     and what the options leave open resolved over the model's generation config as for `generate`.
-    `tokens` names each token id as CTranslate2 takes and gives tokens (`vocabulary`)."""
+    `tokens` names each token id as CTranslate2 takes and gives tokens (`vocabulary`); with `use_vmap`, a
+    batch's outputs stay within the vocabulary map converted with the model (`translation.shortlist`)."""
 
     translator: Any  # ctranslate2.Translator
     tokenizer: PreTrainedTokenizerBase
     config: PreTrainedConfig
     generation: GenerationConfig
     tokens: list[str]
+    use_vmap: bool = False
     token_ids: dict[str, int] = field(init=False, repr=False)
 
     def __post_init__(self):
@@ -428,6 +458,7 @@ class CTranslate2Engine:
             "end_token": self.tokenizer.convert_ids_to_tokens(end_ids),
             "min_decoding_length": 0,  # generate may end a translation at once; CTranslate2's default is 1
             "max_input_length": 0,  # sources are cut to the model's positions already
+            "use_vmap": self.use_vmap,
             **{EQUIVALENT_KEYWORDS[name]: value for name, value in others.items()},
         }
 
@@ -444,14 +475,17 @@ def load_ctranslate2_engine(model_name_or_path: str | os.PathLike, settings: Eng
             f"{config.model_type}: decode it with --engine transformers"
         )
     check_tokenizer_matches_model(tokenizer, config)  # before any conversion
-    converted = cached_conversion(model_dir, settings.ctranslate2_dir)
+    vocab_map = vocab_map_file(model_dir, settings)
+    converted = cached_conversion(model_dir, settings.ctranslate2_dir, vocab_map=vocab_map)
     try:
         translator = load_translator(converted, settings)
     except (RuntimeError, OSError) as err:
         logger.warning("the cached CTranslate2 model %s does not load (%s): converting again", converted, err)
-        translator = load_translator(cached_conversion(model_dir, settings.ctranslate2_dir, rebuild=True), settings)
+        converted = cached_conversion(model_dir, settings.ctranslate2_dir, rebuild=True, vocab_map=vocab_map)
+        translator = load_translator(converted, settings)
     tokens = vocabulary(tokenizer, config)
-    return CTranslate2Engine(translator, tokenizer, config, generation_defaults(model_dir), tokens)
+    generation = generation_defaults(model_dir)
+    return CTranslate2Engine(translator, tokenizer, config, generation, tokens, use_vmap=vocab_map is not None)
 
 
 register_engine(CTRANSLATE2, load_ctranslate2_engine, ABILITIES)
