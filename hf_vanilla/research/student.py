@@ -39,7 +39,7 @@ from hf_vanilla.translation.shortlist import (
 )
 
 logger = logging.getLogger(__name__)
-STUDENT_CONFIG = "configs/multi30k-student.yaml"
+STUDENT_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "student-multi30k.yaml"  # the repository's
 STAGES_FILE = "stages.json"
 STUDENT_FILE = "student.json"
 # What a student takes of its teacher's shape; the layer counts are `StudentShape`'s.

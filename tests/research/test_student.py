@@ -19,7 +19,7 @@ TINY_TRAINING = {"max_steps": 4, "save_interval_updates": 2, "validation_bleu": 
 
 @pytest.fixture(scope="module")
 def recipe_file(tmp_path_factory):
-    """A tiny recipe (conftest's `tiny_config`) as a config file, as configs/multi30k-student.yaml is the real
+    """A tiny recipe (conftest's `tiny_config`) as a config file, as configs/student-multi30k.yaml is the real
     one; the data, tokenizer, shape and output are the command's."""
     recipe = {
         "model_preset": "tiny",
