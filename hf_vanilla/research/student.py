@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hf_vanilla.checkpoints.cards import record_departures
 from hf_vanilla.checkpoints.loading import load_config, load_tokenizer, model_digest
 from hf_vanilla.data.corpus import split_names
 from hf_vanilla.evaluation.scoring import DEFAULT_RUNTIME, Runtime, TranslationData
@@ -140,7 +141,7 @@ def _save_student(
     chosen: Path, student_dir: Path, teacher: Path, data: TranslationData, recipe: StudentRecipe
 ) -> None:
     """The chosen checkpoint copied into `student_dir`, with the shortlist of `data`'s training pairs in the
-    student's vocabulary (the teacher's) and `student.json`."""
+    student's vocabulary (the teacher's), `student.json` and the departures in its card."""
     shutil.copytree(chosen, student_dir)
     pairs = data.pairs("train")
     tokenized = tokenized_pairs(load_tokenizer(student_dir), pairs["source"], pairs["target"])
@@ -156,6 +157,8 @@ def _save_student(
         "training_pairs": len(pairs),
     }
     write_json(student_dir / STUDENT_FILE, record)
+    departures = f"{DEPARTURE[0].upper()}{DEPARTURE[1:]}; {STUDENT_FILE} says how it was made."
+    record_departures(student_dir, departures)
 
 
 class _Stages:

@@ -63,6 +63,8 @@ def test_the_student_has_the_teachers_sizes_and_vocabulary_and_one_decoder_layer
     assert record["teacher_digest"] == model_digest(tiny_model_dir) and "departure" in record
     assert record["shortlist"] == {"file": VOCAB_MAP_FILE, "top_k": 5, "frequent": 10}
     assert (output_dir / "selection" / "selection.json").is_file()
+    card = (output_dir / "student" / "README.md").read_text()
+    assert "## Departures from the paper\n\nA student distilled from its teacher's" in card
     stages = json.loads((output_dir / STAGES_FILE).read_text())
     assert sorted(stages) == ["distilled", "run", "selection", "student"]
 

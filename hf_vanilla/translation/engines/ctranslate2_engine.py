@@ -108,8 +108,7 @@ def transformer_spec(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase)
         pre_norm=config.pre_layernorm,
         activation=specs.Activation.RELU,
     )
-    # Copies: CTranslate2 quantizes the arrays it is given in place, which would change the model's own
-    # weights.
+    # Copies: CTranslate2 quantizes the arrays it is given in place, which would change the model's weights.
     weights = {
         name: tensor.detach().to(torch.float32, copy=True).numpy()
         for name, tensor in model.state_dict().items()
