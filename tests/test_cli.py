@@ -1,6 +1,6 @@
-"""Every script builds its flags from cli.py's groups, shows them in --help, and redefines none of them; every flag
-has a help line and both spellings, `--source-lang` and `--source_lang`; training flags override the config file;
-every script logs in one format at the level it is given; the quickstart names its recipes."""
+"""Every script builds its flags from cli.py's groups, shows them in --help, and redefines none of them; every
+flag has a help line and both spellings, `--source-lang` and `--source_lang`; training flags override the
+config file; every script logs in one format at the level it is given; the quickstart names its recipes."""
 
 import argparse
 import dataclasses
@@ -19,7 +19,10 @@ from hf_vanilla.training.settings import SETTING_GROUPS, TrainingConfig, setting
 
 # The scripts and the package's one entry point with a parser of its own.
 # Modules named _* beside the scripts are what scripts import, not scripts.
-SCRIPT_FILES = [*sorted(p for p in SCRIPTS.rglob("*.py") if not p.name.startswith("_")), REPO / "hf_vanilla" / "tools" / "gpu_report.py"]
+SCRIPT_FILES = [
+    *sorted(p for p in SCRIPTS.rglob("*.py") if not p.name.startswith("_")),
+    REPO / "hf_vanilla" / "tools" / "gpu_report.py",
+]
 GROUPS = {name: getattr(cli, name) for name in dir(cli) if re.fullmatch(r"add_\w+_arguments?", name)}
 GROUPS["add_research_arguments"] = add_research_arguments
 # Flags a script defines for what a group's flag means elsewhere, on purpose.
@@ -30,6 +33,7 @@ OWN_FLAGS = {
     "benchmark.py": {"--threads", "--engine", "--compute-type"},
     "benchmark_corpus_translation.py": {"--threads"},
     "benchmark_serving.py": {"--engine", "--compute-type", "--inter-threads"},
+    "benchmark_student.py": {"--compute-type", "--threads"},
 }
 
 
@@ -55,7 +59,8 @@ def option_helps(parser: argparse.ArgumentParser) -> dict[str, str]:
     for entry in entries:
         flags, _, text = re.split(r"\n\n", entry)[0].partition("  ")
         spellings = re.findall(r"(?:^|, )(-[\w-]+)", flags)
-        helps[next((flag for flag in spellings if flag.startswith("--")), spellings[0])] = re.sub(r"\(default: [^)]*\)", "", " ".join(text.split())).strip()
+        long_spelling = next((flag for flag in spellings if flag.startswith("--")), spellings[0])
+        helps[long_spelling] = re.sub(r"\(default: [^)]*\)", "", " ".join(text.split())).strip()
     return helps
 
 
@@ -96,21 +101,25 @@ def test_every_script_shows_the_groups_it_adds_and_redefines_none_of_their_flags
         group_parser = ArgumentParser(add_help=False)
         GROUPS[name](group_parser)
         shown = sections(group_parser)
-        if name == "add_training_config_arguments":  # some scripts take only the settings they use (prepare_data.py)
+        # some scripts take only the settings they use (prepare_data.py)
+        if name == "add_training_config_arguments":
             shown = {title for title in shown if title.startswith("training config")}
         assert shown <= sections(parser), f"{script.name}: {name}"
-    # The training config's keys and the corpus' --input/--output/--seed are words other tools use for their own
-    # files and seeds; the flags of the other groups each mean one thing wherever they appear.
-    shared = [add for name, add in GROUPS.items() if name not in ("add_training_config_arguments", "add_corpus_arguments")]
+    # The training config's keys and the corpus' --input/--output/--seed are words other tools use for their
+    # own files and seeds; the flags of the other groups each mean one thing wherever they appear.
+    own_words = ("add_training_config_arguments", "add_corpus_arguments")
+    shared = [add for name, add in GROUPS.items() if name not in own_words]
     owned = set().union(*(flags_of(add_group) for add_group in shared))
     defined_here = set(re.findall(r"add_argument\(\s*\"(--[\w-]+)\"", source))
-    assert defined_here & owned <= OWN_FLAGS.get(script.name, set()), f"{script.name} redefines flags of cli.py"
+    redefined = defined_here & owned
+    assert redefined <= OWN_FLAGS.get(script.name, set()), f"{script.name} redefines flags of cli.py"
 
 
 @pytest.mark.parametrize("script", SCRIPT_FILES, ids=lambda path: path.name)
 def test_every_script_takes_a_log_level_and_configures_logging_with_it(script, monkeypatch):
     assert "--log-level" in option_helps(script_parser(script, monkeypatch))
-    assert "configure_logging(args.log_level)" in script.read_text() and "basicConfig" not in script.read_text()
+    source = script.read_text()
+    assert "configure_logging(args.log_level)" in source and "basicConfig" not in source
 
 
 def test_log_lines_show_info_by_default_in_one_format_and_only_warnings_when_told(corpus_path, tmp_path):
@@ -151,7 +160,8 @@ def test_train_flags_override_the_config_file_in_either_spelling(monkeypatch, tm
     }
     config_file = tmp_path / "config.yaml"
     config_file.write_text("right_to_left: true\ndropout: 0.3\n")
-    for flags, right_to_left in ((["--right-to-left"], True), (["--right_to_left", "false"], False), ([], True)):
+    choices = ((["--right-to-left"], True), (["--right_to_left", "false"], False), ([], True))
+    for flags, right_to_left in choices:
         config = training_config(parser.parse_args(["--config", str(config_file), *flags]))
         assert (config.right_to_left, config.dropout) == (right_to_left, 0.3)
 
@@ -170,7 +180,11 @@ def test_quickstart_refuses_an_unknown_recipe_before_installing_anything():
 
 
 def test_every_training_setting_has_a_group_and_train_help_shows_its_flag_in_that_section(monkeypatch):
-    ungrouped = [field.name for field in dataclasses.fields(TrainingConfig) if field.metadata.get("group") not in SETTING_GROUPS]
+    ungrouped = [
+        field.name
+        for field in dataclasses.fields(TrainingConfig)
+        if field.metadata.get("group") not in SETTING_GROUPS
+    ]
     assert ungrouped == []
     help_text = script_parser(SCRIPTS / "train.py", monkeypatch).format_help()
     section_texts = dict(re.findall(r"^(\S[^\n]*):\n(.*?)(?=^\S|\Z)", help_text, re.M | re.S))

@@ -1,7 +1,7 @@
-"""The engines that decode translations, in one home: the protocol every caller uses, the abilities an engine may
-have beyond it, and the registry that loads one by name (`load_engine`). Two register themselves here:
-transformers' `generate` (the reference, every ability) and CTranslate2 (the same decoding, faster; converted on
-first use, its library imported only then)."""
+"""The engines that decode translations, in one home: the protocol every caller uses, the abilities an engine
+may have beyond it, and the registry that loads one by name (`load_engine`). Two register themselves here:
+transformers' `generate` (the reference, every ability but the vocabulary map) and CTranslate2 (the same
+decoding, faster; converted on first use, its library imported only then)."""
 
 from hf_vanilla.translation.engines.base import (
     ATTENTION,
@@ -9,6 +9,7 @@ from hf_vanilla.translation.engines.base import (
     LOGITS_PROCESSORS,
     NBEST_SCORES,
     SAMPLING,
+    VOCABULARY_MAP,
     EngineSettings,
     TranslationEngine,
     compared_engines,
@@ -38,6 +39,7 @@ __all__ = [
     "LOGITS_PROCESSORS",
     "NBEST_SCORES",
     "SAMPLING",
+    "VOCABULARY_MAP",
     "CTranslate2Engine",
     "EngineSettings",
     "TransformersEngine",

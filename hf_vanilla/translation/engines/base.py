@@ -1,6 +1,6 @@
-"""What every engine is to its callers: the protocol, the abilities an engine may have beyond it, the settings that
-choose and run one, and the registry that loads one by name. Callers ask an engine (or the registry, before
-loading) for an ability, never for its name or type."""
+"""What every engine is to its callers: the protocol, the abilities an engine may have beyond it, the settings
+that choose and run one, and the registry that loads one by name. Callers ask an engine (or the registry,
+before loading) for an ability, never for its name or type."""
 
 from __future__ import annotations
 
@@ -18,10 +18,13 @@ ATTENTION = "attention"  # `attention(source_ids, options)`: the attention behin
 NBEST_SCORES = "n-best scores"  # `translate_nbest` scores beam search's hypotheses as generate ranks them
 SAMPLING = "sampling"  # options with do_sample, top_k, temperature...
 LOGITS_PROCESSORS = "logits processors"  # `translate(..., logits_processors=)`: an ensemble's scores mixed in
+VOCABULARY_MAP = "vocabulary map"  # `EngineSettings.vocab_map`: outputs within the checkpoint's shortlist
 
 TRANSFORMERS, CTRANSLATE2 = "transformers", "ctranslate2"  # the engines this package registers
 # CTranslate2's compute types (weights_activations); "auto": the fastest the device runs
-COMPUTE_TYPES = ("auto", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "float32", "float16", "bfloat16")
+COMPUTE_TYPES = (
+    "auto", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "float32", "float16", "bfloat16"
+)
 
 
 class TranslationEngine(Protocol):
@@ -55,7 +58,8 @@ class TranslationEngine(Protocol):
 
     @property
     def max_source_tokens(self) -> int:
-        """The longest source the model takes, in tokens: a longer one is cut or left blank (`skip_long_lines`)."""
+        """The longest source the model takes, in tokens: a longer one is cut or left blank
+        (`skip_long_lines`)."""
         ...
 
     @property
@@ -64,7 +68,8 @@ class TranslationEngine(Protocol):
         ...
 
     def encode(self, sources: Sequence[str]) -> list[list[int]]:
-        """Each source's token ids, `</s>` included, not cut to `max_source_tokens` (`cut_source` cuts one)."""
+        """Each source's token ids, `</s>` included, not cut to `max_source_tokens` (`cut_source` cuts
+        one)."""
         ...
 
     def translate_encoded(self, batch: Sequence[Sequence[int]], options: DecodingOptions) -> list[list[int]]:
@@ -77,17 +82,20 @@ class TranslationEngine(Protocol):
         ...
 
     def describe(self) -> dict[str, str]:
-        """What a report records of the engine: `engine`, `device` and `precision` (a dtype or compute type)."""
+        """What a report records of the engine: `engine`, `device` and `precision` (a dtype or compute
+        type)."""
         ...
 
 
 @dataclass(frozen=True)
 class EngineSettings:
     """Which engine decodes and how it runs: `engine`, a registered name ("transformers": `generate`, the
-    reference; "ctranslate2"); `device` (None or "auto": the GPU if present); the transformers engine's `dtype`
-    ("auto", "float32", "bfloat16", "float16"); the CTranslate2 engine's `compute_type` (`COMPUTE_TYPES`) and
-    `ctranslate2_dir`, where its converted models are cached (None: under the Hugging Face cache); on a CPU,
-    `threads` and the CTranslate2 engine's `inter_threads` (`cpu_threads`)."""
+    reference; "ctranslate2"); `device` (None or "auto": the GPU if present); the transformers engine's
+    `dtype` ("auto", "float32", "bfloat16", "float16"); the CTranslate2 engine's `compute_type`
+    (`COMPUTE_TYPES`) and `ctranslate2_dir`, where its converted models are cached (None: under the Hugging
+    Face cache); on a CPU, `threads` and the CTranslate2 engine's `inter_threads` (`cpu_threads`);
+    `vocab_map`: decode within the checkpoint's vocabulary shortlist (`translation.shortlist`), for an engine
+    with `VOCABULARY_MAP`."""
 
     engine: str = TRANSFORMERS
     device: str | None = None
@@ -96,13 +104,14 @@ class EngineSettings:
     ctranslate2_dir: str | os.PathLike | None = None
     threads: int | None = None
     inter_threads: int | None = None
+    vocab_map: bool = False
 
     def cpu_threads(self) -> tuple[int, int]:
-        """On a CPU: how many batches decode at once (`inter_threads`; CTranslate2 keeps a replica of the model
-        for each) and the threads each decodes with, `threads` (None: torch's count, OMP_NUM_THREADS or the
-        cores) shared among them. Unless told, a replica for every thread: a batch's decoding step is too little
-        work to share among threads (the service on 2 cores answered 1.5x as many sentences with two replicas of
-        one thread as with one of two, docs/serving.md)."""
+        """On a CPU: how many batches decode at once (`inter_threads`; CTranslate2 keeps a replica of the
+        model for each) and the threads each decodes with, `threads` (None: torch's count, OMP_NUM_THREADS or
+        the cores) shared among them. Unless told, a replica for every thread: a batch's decoding step is too
+        little work to share among threads (the service on 2 cores answered 1.5x as many sentences with two
+        replicas of one thread as with one of two, docs/serving.md)."""
         threads = self.threads or torch.get_num_threads()
         inter_threads = self.inter_threads or threads
         return inter_threads, max(1, threads // inter_threads)
@@ -117,17 +126,22 @@ class EngineSettings:
         if self.engine not in _REGISTRY:
             raise ValueError(f"unknown engine {self.engine!r}; choose one of {', '.join(engine_names())}")
         if self.compute_type not in COMPUTE_TYPES:
-            raise ValueError(f"unknown compute type {self.compute_type!r}; choose one of {', '.join(COMPUTE_TYPES)}")
+            raise ValueError(
+                f"unknown compute type {self.compute_type!r}; choose one of {', '.join(COMPUTE_TYPES)}"
+            )
         if self.engine == TRANSFORMERS and self.compute_type != "auto":
             raise ValueError(
-                f"compute type {self.compute_type} is the ctranslate2 engine's (--engine ctranslate2); the transformers "
-                "engine takes --dtype"
+                f"compute type {self.compute_type} is the ctranslate2 engine's (--engine ctranslate2); the "
+                "transformers engine takes --dtype"
             )
         if self.engine == CTRANSLATE2 and self.dtype != "float32":
             raise ValueError(
-                f"dtype {self.dtype} is the transformers engine's; the ctranslate2 engine takes --compute-type "
-                "(float32, bfloat16, float16, int8...)"
+                f"dtype {self.dtype} is the transformers engine's; the ctranslate2 engine takes "
+                "--compute-type (float32, bfloat16, float16, int8...)"
             )
+        if self.vocab_map and VOCABULARY_MAP not in _REGISTRY[self.engine].abilities:
+            why = "--vocab-map decodes within the checkpoint's shortlist"
+            raise ValueError(missing_ability(self.engine, VOCABULARY_MAP, why))
 
 
 EngineLoader = Callable[[str | os.PathLike, EngineSettings], TranslationEngine]
@@ -153,10 +167,12 @@ def engine_names() -> tuple[str, ...]:
     return tuple(sorted(_REGISTRY, key=lambda name: name != TRANSFORMERS))
 
 
-def compared_engines(engines: Sequence[str], compute_types: Sequence[str], **settings) -> list[EngineSettings]:
-    """The settings of each of `engines` in turn, once for each of `compute_types` where the engine takes one (the
-    ctranslate2 engine), with `settings` besides: the runs of a comparison of engines, named by `engine` and
-    `precision`."""
+def compared_engines(
+    engines: Sequence[str], compute_types: Sequence[str], **settings
+) -> list[EngineSettings]:
+    """The settings of each of `engines` in turn, once for each of `compute_types` where the engine takes one
+    (the ctranslate2 engine), with `settings` besides: the runs of a comparison of engines, named by `engine`
+    and `precision`."""
     return [
         EngineSettings(engine, compute_type=compute_type, **settings)
         for engine in engines
@@ -185,7 +201,9 @@ def require(engine: TranslationEngine, ability: str, why: str) -> None:
         raise ValueError(missing_ability(engine.describe()["engine"], ability, why))
 
 
-def load_engine(model_name_or_path: str | os.PathLike, settings: EngineSettings | None = None) -> TranslationEngine:
+def load_engine(
+    model_name_or_path: str | os.PathLike, settings: EngineSettings | None = None
+) -> TranslationEngine:
     """The engine `settings` name for a saved model directory (or Hub id) and its tokenizer."""
     settings = settings or EngineSettings()
     return _REGISTRY[settings.engine].load(model_name_or_path, settings)

@@ -1,0 +1,229 @@
+"""The speed-quality frontier of a teacher and its fast student, in one run on the same sentences:
+teacher, teacher + shortlist, student and student + shortlist, all on the ctranslate2 engine in one compute
+type (int8 by default) with --threads threads, each with its own selected decoding (its generation config; the
+beam flags override all four). For each: offline decoding (`translate`, --repeats timings taken in turn),
+the service under --clients concurrent clients (one sentence a request), and the sacreBLEU of its offline
+translations; the rates' ratios to the teacher's; the CPU named. Writes a JSON report to --output and the
+frontier (sentences/s against BLEU) to --plot.
+
+The shortlist is the student's vocab_map.txt (scripts/research/make_student.py): the teacher shares its
+vocabulary, and decodes with it from a scratch copy.
+
+    python scripts/tools/benchmark_student.py --teacher outputs/multi30k-small-de-en/checkpoint_average \\
+        --student outputs/multi30k-student-de-en/student --dataset ../shared/datasets/multi30k \\
+        --source-lang de --target-lang en --num-beams 4 --threads 1 --clients 32 \\
+        --output docs/benchmarks/student-int8-epyc-2core.json --plot docs/images/student-frontier.png
+"""
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from _server_process import ServerProcess  # beside this script
+from benchmark_serving import STARTUP_SECONDS, load, offline
+
+from hf_vanilla.checkpoints.loading import decoding_for
+from hf_vanilla.cli import (
+    ArgumentParser,
+    add_beam_arguments,
+    add_dataset_arguments,
+    add_logging_argument,
+    add_max_new_tokens_argument,
+    add_max_tokens_argument,
+    beam_kwargs,
+    configure_logging,
+    exits_on_missing_extra,
+    positive_int,
+    translation_data,
+)
+from hf_vanilla.evaluation.scoring import score_translations
+from hf_vanilla.files import write_json
+from hf_vanilla.tools.machine import run_record
+from hf_vanilla.translation.decoding import DecodingOptions
+from hf_vanilla.translation.engines import COMPUTE_TYPES, EngineSettings, load_engine
+from hf_vanilla.translation.engines.base import CTRANSLATE2
+from hf_vanilla.translation.shortlist import VOCAB_MAP_FILE
+
+BASELINE = "teacher"
+
+
+def build_parser() -> ArgumentParser:
+    parser = ArgumentParser(description=__doc__)
+    parser.add_argument("--teacher", required=True, help="the teacher's checkpoint directory")
+    parser.add_argument("--student", required=True, help="the student's directory, with its vocab_map.txt")
+    add_dataset_arguments(parser)
+    parser.add_argument("--split", default="test", help="the split whose sources are decoded and scored")
+    parser.add_argument(
+        "--compute-type", choices=COMPUTE_TYPES, default="int8", help="the ctranslate2 engine's, for all four"
+    )
+    parser.add_argument("--threads", type=positive_int, default=1, help="CPU threads, a replica each")
+    parser.add_argument("--clients", type=positive_int, default=32, help="concurrent clients of the service")
+    parser.add_argument(
+        "--requests", type=positive_int, default=2000, help="requests to each service (the sentences in turn)"
+    )
+    parser.add_argument(
+        "--repeats", type=positive_int, default=3, help="timings of each offline decoding, taken in turn"
+    )
+    parser.add_argument("--offline-only", action="store_true", help="decode offline only, no service")
+    add_beam_arguments(parser)
+    add_max_tokens_argument(parser)
+    add_max_new_tokens_argument(parser)
+    parser.add_argument("--output", default="docs/benchmarks/student.json", help="the JSON report")
+    parser.add_argument("--plot", default=None, help="the frontier's PNG (default: none)")
+    add_logging_argument(parser)
+    return parser
+
+
+def systems(args, scratch: Path) -> dict[str, tuple[str, bool]]:
+    """The four systems by name: a model directory and whether it decodes with the student's shortlist (the
+    teacher's from a scratch copy holding it)."""
+    shortlisted_teacher = shutil.copytree(args.teacher, scratch / "teacher-with-shortlist")
+    shutil.copy(Path(args.student) / VOCAB_MAP_FILE, shortlisted_teacher / VOCAB_MAP_FILE)
+    return {
+        BASELINE: (args.teacher, False),
+        f"{BASELINE} + shortlist": (str(shortlisted_teacher), True),
+        "student": (args.student, False),
+        "student + shortlist": (args.student, True),
+    }
+
+
+def engine_settings(args, vocab_map: bool, cache_dir: Path) -> EngineSettings:
+    return EngineSettings(
+        CTRANSLATE2,
+        "cpu",
+        compute_type=args.compute_type,
+        ctranslate2_dir=cache_dir,
+        threads=args.threads,
+        vocab_map=vocab_map,
+    )
+
+
+def server_flags(args, settings: EngineSettings) -> tuple[str, ...]:
+    """serve.py's flags for `settings`."""
+    vocab_map = ("--vocab-map",) if settings.vocab_map else ()
+    return (
+        "--device", "cpu", "--engine", CTRANSLATE2, "--compute-type", settings.compute_type,
+        "--ctranslate2-dir", str(settings.ctranslate2_dir), "--threads", str(settings.threads),
+        "--max-tokens", str(args.max_tokens), *vocab_map,
+    )  # fmt: skip
+
+
+def service_run(args, model: str, settings: EngineSettings, decoding: dict, sentences: list[str], log: Path):
+    """The service on `model` under `args.clients` clients: `benchmark_serving.load`'s record."""
+    server = ServerProcess(model, log, server_flags(args, settings), settings.threads)
+    try:
+        server.wait_until_ready(STARTUP_SECONDS)
+        return load(server, sentences, args.requests, args.clients, decoding)
+    finally:
+        server.stop()
+
+
+def measure(args, sentences: list[str], references: list[str], target_lang: str, scratch: Path) -> dict:
+    """Every system decoded offline (timed in turn) and scored, then served, each with its own decoding."""
+    decoders, decodings, translations, settings = {}, {}, {}, {}
+    measured = systems(args, scratch)
+    for name, (model, vocab_map) in measured.items():
+        resolved = decoding_for(model, {**beam_kwargs(args), "max_new_tokens": args.max_new_tokens})
+        decodings[name] = resolved.generate_kwargs()
+        settings[name] = engine_settings(args, vocab_map, scratch / "ctranslate2")
+        engine = load_engine(model, settings[name])
+        options = DecodingOptions(max_tokens=args.max_tokens, show_progress=False).replace(**decodings[name])
+        translations[name] = engine.translate(sentences, options)
+        decoders[name] = lambda batch, engine=engine, options=options: engine.translate(batch, options)
+    timings = offline(args, sentences, decoders)
+    report = {}
+    for name, (model, vocab_map) in measured.items():
+        bleu = score_translations(translations[name], references, target_lang=target_lang)["bleu"]
+        report[name] = {
+            "model": model,
+            "vocab_map": vocab_map,
+            "decoding": decodings[name],
+            "bleu": round(bleu, 2),
+            "offline": timings[name],
+        }
+        if not args.offline_only:
+            log = scratch / f"serve-{len(report)}.log"
+            served = service_run(args, model, settings[name], decodings[name], sentences, log)
+            report[name]["service"] = served
+    return report
+
+
+def ratios(report: dict) -> dict:
+    """Each system's sentences/s over the teacher's, offline and in the service, and its BLEU minus the
+    teacher's."""
+    teacher = report[BASELINE]
+
+    def rate(run: dict, where: str) -> float:
+        return run[where]["sentences_per_second"]
+
+    return {
+        name: {
+            **{
+                f"{where} / {BASELINE}": round(rate(run, where) / rate(teacher, where), 3)
+                for where in ("offline", "service")
+                if where in run
+            },
+            f"bleu - {BASELINE}": round(run["bleu"] - teacher["bleu"], 2),
+        }
+        for name, run in report.items()
+    }
+
+
+def plot_frontier(report: dict, path: str) -> None:
+    """Sentences/s (offline and service) against BLEU, a labelled point a system and setting."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    figure, axes = pyplot.subplots(figsize=(7, 4.5))
+    for where, marker in (("offline", "o"), ("service", "s")):
+        points = [
+            (run[where]["sentences_per_second"], run["bleu"], name)
+            for name, run in report.items()
+            if where in run
+        ]
+        if points:
+            rates, bleus, _ = zip(*points, strict=True)
+            axes.scatter(rates, bleus, marker=marker, label=where)
+            for rate, bleu, name in points:
+                axes.annotate(name, (rate, bleu), textcoords="offset points", xytext=(4, 4), fontsize=8)
+    axes.set_xlabel("sentences/s")
+    axes.set_ylabel("BLEU")
+    axes.set_title("Teacher and student: speed against quality")
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    pyplot.close(figure)
+
+
+def main() -> None:
+    args = build_parser().parse_args()
+    configure_logging(args.log_level)
+    data = translation_data(args)
+    pairs = data.pairs(args.split)
+    sentences, references = list(pairs["source"]), list(pairs["target"])
+    load_before = os.getloadavg()
+    with tempfile.TemporaryDirectory() as scratch:
+        systems_report = measure(args, sentences, references, data.target_lang, Path(scratch))
+    report = {
+        **run_record(load_before),
+        "engine": CTRANSLATE2,
+        "compute_type": args.compute_type,
+        "threads": args.threads,
+        "clients": None if args.offline_only else args.clients,
+        "dataset": f"{data.dataset} {args.split} ({args.source_lang}), {len(sentences)} sentences",
+        "ratios": ratios(systems_report),
+        "systems": systems_report,
+    }
+    write_json(args.output, report)
+    if args.plot:
+        plot_frontier(systems_report, args.plot)
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    with exits_on_missing_extra():
+        main()
