@@ -20,7 +20,7 @@ from hf_vanilla.cli import (
     add_logging_argument,
     add_runtime_arguments,
     add_tokenized_bleu_argument,
-    cache_kwargs,
+    cache_implementation,
     configure_logging,
     exits_on_missing_extra,
     positive_int,
@@ -30,6 +30,7 @@ from hf_vanilla.cli import (
 from hf_vanilla.evaluation.paper_bleu import PAPER_BLEU_KEY, PAPER_BLEU_NAME
 from hf_vanilla.evaluation.scoring import Runtime, ScoreOptions
 from hf_vanilla.evaluation.selection import SelectionGrid, select_on_validation
+from hf_vanilla.model.decoding import DecodingOptions
 from hf_vanilla.research.cli import add_research_arguments, research_decoder
 from hf_vanilla.research.reranking import (
     LANGUAGE_MODEL_WEIGHT,
@@ -90,7 +91,7 @@ def main() -> None:
             Runtime(**runtime_kwargs(args)),
             ScoreOptions(tokenized_bleu=args.tokenized_bleu),
             research_decoder(args),
-            **cache_kwargs(args),
+            DecodingOptions(cache_implementation=cache_implementation(args)),
         )
     except (ValueError, FileNotFoundError) as err:
         sys.exit(f"error: {err}")

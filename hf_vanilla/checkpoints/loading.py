@@ -12,9 +12,8 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import torch
 from huggingface_hub import snapshot_download
@@ -32,7 +31,12 @@ from transformers import (
 from hf_vanilla.data.tokenization import check_tokenizer_matches_model
 from hf_vanilla.model.attention_kernels import AUTO_ATTENTION
 from hf_vanilla.model.configuration_vanilla import VanillaTransformerConfig
-from hf_vanilla.model.decoding import ResolvedDecoding, resolve_decoding, writes_right_to_left
+from hf_vanilla.model.decoding import (
+    DecodingOptions,
+    describe_resolved,
+    resolve_decoding,
+    writes_right_to_left,
+)
 from hf_vanilla.precision import resolve_device, resolve_precision
 
 logger = logging.getLogger(__name__)
@@ -96,14 +100,14 @@ def generation_defaults(model_name_or_path: str | os.PathLike) -> GenerationConf
 
 
 def decoding_for(
-    model_name_or_path: str | os.PathLike, given: Mapping[str, Any] | None = None
-) -> ResolvedDecoding:
-    """The beam size, length penalty and output limit a saved model decodes with: `given`'s, else its
-    generation config's, else the paper's (`resolve_decoding`); logged in one line that names where each came
-    from."""
-    decoding = resolve_decoding(generation_defaults(model_name_or_path), given)
-    logger.info("%s decodes with %s", model_name_or_path, decoding.describe())
-    return decoding
+    model_name_or_path: str | os.PathLike, options: DecodingOptions = DecodingOptions()
+) -> tuple[DecodingOptions, dict[str, str]]:
+    """`options` as a saved model decodes with them, and where each value came from: the beam size, length
+    penalty and output limit of `options`, else of its generation config, else the paper's
+    (`resolve_decoding`); logged in one line that names where each came from."""
+    resolved, sources = resolve_decoding(generation_defaults(model_name_or_path), options)
+    logger.info("%s decodes with %s", model_name_or_path, describe_resolved(resolved, sources))
+    return resolved, sources
 
 
 def load_tokenizer(

@@ -28,9 +28,11 @@ from hf_vanilla.files import write_json
 from hf_vanilla.model.decoding import (
     DEFAULT_MAX_TOKENS,
     PAPER_EXTRA_OUTPUT_TOKENS,
+    DecodingOptions,
+    decoding_report,
     resolve_decoding,
 )
-from hf_vanilla.translation.decoding import DecodingOptions, write_lines_atomic
+from hf_vanilla.translation.decoding import write_lines_atomic
 from hf_vanilla.translation.engines import DEFAULT_ENGINE, EngineSettings, TranslationEngine, load_engine
 
 logger = logging.getLogger(__name__)
@@ -350,7 +352,7 @@ def score_model(
     sources, references = pairs["source"], pairs["target"]
     rows = []
     for setting in settings:
-        setting = resolve_decoding(generation, setting).applied_to(setting)
+        setting = resolve_decoding(generation, DecodingOptions().replace(**setting))[0].settings()
         evaluated = evaluate_translation(
             engine, sources, references, target_lang, runtime, SACREBLEU_ONLY, decoder, **setting
         )
@@ -378,11 +380,11 @@ def evaluate_bleu(
     scoring: ScoreOptions = DEFAULT_SCORES,
     decoder: Decoder = BEAM_SEARCH,
     seed: int = 0,
-    **generate_kwargs,
+    options: DecodingOptions = DecodingOptions(),
 ) -> dict[str, Any]:
     """Translate a dataset split with a saved model, score it, and write hypotheses and a JSON report.
 
-    Decodes with the beam size, length penalty and output limit of `generate_kwargs`, else of the checkpoint's
+    Decodes with the beam size, length penalty and output limit of `options`, else of the checkpoint's
     generation_config.json, else the paper's (beam 4, length penalty 0.6, input length + 50;
     `resolve_decoding`: logged, and the report's "generation" names where each came from, under "sources"),
     through `decoder` (plain beam search unless a research extra is passed in); the decoder must give one
@@ -395,8 +397,8 @@ def evaluate_bleu(
     pairs = data.pairs(split)
     engine = load_engine(model_name_or_path, runtime.engine)
     set_seed(seed)
-    decoding = decoding_for(model_name_or_path, generate_kwargs)
-    settings = decoding.applied_to(generate_kwargs)
+    resolved, origins = decoding_for(model_name_or_path, options)
+    settings = resolved.settings()
     sources, references = pairs["source"], pairs["target"]
     evaluated = evaluate_translation(
         engine, sources, references, data.target_lang, runtime, scoring, decoder, **settings
@@ -417,7 +419,7 @@ def evaluate_bleu(
         "source_lang": data.source_lang,
         "target_lang": data.target_lang,
         **scored.report,
-        "generation": {**scored.report["generation"], **decoding.report()},
+        "generation": {**scored.report["generation"], **decoding_report(resolved, origins)},
         "seed": seed,
         "hypotheses_file": str(hypotheses_path),
     }

@@ -26,7 +26,7 @@ from hf_vanilla.evaluation.scoring import (
     score_model,
 )
 from hf_vanilla.files import write_json
-from hf_vanilla.model.decoding import PAPER_GENERATION_KWARGS, resolve_decoding
+from hf_vanilla.model.decoding import PAPER_GENERATION_KWARGS, DecodingOptions, resolve_decoding
 
 RUN_CANDIDATES = ("checkpoint_best", "checkpoint_last", "checkpoint_average")
 SCORE_KINDS = ("cased", "lowercased", "tokenized_lowercased", PAPER_BLEU_KEY)  # a report's scores in selection.json
@@ -69,7 +69,7 @@ def decoding_grid(num_beams: Sequence[int], length_penalties: Sequence[float]) -
             f"need beam sizes >= 1 and length penalties, got {list(num_beams)}, {list(length_penalties)}"
         )
     settings = [
-        resolve_decoding(None, {"num_beams": beams, "length_penalty": penalty}).generate_kwargs()
+        resolve_decoding(None, DecodingOptions(beams, penalty))[0].generate_kwargs()
         for beams in num_beams
         for penalty in length_penalties
     ]
@@ -108,7 +108,7 @@ def select_on_validation(
     runtime: Runtime = DEFAULT_RUNTIME,
     scoring: ScoreOptions = DEFAULT_SCORES,
     decoder: Decoder = BEAM_SEARCH,
-    **generate_kwargs,
+    options: DecodingOptions = DecodingOptions(),
 ) -> dict[str, Any]:
     """Pick the model and decoding (beam size, length penalty, a decoder's own settings) with the best cased
     validation BLEU, then report other splits.
@@ -120,7 +120,7 @@ def select_on_validation(
     alone, its beam size and length penalty become its checkpoint's decoding defaults (generation_config.json,
     `set_decoding_defaults`: what `pipeline` and `generate` then use) and the reports' scores go into its model
     card (`record_results`), so the card's scores are what its users get; the selection's
-    "decoding_defaults_file" names the file written (None: none). `generate_kwargs`
+    "decoding_defaults_file" names the file written (None: none). `options`
     (`cache_implementation="static"`, say) go to every decoding; `scoring` to the reports (validation is chosen
     on sacreBLEU alone). Writes `selection.json` (every validation score and the choice) and the reports into
     `output_dir`; returns the same dictionary.
@@ -129,7 +129,7 @@ def select_on_validation(
         require_moses_tokenizer()  # before the validation decodings, not after them
     candidates = expand_candidates(models)
     settings = [
-        {**setting, **generate_kwargs} for setting in decoding_grid(grid.num_beams, grid.length_penalties)
+        {**setting, **options.settings()} for setting in decoding_grid(grid.num_beams, grid.length_penalties)
     ]
     pairs = data.pairs(grid.validation_split)
     if grid.validation_pairs is not None:
@@ -139,7 +139,9 @@ def select_on_validation(
     chosen = max(rows, key=lambda row: row["bleu"])  # the first of equals: models and settings in given order
     decoding = {name: value for name, value in chosen.items() if name not in ("model", *ROW_SCORES)}
     reports = {
-        split: evaluate_bleu(chosen["model"], data, output_dir, split, runtime, scoring, decoder, **decoding)
+        split: evaluate_bleu(
+            chosen["model"], data, output_dir, split, runtime, scoring, decoder, options=options.replace(**decoding)
+        )
         for split in grid.report_splits
     }
     defaults_file = None

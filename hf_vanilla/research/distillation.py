@@ -7,6 +7,7 @@ with `--dataset DIR` like any other.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -19,7 +20,7 @@ from typing import Any
 
 import datasets
 
-from hf_vanilla.checkpoints.loading import load_config, model_digest
+from hf_vanilla.checkpoints.loading import decoding_for, load_config, model_digest
 from hf_vanilla.data.corpus import split_names, write_translation_jsonl
 from hf_vanilla.evaluation.scoring import DEFAULT_RUNTIME, Runtime, TranslationData, score_translations
 from hf_vanilla.files import atomic_directory, write_json
@@ -90,7 +91,7 @@ def distill_dataset(
     saved: SavedTranslations = SavedTranslations(),
     overwrite: bool = False,
     train_split: str = "train",
-    **generate_kwargs: Any,
+    options: DecodingOptions = DecodingOptions(),
 ) -> dict[str, Any]:
     """Write `output_dir`: `data`'s `train_split` made of the original pairs (with `teachers.keep_original`), then
     each forward teacher's translations of the sources paired with those sources, then each backward teacher's
@@ -98,9 +99,9 @@ def distill_dataset(
     saying how it was made, with each teacher's sacreBLEU against the training split's own references (a model of
     the wrong direction scores near 0), returned. Only the two languages are kept.
 
-    The teachers are loaded one at a time on the engine `runtime` names; `generate_kwargs` (num_beams,
+    The teachers are loaded one at a time on the engine `runtime` names; `options` (num_beams,
     length_penalty...) are the decoding options (what they leave open: each teacher's generation config's, else
-    the paper's). An `output_dir` that exists and is not empty is refused unless `overwrite`; the directory
+    the paper's, logged for each teacher). An `output_dir` that exists and is not empty is refused unless `overwrite`; the directory
     appears only once it is whole. Every teacher's config is read before any decoding, so a wrong name fails at
     once, not after the models before it have decoded.
 
@@ -116,20 +117,21 @@ def distill_dataset(
     training_pairs = list(zip(sources, targets, strict=True)) if teachers.keep_original else []
     own_directory = saved.directory is None
     directory = output_dir.parent / f".{output_dir.name}.translations" if own_directory else Path(saved.directory)
-    options = DecodingOptions(max_tokens=runtime.max_tokens, show_progress=False).replace(**generate_kwargs)
+    batched = dataclasses.replace(options, max_tokens=runtime.max_tokens, show_progress=False)
     records = []
     for side, models, inputs, references, output_lang in (
         ("forward", teachers.forward, sources, targets, data.target_lang),
         ("backward", teachers.backward, targets, sources, data.source_lang),
     ):
         for model_name in models:
+            decoding_for(model_name, options)  # logged: the engine resolves the same values as it decodes
             engine = load_engine(model_name, runtime.engine)
             translations = _saved_translations(
                 Teacher(engine, model_digest(model_name), f"{side} {model_name}"),
                 inputs,
                 directory,
                 saved.chunk_size,
-                options,
+                batched,
                 runtime.show_progress,
             )
             del engine  # one teacher in memory at a time
@@ -145,7 +147,7 @@ def distill_dataset(
         "train_split": train_split,
         "keep_original": teachers.keep_original,
         "teachers": records,
-        "generate_kwargs": generate_kwargs,
+        "generate_kwargs": options.settings(),
         "max_tokens": runtime.max_tokens,
         "rows": {split: len(rows) for split, rows in pairs.items()} | {train_split: len(training_pairs)},
     }

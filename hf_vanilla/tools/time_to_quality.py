@@ -20,6 +20,7 @@ from tqdm.auto import tqdm
 from hf_vanilla.checkpoints.loading import decoding_for
 from hf_vanilla.evaluation.scoring import Runtime, TranslationData, score_model
 from hf_vanilla.files import atomic_file, write_json
+from hf_vanilla.model.decoding import DecodingOptions, decoding_report
 from hf_vanilla.precision import cpu_description
 from hf_vanilla.tools.plotting import pyplot
 from hf_vanilla.training.run_directory import (
@@ -95,17 +96,18 @@ def time_to_quality(
     target: QualityTarget = QualityTarget(),
     runtime: Runtime = QUIET_RUNTIME,
     output_dir: str | os.PathLike | None = None,
-    **generate_kwargs,
+    options: DecodingOptions = DecodingOptions(),
 ) -> dict[str, Any]:
     """Score every numbered checkpoint of `run_dir` on `split` of `data`, and the minutes to reach `target`.
 
-    What `generate_kwargs` leave open of the decoding is the run's checkpoints' generation config's, else the
+    What `options` leave open of the decoding is the run's checkpoints' generation config's, else the
     paper's (`resolve_decoding`, over the first checkpoint's), and the peer decodes the same way. Writes
     time_to_quality.json and .png into `output_dir` (default: the run directory) and returns the report.
     """
     minutes = checkpoint_minutes(run_dir)
-    resolved = decoding_for(Path(run_dir) / next(iter(minutes)), generate_kwargs)
-    decoding = resolved.applied_to(generate_kwargs)
+    first = Path(run_dir) / next(iter(minutes))
+    resolved, sources = decoding_for(first, options)
+    decoding = resolved.settings()
     pairs = data.pairs(split)
     scoring = dict(pairs=pairs, target_lang=data.target_lang, runtime=runtime, settings=[decoding])
     target_score = target.score(scoring)
@@ -119,7 +121,7 @@ def time_to_quality(
         "split": split,
         "sentences": len(pairs),
         "direction": f"{data.source_lang}-{data.target_lang}",
-        "decoding": {**decoding, **resolved.report()},
+        "decoding": {**decoding, **decoding_report(resolved, sources)},
         "engine": runtime.engine.engine,
         "dtype": runtime.engine.precision,
         "cpu": cpu_description(),

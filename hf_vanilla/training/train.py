@@ -55,7 +55,7 @@ from hf_vanilla.extras import MissingExtra, require
 from hf_vanilla.files import write_text_atomic
 from hf_vanilla.model.attention_kernels import AUTO_ATTENTION
 from hf_vanilla.model.configuration_vanilla import SIZE_FIELDS, VanillaTransformerConfig
-from hf_vanilla.model.decoding import resolve_decoding
+from hf_vanilla.model.decoding import DecodingOptions, resolve_decoding
 from hf_vanilla.model.modeling_vanilla import VanillaTransformerForConditionalGeneration
 from hf_vanilla.precision import resolve_precision
 from hf_vanilla.training.heldout import hold_out, write_heldout
@@ -604,7 +604,7 @@ def generation_config(config: TrainingConfig, model_config: VanillaTransformerCo
     plain `generate` runs to the decoder's positions (the model's `generate`). Checked now, so that a bad setting
     fails before training, not at the first save.
     """
-    beam = resolve_decoding(None, {"num_beams": config.num_beams, "length_penalty": config.length_penalty})
+    beam, _ = resolve_decoding(None, DecodingOptions(config.num_beams, config.length_penalty))
     generation = GenerationConfig(
         **beam.generate_kwargs(),
         **{

@@ -1,23 +1,21 @@
 """Batched translation with `generate` (paper section 6.1): the decoding options every engine takes
-(`hf_vanilla.translation.engines`), `generate` over batches of them, and the text files they work on."""
+(`DecodingOptions`, at home in `hf_vanilla.model.decoding` so the pipeline resolves them too), `generate` over
+batches of them, and the text files they work on."""
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
-import dataclasses
 import logging
 import os
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 from tqdm.auto import tqdm
 from transformers import (
-    GenerationConfig,
     LogitsProcessor,
     LogitsProcessorList,
     PreTrainedConfig,
@@ -28,8 +26,7 @@ from transformers import (
 from hf_vanilla.data.batches import TokenBatchSampler
 from hf_vanilla.files import write_text_atomic
 from hf_vanilla.model.decoding import (
-    DEFAULT_MAX_TOKENS,
-    PAPER_EXTRA_OUTPUT_TOKENS,
+    DecodingOptions,
     decode_translations,
     encode_sources,
     max_new_tokens_room,
@@ -49,68 +46,14 @@ BatchLogitsProcessors = Callable[[Mapping[str, torch.Tensor]], Sequence[LogitsPr
 _FIRST_LINE_NUMBER = contextvars.ContextVar("first_line_number", default=1)
 
 
-@dataclass(frozen=True)
-class DecodingOptions:
-    """How sentences are decoded and batched: the one object `translate_sentences`, evaluation and the service share.
-
-    `num_beams`, `length_penalty`, `max_new_tokens` and `cache_implementation` go to `generate`; every engine
-    fills in the first three where None as `resolved` does (the model's generation config, else the paper's),
-    and the paper's `max_new_tokens` gives each sentence its source length + `extra_output_tokens` (section
-    6.1). `other_generate_kwargs`: any other `generate` keyword (do_sample...).
-    `max_tokens`: source tokens a batch (sentences * longest source); `skip_long_lines`: translate a source longer
-    than the model's positions to "" rather than cut it; `clean_up_tokenization_spaces`: detokenize with
-    transformers' clean-up of spaces before punctuation. Frozen and hashable, so options can key batches."""
-
-    num_beams: int | None = None
-    length_penalty: float | None = None
-    max_new_tokens: int | None = None
-    cache_implementation: str | None = None
-    extra_output_tokens: int = PAPER_EXTRA_OUTPUT_TOKENS
-    skip_long_lines: bool = False
-    max_tokens: int = DEFAULT_MAX_TOKENS
-    show_progress: bool = True
-    clean_up_tokenization_spaces: bool = False
-    # Left out of the hash (a dict has none) but not of equality, so equal options still hash alike.
-    other_generate_kwargs: Mapping[str, Any] = field(default_factory=dict, hash=False)
-
-    def replace(self, **settings) -> DecodingOptions:
-        """These options with `settings` over them: fields by name, any other name a `generate` keyword."""
-        names = {option.name for option in dataclasses.fields(self)} - {"other_generate_kwargs"}
-        own = {name: value for name, value in settings.items() if name in names}
-        others = {name: value for name, value in settings.items() if name not in names}
-        return dataclasses.replace(
-            self, **own, other_generate_kwargs={**self.other_generate_kwargs, **others}
-        )
-
-    def resolved(self, generation_config: GenerationConfig | None) -> DecodingOptions:
-        """These options with the beam size, length penalty and output limit `resolve_decoding` gives them
-        over a model's `generation_config`: what every engine decodes with."""
-        decoding = resolve_decoding(generation_config, self.generate_kwargs())
-        return dataclasses.replace(
-            self,
-            num_beams=decoding.num_beams,
-            length_penalty=decoding.length_penalty,
-            max_new_tokens=decoding.max_new_tokens,
-        )
-
-    def generate_kwargs(self) -> dict[str, Any]:
-        """The keywords `generate` takes from these options: those set, and the others."""
-        chosen = {
-            "num_beams": self.num_beams,
-            "length_penalty": self.length_penalty,
-            "max_new_tokens": self.max_new_tokens,
-            "cache_implementation": self.cache_implementation,
-        }
-        return {
-            **{name: value for name, value in chosen.items() if value is not None},
-            **self.other_generate_kwargs,
-        }
-
-    def detokenize(self, config: PreTrainedConfig, tokenizer: PreTrainedTokenizerBase, output_ids) -> list[str]:
-        """`output_ids` (rows of token ids) as one line of text each, in the word order of a model with `config`."""
-        return decode_translations(
-            tokenizer, output_ids, writes_right_to_left(config), self.clean_up_tokenization_spaces
-        )
+def detokenize(
+    config: PreTrainedConfig, tokenizer: PreTrainedTokenizerBase, output_ids, options: DecodingOptions
+) -> list[str]:
+    """`output_ids` (rows of token ids) as one line of text each, in the word order of a model with `config`,
+    cleaned up as `options` say."""
+    return decode_translations(
+        tokenizer, output_ids, writes_right_to_left(config), options.clean_up_tokenization_spaces
+    )
 
 
 DEFAULT_DECODING = DecodingOptions()
@@ -251,7 +194,7 @@ def _generate_in_batches(
 ) -> Iterator[tuple[list[int], Any]]:
     """`generate`'s output for each batch of the nonblank `sources` (`encoded_batches`), with the indices in
     `sources` of its sentences."""
-    options = options.resolved(model.generation_config)
+    options, _ = resolve_decoding(model.generation_config, options)
     with evaluation_mode(model):
         for indices, batch_ids in encoded_batches(tokenizer, model.config, sources, options):
             yield indices, generate_batch(model, tokenizer, batch_ids, options, logits_processors)
@@ -273,7 +216,7 @@ def translate_sentences(
     `max_new_tokens` is set, each sentence may produce up to its source length + `extra_output_tokens` new
     tokens (section 6.1), capped by the model's max_position_embeddings, whatever it is batched with.
     The beam size, length penalty and output limit not given are the model's generation config's, else the
-    paper's (`DecodingOptions.resolved`): pass num_beams=1 for greedy search whatever the saved model says.
+    paper's (`resolve_decoding`): pass num_beams=1 for greedy search whatever the saved model says.
     Blank or empty sources translate to "" without running the model; a line break inside a
     translation becomes a space, so one line in gives one line out. A source longer than the model's
     positions (`max_position_embeddings`) is cut to fit, or with `skip_long_lines` translates to "";
@@ -285,7 +228,7 @@ def translate_sentences(
     translations = [""] * len(sources)
     options = options.replace(**settings)
     for indices, outputs in _generate_in_batches(model, tokenizer, sources, options, logits_processors):
-        for index, text in zip(indices, options.detokenize(model.config, tokenizer, outputs), strict=True):
+        for index, text in zip(indices, detokenize(model.config, tokenizer, outputs, options), strict=True):
             translations[index] = text
     return translations
 
@@ -317,7 +260,7 @@ def translate_nbest(
     )
     batches = _generate_in_batches(model, tokenizer, sources, nbest_options, logits_processors)
     for indices, outputs in batches:
-        texts = nbest_options.detokenize(model.config, tokenizer, outputs.sequences)
+        texts = detokenize(model.config, tokenizer, outputs.sequences, nbest_options)
         scores = outputs.sequences_scores.tolist() if beam_search else [0.0] * len(texts)
         for position, index in enumerate(indices):
             rows = range(position * num_beams, (position + 1) * num_beams)

@@ -19,9 +19,8 @@ from hf_vanilla.cli import (
     add_logging_argument,
     add_progress_argument,
     add_runtime_arguments,
-    cache_kwargs,
     configure_logging,
-    decoding_kwargs,
+    decoding_options,
     exits_on_missing_extra,
     runtime_kwargs,
     translation_data,
@@ -69,8 +68,7 @@ def main() -> None:
             SavedTranslations(args.translations_dir),
             overwrite=args.overwrite,
             train_split=args.train_split,
-            **decoding_kwargs(args),
-            **cache_kwargs(args),
+            options=decoding_options(args),
         )
     except (ValueError, FileNotFoundError, FileExistsError) as err:
         sys.exit(f"error: {err}")

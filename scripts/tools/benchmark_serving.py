@@ -47,18 +47,18 @@ from hf_vanilla.cli import (
     add_max_new_tokens_argument,
     add_max_tokens_argument,
     add_model_argument,
-    beam_kwargs,
     configure_logging,
+    decoding_options,
     exits_on_missing_extra,
     positive_int,
     translation_data,
 )
 from hf_vanilla.extras import require
 from hf_vanilla.files import write_json
+from hf_vanilla.model.decoding import DecodingOptions
 from hf_vanilla.precision import cpu_description
 from hf_vanilla.serving.batching import DEFAULT_BATCHING
 from hf_vanilla.tools.benchmark import recorded_validation_bleu
-from hf_vanilla.translation.decoding import DecodingOptions
 from hf_vanilla.translation.engines import COMPUTE_TYPES, EngineSettings, engine_names, load_engine
 
 STARTUP_SECONDS = 300
@@ -341,7 +341,7 @@ def main() -> None:
     configure_logging(args.log_level)
     bleu = checked_bleu(args)
     # The flags', else the checkpoint's, else the paper's: every run below decodes with these values.
-    args.decoding = decoding_for(args.model, {**beam_kwargs(args), "max_new_tokens": args.max_new_tokens})
+    args.decoding = decoding_for(args.model, decoding_options(args))[0]
     data = translation_data(args)
     sentences = list(data.pairs(args.split)["source"])
     load_before = os.getloadavg()

@@ -17,9 +17,8 @@ from hf_vanilla.cli import (
     add_dataset_arguments,
     add_logging_argument,
     add_runtime_arguments,
-    beam_kwargs,
-    cache_kwargs,
     configure_logging,
+    decoding_options,
     exits_on_missing_extra,
     runtime_kwargs,
     translation_data,
@@ -55,8 +54,7 @@ def main() -> None:
             QualityTarget(peer=args.peer, bleu=args.target_bleu),
             Runtime(**runtime_kwargs(args), show_progress=False),
             args.output_dir,
-            **cache_kwargs(args),
-            **beam_kwargs(args),
+            decoding_options(args),
         )
     except (ValueError, FileNotFoundError) as err:
         sys.exit(f"error: {err}")

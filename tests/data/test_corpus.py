@@ -20,6 +20,7 @@ from hf_vanilla.data.corpus import (
     split_names,
 )
 from hf_vanilla.evaluation.scoring import Runtime, ScoreOptions, TranslationData, evaluate_bleu
+from hf_vanilla.model.decoding import DecodingOptions
 from hf_vanilla.training.heldout import HELDOUT_DIR
 from hf_vanilla.training.train import train
 
@@ -213,8 +214,7 @@ def test_one_file_trains_with_held_out_validation_and_test_and_scores(form, tmp_
         tmp_path / "evaluation",
         runtime=Runtime(show_progress=False),
         scoring=ScoreOptions(paper_bleu=False),
-        num_beams=1,
-        max_new_tokens=5,
+        options=DecodingOptions(num_beams=1, max_new_tokens=5),
     )
     assert report["sentences"] == 10 and 0 <= report["cased"]["bleu"] <= 100
 

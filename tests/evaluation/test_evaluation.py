@@ -234,7 +234,7 @@ def test_evaluate_bleu_writes_hypotheses_and_report_with_paper_beam_search(
         tmp_path,
         split="validation",
         runtime=QUIET,
-        max_new_tokens=6,
+        options=DecodingOptions(max_new_tokens=6),
     )
     hypotheses = read_lines(tmp_path / "validation.de-en.hyp")
     assert json.loads((tmp_path / "validation.de-en.json").read_text()) == report
@@ -510,7 +510,7 @@ def test_selection_with_the_static_cache_scores_what_the_dynamic_cache_does(run_
             TranslationData(corpus_path, "de", "en", max_sentences=4),
             tmp_path / cache,
             SelectionGrid(num_beams=[1, 2]),
-            **({"cache_implementation": "static"} if cache == "static" else {}),
+            options=DecodingOptions(cache_implementation="static" if cache == "static" else None),
         )
         for cache in ("dynamic", "static")
     }

@@ -10,6 +10,7 @@ from transformers import AutoModelForSeq2SeqLM, LogitsProcessorList
 
 from hf_vanilla.evaluation.scoring import Runtime, TranslationData, evaluate_bleu
 from hf_vanilla.evaluation.selection import SelectionGrid, select_on_validation
+from hf_vanilla.model.decoding import DecodingOptions
 from hf_vanilla.model.modeling_vanilla import VanillaTransformerForConditionalGeneration
 from hf_vanilla.research.decoders import ResearchModels, load_research_decoder
 from hf_vanilla.research.ensemble import EnsembleLogitsProcessor, ensemble_logits_processors
@@ -115,7 +116,7 @@ def test_evaluation_and_selection_record_the_ensemble(
 ):
     data, runtime = TranslationData(corpus_path, "de", "en", max_sentences=3), Runtime(EngineSettings(device="cpu"))
     ensemble = load_research_decoder(ResearchModels(ensemble=[second_dir]), device="cpu")
-    report = evaluate_bleu(tiny_model_dir, data, tmp_path, runtime=runtime, decoder=ensemble, num_beams=2)
+    report = evaluate_bleu(tiny_model_dir, data, tmp_path, runtime=runtime, decoder=ensemble, options=DecodingOptions(num_beams=2))
     assert report["ensemble"] == [str(second_dir)]
     grid = SelectionGrid(num_beams=[2])
     selection = select_on_validation(

@@ -6,6 +6,7 @@ import shutil
 import pytest
 
 from hf_vanilla.evaluation.scoring import TranslationData
+from hf_vanilla.model.decoding import DecodingOptions
 from hf_vanilla.tools.time_to_quality import (
     PLOT_FILE,
     REPORT_FILE,
@@ -25,7 +26,7 @@ def test_each_checkpoint_is_scored_at_the_minutes_it_was_saved_and_a_peer_sets_t
         TranslationData(tiny_dataset, "de", "en", max_sentences=8),
         target=QualityTarget(peer=trained_run / "checkpoint_20"),
         output_dir=tmp_path,
-        num_beams=2,
+        options=DecodingOptions(num_beams=2),
     )
     points = report["checkpoints"]
     assert [point["checkpoint"] for point in points] == ["checkpoint_10", "checkpoint_20", "checkpoint_30"]

@@ -51,12 +51,13 @@ from hf_vanilla.data.tokenization import check_tokenizer_matches_model
 from hf_vanilla.extras import require
 from hf_vanilla.files import atomic_directory, refuse_existing
 from hf_vanilla.model.configuration_vanilla import VanillaTransformerConfig
-from hf_vanilla.model.decoding import max_source_tokens, paper_max_new_tokens
+from hf_vanilla.model.decoding import max_source_tokens, paper_max_new_tokens, resolve_decoding
 from hf_vanilla.model.modeling_vanilla import sinusoidal_positions
 from hf_vanilla.translation.decoding import (
     DEFAULT_DECODING,
     BatchLogitsProcessors,
     DecodingOptions,
+    detokenize,
     encoded_batches,
 )
 from hf_vanilla.translation.engines.base import (
@@ -301,12 +302,12 @@ class CTranslate2Engine:
     def translate_encoded(
         self, batch: Sequence[Sequence[int]], options: DecodingOptions = DEFAULT_DECODING
     ) -> list[list[int]]:
-        options = options.resolved(self.generation)
+        options, _ = resolve_decoding(self.generation, options)
         hypotheses = self._translate_batch(batch, options, self.translate_keywords(options, nbest=False))
         return [best for [(best, _)] in hypotheses]
 
     def detokenize(self, output_ids: Sequence[Sequence[int]], options: DecodingOptions = DEFAULT_DECODING) -> list[str]:
-        return options.detokenize(self.config, self.tokenizer, output_ids)
+        return detokenize(self.config, self.tokenizer, output_ids, options)
 
     def describe(self) -> dict[str, str]:
         return {"engine": CTRANSLATE2, "device": self.translator.device, "precision": self.translator.compute_type}
@@ -323,7 +324,7 @@ class CTranslate2Engine:
         resolve."""
         if logits_processors is not None:
             raise ValueError(missing_ability(CTRANSLATE2, LOGITS_PROCESSORS, "logits processors mix other scores in"))
-        options = options.resolved(self.generation)
+        options, _ = resolve_decoding(self.generation, options)
         keywords = self.translate_keywords(options, nbest)
         results = [[("", 0.0)] for _ in sources]
         chunks = encoded_batches(self.tokenizer, self.config, sources, options, CHUNK_BATCHES * options.max_tokens)
@@ -393,7 +394,7 @@ class CTranslate2Engine:
         }
 
     def translate_keywords(self, options: DecodingOptions, nbest: bool) -> dict[str, Any]:
-        """`translate_batch`'s keywords for resolved `options` (`DecodingOptions.resolved`); a ValueError
+        """`translate_batch`'s keywords for resolved `options` (`resolve_decoding`); a ValueError
         naming what CTranslate2 cannot do as `generate` does, before anything is decoded."""
         if options.cache_implementation is not None:
             raise ValueError(
