@@ -1,8 +1,9 @@
-"""The command-line option groups every script builds its parser from, spelled as Hugging Face users type them.
+"""The command-line option groups every script builds its parser from, spelled as Hugging Face users type
+them.
 
 Each `add_*_arguments` adds one group of flags (a section of --help), and each `add_*_argument` one flag that
-several groups or scripts share; a reader beside each turns the parsed flags into the package's settings. Every
-`--a-b` flag also answers to `--a_b` (as `HfArgumentParser` does), and every flag shows its default.
+several groups or scripts share; a reader beside each turns the parsed flags into the package's settings.
+Every `--a-b` flag also answers to `--a_b` (as `HfArgumentParser` does), and every flag shows its default.
 """
 
 from __future__ import annotations
@@ -52,13 +53,15 @@ class ArgumentParser(argparse.ArgumentParser):
         kwargs.setdefault("formatter_class", HelpFormatter)
         super().__init__(*args, **kwargs)
 
-    def parse_known_args(self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None):
+    def parse_known_args(
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ):
         return super().parse_known_args(dashed_flags(sys.argv[1:] if args is None else args), namespace)
 
 
 def dashed_flags(arguments: Sequence[str]) -> list[str]:
-    """`arguments` with each long flag's underscores as dashes (`--max_steps=3` -> `--max-steps=3`), up to a `--`,
-    after which nothing is a flag."""
+    """`arguments` with each long flag's underscores as dashes (`--max_steps=3` -> `--max-steps=3`), up to a
+    `--`, after which nothing is a flag."""
     arguments = list(arguments)
     end = arguments.index("--") if "--" in arguments else len(arguments)
     return [_dashed(argument) for argument in arguments[:end]] + arguments[end:]
@@ -77,8 +80,8 @@ def add_logging_argument(parser: argparse.ArgumentParser) -> None:
         "--log-level",
         choices=LOG_LEVELS,
         default="info",
-        help="the least severe log lines written to stderr: info includes progress (training, evaluation, the "
-        "precision and engine chosen); warning only what needs attention",
+        help="the least severe log lines written to stderr: info includes progress (training, evaluation, "
+        "the precision and engine chosen); warning only what needs attention",
     )
 
 
@@ -106,20 +109,24 @@ def exits_on_missing_extra():
         sys.exit(MISSING_EXTRA_STATUS)
 
 
-def add_training_config_arguments(parser: argparse.ArgumentParser, settings: Collection[str] | None = None) -> None:
-    """`--config FILE` and a flag for every `TrainingConfig` field (or only those named in `settings`), with the
-    field's help, that overrides the file's value, in a --help section a group of `SETTING_GROUPS`; read them back
-    with `training_config`.
+def add_training_config_arguments(
+    parser: argparse.ArgumentParser, settings: Collection[str] | None = None
+) -> None:
+    """`--config FILE` and a flag for every `TrainingConfig` field (or only those named in `settings`), with
+    the field's help, that overrides the file's value, in a --help section a group of `SETTING_GROUPS`; read
+    them back with `training_config`.
 
-    A flag left out is absent from the parsed namespace (not set to the field's default), so that the file's value
-    stands; values are read as YAML ("null", "1e-3", "{d_model: 128}"), which `load_training_config` checks. A
-    yes/no field's flag alone means yes (`--right-to-left`, or `--right-to-left false`); `--no-FIELD` turns off
-    one that is on by default.
+    A flag left out is absent from the parsed namespace (not set to the field's default), so that the file's
+    value stands; values are read as YAML ("null", "1e-3", "{d_model: 128}"), which `load_training_config`
+    checks. A yes/no field's flag alone means yes (`--right-to-left`, or `--right-to-left false`);
+    `--no-FIELD` turns off one that is on by default.
     """
     parser.add_argument_group("training config (TrainingConfig keys, configs/*.yaml)").add_argument(
         "--config", help="YAML file of TrainingConfig keys; the flags below override its values"
     )
-    fields = [field for field in dataclasses.fields(TrainingConfig) if settings is None or field.name in settings]
+    fields = [
+        field for field in dataclasses.fields(TrainingConfig) if settings is None or field.name in settings
+    ]
     for name, description in SETTING_GROUPS.items():
         in_group = [field for field in fields if field.metadata["group"] == name]
         if in_group:
@@ -133,7 +140,9 @@ def _add_setting_flag(group, field: dataclasses.Field) -> None:
     default = field.default_factory() if field.default is dataclasses.MISSING else field.default
     described = f"{field.metadata['help']} (default: {default!r})"
     if kind is bool:
-        group.add_argument(flag, nargs="?", const=True, type=yaml.safe_load, default=argparse.SUPPRESS, help=described)
+        group.add_argument(
+            flag, nargs="?", const=True, type=yaml.safe_load, default=argparse.SUPPRESS, help=described
+        )
         if default:
             off = f"--no-{flag[2:]}"
             group.add_argument(
@@ -157,8 +166,8 @@ def training_config_overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def training_config(args: argparse.Namespace, **overrides) -> TrainingConfig:
-    """The `TrainingConfig` of `--config` with the flags of `add_training_config_arguments` over its values, and
-    `overrides` over theirs (TrainingError for a bad file, key or value)."""
+    """The `TrainingConfig` of `--config` with the flags of `add_training_config_arguments` over its values,
+    and `overrides` over theirs (TrainingError for a bad file, key or value)."""
     return load_training_config(args.config, **{**training_config_overrides(args), **overrides})
 
 
@@ -203,8 +212,8 @@ def _add_beam_flags(group, several: bool = False) -> None:
 
 
 def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
-    """How translations are searched: beam size, length penalty, output limit and lines too long for the model;
-    read them back with `decoding_options`."""
+    """How translations are searched: beam size, length penalty, output limit and lines too long for the
+    model; read them back with `decoding_options`."""
     group = parser.add_argument_group(
         "decoding (what is not given: the checkpoint's generation_config.json, else the paper's, section 6.1)"
     )
@@ -272,8 +281,8 @@ def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
         "--engine",
         choices=engine_names(),
         default=DEFAULT_ENGINE.engine,
-        help="transformers: generate, the reference; ctranslate2: the same decoding, faster (converted from the "
-        "checkpoint on first use; pip install 'hf_vanilla[ct2]'; docs/speed.md says what it cannot do)",
+        help="transformers: generate, the reference; ctranslate2: the same decoding, faster (converted from "
+        "the checkpoint on first use; pip install 'hf_vanilla[ct2]'; docs/speed.md says what it cannot do)",
     )
     add_device_argument(group)
     add_dtype_argument(group)
@@ -300,15 +309,16 @@ def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
         "--inter-threads",
         type=positive_int,
         default=None,
-        help="the ctranslate2 engine on a CPU: batches decoded at once, a model replica each, sharing --threads "
-        "(default: one a thread, each on one thread), logged",
+        help="the ctranslate2 engine on a CPU: batches decoded at once, a model replica each, sharing "
+        "--threads (default: one a thread, each on one thread), logged",
     )
     group.add_argument(
         "--cache-implementation",
         choices=["dynamic", "static"],
         default="dynamic",
         help="generate's key/value cache; static preallocates it, and on a GPU generate then compiles the "
-        "decoding step once per batch shape (docs/speed.md: faster greedy, slower beam search); the same tokens",
+        "decoding step once per batch shape (docs/speed.md: faster greedy, slower beam search); the same "
+        "tokens",
     )
 
 
@@ -320,7 +330,13 @@ def runtime_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 def engine_settings(args: argparse.Namespace) -> EngineSettings:
     """The `EngineSettings` of the options of `add_runtime_arguments`."""
     return EngineSettings(
-        args.engine, args.device, args.dtype, args.compute_type, args.ctranslate2_dir, args.threads, args.inter_threads
+        args.engine,
+        args.device,
+        args.dtype,
+        args.compute_type,
+        args.ctranslate2_dir,
+        args.threads,
+        args.inter_threads,
     )
 
 
@@ -328,7 +344,6 @@ def cache_implementation(args: argparse.Namespace) -> str | None:
     """generate's cache of `--cache-implementation` (None for the dynamic cache, generate's default; None too
     where the script has no such flag)."""
     return "static" if vars(args).get("cache_implementation") == "static" else None
-
 
 
 def add_max_tokens_argument(parser) -> None:
@@ -365,8 +380,8 @@ def add_dtype_argument(parser, several: bool = False) -> None:
         nargs="+" if several else None,
         default=["float32"] if several else "float32",
         choices=["auto", *DTYPE_NAMES],
-        help="weights and activations (the ctranslate2 engine takes --compute-type); auto: bfloat16 where the GPU "
-        "or CPU runs it natively, float16 on a GPU without bfloat16, float32 otherwise"
+        help="weights and activations (the ctranslate2 engine takes --compute-type); auto: bfloat16 where "
+        "the GPU or CPU runs it natively, float16 on a GPU without bfloat16, float32 otherwise"
         + ("; each is measured" if several else ""),
     )
 
@@ -442,10 +457,15 @@ def add_dataset_arguments(parser: argparse.ArgumentParser) -> None:
         help="the data: " + ACCEPTED_FORMS + " (e.g. corpus.{lang}.gz validation=dev.tsv test=test.jsonl)",
     )
     group.add_argument("--dataset-config", default=None, help="Hub dataset config, e.g. de-en for wmt14")
-    group.add_argument("--source-lang", required=True, help="source language code (a column or translation key)")
+    group.add_argument(
+        "--source-lang", required=True, help="source language code (a column or translation key)"
+    )
     group.add_argument("--target-lang", required=True, help="target language code")
     group.add_argument(
-        "--first-pairs", type=positive_int, default=None, help="the first N pairs of each split only (default: all)"
+        "--first-pairs",
+        type=positive_int,
+        default=None,
+        help="the first N pairs of each split only (default: all)",
     )
 
 
@@ -472,8 +492,8 @@ def add_tokenizer_sample_argument(parser: argparse.ArgumentParser) -> None:
         "--tokenizer-sample-pairs",
         type=positive_int,
         default=None,
-        help="a tokenizer trained here learns from this many random training pairs, and the log says how long "
-        "all would take (default: all)",
+        help="a tokenizer trained here learns from this many random training pairs, and the log says how "
+        "long all would take (default: all)",
     )
 
 

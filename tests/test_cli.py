@@ -1,9 +1,10 @@
-"""Every script builds its flags from cli.py's groups, shows them in --help, and redefines none of them; every flag
-has a help line and both spellings, `--source-lang` and `--source_lang`; training flags override the config file;
-every script logs in one format at the level it is given; the quickstart names its recipes."""
+"""Every script builds its flags from cli.py's groups, shows them in --help, and redefines none of them; every
+flag has a help line and both spellings, `--source-lang` and `--source_lang`; training flags override the
+config file; every script logs in one format at the level it is given; the quickstart names its recipes."""
 
 import argparse
 import dataclasses
+import json
 import re
 import runpy
 import subprocess
@@ -11,15 +12,20 @@ import sys
 
 import pytest
 from conftest import DE_EN, REPO, SCRIPTS, run_script
+from transformers import GenerationConfig
 
 from hf_vanilla import cli
 from hf_vanilla.cli import ArgumentParser, training_config
+from hf_vanilla.model.decoding import FROM_CALLER, FROM_CHECKPOINT, FROM_PAPER, resolve_decoding
 from hf_vanilla.research.cli import add_research_arguments
 from hf_vanilla.training.settings import SETTING_GROUPS, TrainingConfig, setting
 
 # The scripts and the package's one entry point with a parser of its own.
 # Modules named _* beside the scripts are what scripts import, not scripts.
-SCRIPT_FILES = [*sorted(p for p in SCRIPTS.rglob("*.py") if not p.name.startswith("_")), REPO / "hf_vanilla" / "tools" / "gpu_report.py"]
+SCRIPT_FILES = [
+    *sorted(p for p in SCRIPTS.rglob("*.py") if not p.name.startswith("_")),
+    REPO / "hf_vanilla" / "tools" / "gpu_report.py",
+]
 GROUPS = {name: getattr(cli, name) for name in dir(cli) if re.fullmatch(r"add_\w+_arguments?", name)}
 GROUPS["add_research_arguments"] = add_research_arguments
 # Flags a script defines for what a group's flag means elsewhere, on purpose.
@@ -55,7 +61,9 @@ def option_helps(parser: argparse.ArgumentParser) -> dict[str, str]:
     for entry in entries:
         flags, _, text = re.split(r"\n\n", entry)[0].partition("  ")
         spellings = re.findall(r"(?:^|, )(-[\w-]+)", flags)
-        helps[next((flag for flag in spellings if flag.startswith("--")), spellings[0])] = re.sub(r"\(default: [^)]*\)", "", " ".join(text.split())).strip()
+        helps[next((flag for flag in spellings if flag.startswith("--")), spellings[0])] = re.sub(
+            r"\(default: [^)]*\)", "", " ".join(text.split())
+        ).strip()
     return helps
 
 
@@ -74,6 +82,30 @@ def test_decoding_flags_are_not_given_by_default_and_say_where_the_value_then_co
     shown = " ".join(parser.format_help().split())
     assert "(default: the checkpoint's generation_config.json, else the paper's 4)" in shown
     assert "(default: None)" not in shown.split("--num-beams", 1)[1].split("--skip-long-lines", 1)[0]
+
+
+@pytest.mark.parametrize(
+    "flags, chosen, sources",
+    [
+        (["--num-beams", "3"], (3, 1.0, None), (FROM_CALLER, FROM_CHECKPOINT, FROM_PAPER)),
+        (
+            ["--length-penalty", "0.8", "--max-new-tokens", "7"],
+            (2, 0.8, 7),
+            (FROM_CHECKPOINT, FROM_CALLER, FROM_CALLER),
+        ),
+        (["--sampling"], (1, None, None), (FROM_CALLER, None, FROM_PAPER)),
+    ],
+)
+def test_a_flag_beats_the_checkpoint_which_beats_the_paper_and_each_value_says_where_it_came_from(
+    flags, chosen, sources, monkeypatch, tmp_path
+):
+    parser = script_parser(SCRIPTS / "translate.py", monkeypatch)
+    args, _ = parser.parse_known_args(["model", *flags])
+    (tmp_path / "generation_config.json").write_text(json.dumps({"num_beams": 2, "length_penalty": 1.0}))
+    options, found = resolve_decoding(GenerationConfig.from_pretrained(tmp_path), cli.decoding_options(args))
+    names = ("num_beams", "length_penalty", "max_new_tokens")
+    assert tuple(getattr(options, name) for name in names) == chosen
+    assert tuple(found.get(name) for name in names) == sources
 
 
 def sections(parser: argparse.ArgumentParser) -> set[str]:
@@ -96,21 +128,31 @@ def test_every_script_shows_the_groups_it_adds_and_redefines_none_of_their_flags
         group_parser = ArgumentParser(add_help=False)
         GROUPS[name](group_parser)
         shown = sections(group_parser)
-        if name == "add_training_config_arguments":  # some scripts take only the settings they use (prepare_data.py)
+        if (
+            name == "add_training_config_arguments"
+        ):  # some scripts take only the settings they use (prepare_data.py)
             shown = {title for title in shown if title.startswith("training config")}
         assert shown <= sections(parser), f"{script.name}: {name}"
-    # The training config's keys and the corpus' --input/--output/--seed are words other tools use for their own
-    # files and seeds; the flags of the other groups each mean one thing wherever they appear.
-    shared = [add for name, add in GROUPS.items() if name not in ("add_training_config_arguments", "add_corpus_arguments")]
+    # The training config's keys and the corpus' --input/--output/--seed are words other tools use for their
+    # own files and seeds; the flags of the other groups each mean one thing wherever they appear.
+    shared = [
+        add
+        for name, add in GROUPS.items()
+        if name not in ("add_training_config_arguments", "add_corpus_arguments")
+    ]
     owned = set().union(*(flags_of(add_group) for add_group in shared))
     defined_here = set(re.findall(r"add_argument\(\s*\"(--[\w-]+)\"", source))
-    assert defined_here & owned <= OWN_FLAGS.get(script.name, set()), f"{script.name} redefines flags of cli.py"
+    assert defined_here & owned <= OWN_FLAGS.get(script.name, set()), (
+        f"{script.name} redefines flags of cli.py"
+    )
 
 
 @pytest.mark.parametrize("script", SCRIPT_FILES, ids=lambda path: path.name)
 def test_every_script_takes_a_log_level_and_configures_logging_with_it(script, monkeypatch):
     assert "--log-level" in option_helps(script_parser(script, monkeypatch))
-    assert "configure_logging(args.log_level)" in script.read_text() and "basicConfig" not in script.read_text()
+    assert (
+        "configure_logging(args.log_level)" in script.read_text() and "basicConfig" not in script.read_text()
+    )
 
 
 def test_log_lines_show_info_by_default_in_one_format_and_only_warnings_when_told(corpus_path, tmp_path):
@@ -151,7 +193,11 @@ def test_train_flags_override_the_config_file_in_either_spelling(monkeypatch, tm
     }
     config_file = tmp_path / "config.yaml"
     config_file.write_text("right_to_left: true\ndropout: 0.3\n")
-    for flags, right_to_left in ((["--right-to-left"], True), (["--right_to_left", "false"], False), ([], True)):
+    for flags, right_to_left in (
+        (["--right-to-left"], True),
+        (["--right_to_left", "false"], False),
+        ([], True),
+    ):
         config = training_config(parser.parse_args(["--config", str(config_file), *flags]))
         assert (config.right_to_left, config.dropout) == (right_to_left, 0.3)
 
@@ -170,7 +216,11 @@ def test_quickstart_refuses_an_unknown_recipe_before_installing_anything():
 
 
 def test_every_training_setting_has_a_group_and_train_help_shows_its_flag_in_that_section(monkeypatch):
-    ungrouped = [field.name for field in dataclasses.fields(TrainingConfig) if field.metadata.get("group") not in SETTING_GROUPS]
+    ungrouped = [
+        field.name
+        for field in dataclasses.fields(TrainingConfig)
+        if field.metadata.get("group") not in SETTING_GROUPS
+    ]
     assert ungrouped == []
     help_text = script_parser(SCRIPTS / "train.py", monkeypatch).format_help()
     section_texts = dict(re.findall(r"^(\S[^\n]*):\n(.*?)(?=^\S|\Z)", help_text, re.M | re.S))

@@ -32,6 +32,7 @@ from hf_vanilla.data.tokenization import check_tokenizer_matches_model
 from hf_vanilla.model.attention_kernels import AUTO_ATTENTION
 from hf_vanilla.model.configuration_vanilla import VanillaTransformerConfig
 from hf_vanilla.model.decoding import (
+    DEFAULT_DECODING,
     DecodingOptions,
     describe_resolved,
     resolve_decoding,
@@ -63,8 +64,9 @@ def model_directory(model_name_or_path: str | os.PathLike, local_files_only: boo
 
 def model_digest(model_name_or_path: str | os.PathLike) -> str:
     """The SHA-256 of what a saved model's translations depend on (`MODEL_FILE_PATTERNS`: weights, configs,
-    tokenizer; not its model card); a Hub id's, of its cached copy. The one fingerprint of a model: resumed corpus
-    translations, distillation's saved translations and CTranslate2's cached conversions are keyed by it."""
+    tokenizer; not its model card); a Hub id's, of its cached copy. The one fingerprint of a model: resumed
+    corpus translations, distillation's saved translations and CTranslate2's cached conversions are keyed by
+    it."""
     directory = model_directory(model_name_or_path, local_files_only=True)
     digest = hashlib.sha256()
     for path in sorted(path for pattern in MODEL_FILE_PATTERNS for path in directory.glob(pattern)):
@@ -100,7 +102,7 @@ def generation_defaults(model_name_or_path: str | os.PathLike) -> GenerationConf
 
 
 def decoding_for(
-    model_name_or_path: str | os.PathLike, options: DecodingOptions = DecodingOptions()
+    model_name_or_path: str | os.PathLike, options: DecodingOptions = DEFAULT_DECODING
 ) -> tuple[DecodingOptions, dict[str, str]]:
     """`options` as a saved model decodes with them, and where each value came from: the beam size, length
     penalty and output limit of `options`, else of its generation config, else the paper's

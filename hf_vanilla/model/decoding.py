@@ -1,8 +1,9 @@
 """The paper's decoding settings (section 6.1) and the small helpers every decoder here shares.
 
 Beam 4, length penalty 0.6, output at most input length + 50. transformers' beam search ranks a finished
-hypothesis by sum(log p) / length**length_penalty, not by GNMT's ((5 + length) / 6)**alpha that the paper used,
-so the same 0.6 weighs length a little differently; we keep transformers' beam search rather than reimplement it.
+hypothesis by sum(log p) / length**length_penalty, not by GNMT's ((5 + length) / 6)**alpha that the paper
+used, so the same 0.6 weighs length a little differently; we keep transformers' beam search rather than
+reimplement it.
 
 Kept free of data and scoring code: a saved checkpoint carries this file with the pipeline's, so that
 `pipeline("vanilla-translation", model=dir, trust_remote_code=True)` works without this package.
@@ -34,21 +35,22 @@ DECODER_PROMPT_LENGTH = 1  # the decoder start token, which generate counts in m
 
 
 def max_source_tokens(config: PreTrainedConfig) -> int:
-    """The longest source the encoder of a model with `config` takes: one position per token, `</s>` included."""
+    """The longest source the encoder of a model with `config` takes: one position per token, `</s>`
+    included."""
     return config.max_position_embeddings
 
 
 def cut_source(ids: Sequence[int], limit: int) -> list[int]:
-    """Encoded source `ids` cut to `limit` tokens as the tokenizer's truncation cuts them: its first tokens, then
-    the end token `</s>` that ends every encoded source, so the model sees what it was trained on."""
+    """Encoded source `ids` cut to `limit` tokens as the tokenizer's truncation cuts them: its first tokens,
+    then the end token `</s>` that ends every encoded source, so the model sees what it was trained on."""
     return list(ids) if len(ids) <= limit else [*ids[: limit - 1], ids[-1]]
 
 
 def encode_sources(
     tokenizer: PreTrainedTokenizerBase, sources: Sequence[str], max_length: int
 ) -> tuple[list[list[int]], list[int]]:
-    """The token ids of `sources`, a source over `max_length` tokens cut to its first ones (`cut_source`); and the
-    indices cut."""
+    """The token ids of `sources`, a source over `max_length` tokens cut to its first ones (`cut_source`); and
+    the indices cut."""
     input_ids = tokenizer(list(sources), verbose=False)["input_ids"]
     too_long = [index for index, ids in enumerate(input_ids) if len(ids) > max_length]
     for index in too_long:
@@ -90,10 +92,13 @@ class NewTokenLimit(StoppingCriteria):
 def paper_length_limit(
     model: PreTrainedModel, attention_mask: torch.Tensor, extra_output_tokens: int = PAPER_EXTRA_OUTPUT_TOKENS
 ) -> dict[str, Any]:
-    """`generate` keywords for section 6.1's limit: each sentence at most its own source length + 50 new tokens."""
+    """`generate` keywords for section 6.1's limit: each sentence at most its own source length + 50 new
+    tokens."""
     # One transfer of the source lengths, not one per sentence (each a device synchronisation on a GPU).
     lengths = attention_mask.sum(-1).tolist()
-    limits = torch.tensor([paper_max_new_tokens(model.config, length, extra_output_tokens) for length in lengths])
+    limits = torch.tensor(
+        [paper_max_new_tokens(model.config, length, extra_output_tokens) for length in lengths]
+    )
     return {
         "max_new_tokens": int(limits.max()),
         "stopping_criteria": StoppingCriteriaList([NewTokenLimit(limits)]),
@@ -108,16 +113,22 @@ DECODING_NAMES = ("num_beams", "length_penalty", "max_new_tokens")
 
 @dataclass(frozen=True)
 class DecodingOptions:
-    """How sentences are decoded and batched: the one object scripts, evaluation, engines and the service share.
+    """How sentences are decoded and batched: the one object the pipeline, scripts, evaluation, engines and
+    the service share. Here, beside the paper's values, so that `resolve_decoding` returns it to the pipeline
+    too, which a checkpoint carries without the rest of the package.
 
-    `num_beams`, `length_penalty`, `max_new_tokens` and `cache_implementation` go to `generate`; None leaves
-    the first three to `resolve_decoding` (the model's generation config, else the paper's), and the paper's
-    `max_new_tokens` gives each sentence its source length + `extra_output_tokens` (section 6.1).
-    `other_generate_kwargs`: any other `generate` keyword (do_sample...).
-    `max_tokens`: source tokens a batch (sentences * longest source); `skip_long_lines`: translate a source
-    longer than the model's positions to "" rather than cut it; `clean_up_tokenization_spaces`: detokenize
-    with transformers' clean-up of spaces before punctuation. Frozen and hashable, so options can key
-    batches."""
+    The search: `num_beams`, `length_penalty`, `max_new_tokens` and `other_generate_kwargs` (any other
+    `generate` keyword: do_sample...) go to `generate`; None leaves the first three to `resolve_decoding`
+    (the model's generation config, else the paper's), and the paper's `max_new_tokens` gives each sentence
+    its source length + `extra_output_tokens` (section 6.1).
+    What else decides the text, so it is kept with the search: `skip_long_lines`, translate a source longer
+    than the model's positions to "" rather than cut it; `clean_up_tokenization_spaces`, detokenize with
+    transformers' clean-up of spaces before punctuation (the service takes it per request).
+    How a decoding runs, not what it gives: `cache_implementation` (generate's cache, the same tokens;
+    reports record it with the search), `max_tokens` (source tokens a batch: sentences * longest source) and
+    `show_progress`. The last two belong to `Runtime`; they stay here while the engines batch by them and
+    resumable translations' fingerprints (`describe_decoding`) hold `max_tokens`.
+    Frozen and hashable, so options can key batches."""
 
     num_beams: int | None = None
     length_penalty: float | None = None
@@ -160,8 +171,11 @@ class DecodingOptions:
         return {**own, **self.other_generate_kwargs, **self.generate_kwargs()}
 
 
+DEFAULT_DECODING = DecodingOptions()
+
+
 def resolve_decoding(
-    generation_config: GenerationConfig | None, options: DecodingOptions = DecodingOptions()
+    generation_config: GenerationConfig | None, options: DecodingOptions = DEFAULT_DECODING
 ) -> tuple[DecodingOptions, dict[str, str]]:
     """`options` with the beam size, length penalty and output limit each the first set of: `options`' own
     (None is not set), what `generation_config` (a checkpoint's) saved, the paper's (beam 4, length penalty
@@ -215,7 +229,8 @@ def decoding_report(options: DecodingOptions, sources: Mapping[str, str]) -> dic
 
 
 def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerBase) -> str:
-    """16 hex digits of the sha256 of the vocabulary (token -> id, as sorted JSON): another vocabulary, another print."""
+    """16 hex digits of the sha256 of the vocabulary (token -> id, as sorted JSON): another vocabulary,
+    another print."""
     vocabulary = json.dumps(tokenizer.get_vocab(), sort_keys=True, ensure_ascii=False)
     return hashlib.sha256(vocabulary.encode("utf-8")).hexdigest()[:16]
 
@@ -235,13 +250,14 @@ def check_tokenizer_fingerprint(tokenizer: PreTrainedTokenizerBase, config) -> N
 
 
 def reverse_words(text: str) -> str:
-    """`text`'s white-space-separated words in reverse order (white space normalized): "a b c." -> "c. b a"."""
+    """`text`'s white-space-separated words in reverse order (white space normalized): "a b c." -> "c. b
+    a"."""
     return " ".join(reversed(text.split()))
 
 
 def writes_right_to_left(config: PreTrainedConfig) -> bool:
-    """Whether a model with `config` was trained on reversed target words (`config.right_to_left`); other model
-    classes (MarianMT) have no such switch and write left to right."""
+    """Whether a model with `config` was trained on reversed target words (`config.right_to_left`); other
+    model classes (MarianMT) have no such switch and write left to right."""
     return bool(getattr(config, "right_to_left", False))
 
 

@@ -26,6 +26,7 @@ from transformers import (
 from hf_vanilla.data.batches import TokenBatchSampler
 from hf_vanilla.files import write_text_atomic
 from hf_vanilla.model.decoding import (
+    DEFAULT_DECODING,
     DecodingOptions,
     decode_translations,
     encode_sources,
@@ -38,8 +39,8 @@ from hf_vanilla.model.decoding import (
 
 logger = logging.getLogger(__name__)
 LINES_NAMED = 10  # a warning about lines (too long, not UTF-8) names this many of them
-# Logits processors made for each batch from its encoded sources (`input_ids`, `attention_mask`), for those that
-# need the sources: an ensemble's other members encode them (`hf_vanilla.research.ensemble`).
+# Logits processors made for each batch from its encoded sources (`input_ids`, `attention_mask`), for those
+# that need the sources: an ensemble's other members encode them (`hf_vanilla.research.ensemble`).
 BatchLogitsProcessors = Callable[[Mapping[str, torch.Tensor]], Sequence[LogitsProcessor]]
 # The line number of the first source, for the warnings that name lines: 1, unless a caller translating a file
 # a chunk at a time says where its chunk begins (`lines_numbered_from`).
@@ -56,12 +57,10 @@ def detokenize(
     )
 
 
-DEFAULT_DECODING = DecodingOptions()
-
 
 def unencodable_character(text: str) -> int | None:
-    """Where `text` holds a lone UTF-16 surrogate (JSON's "\\ud800" decodes to one), which is no Unicode text and
-    which the tokenizer cannot take; None for text that is all Unicode."""
+    """Where `text` holds a lone UTF-16 surrogate (JSON's "\\ud800" decodes to one), which is no Unicode text
+    and which the tokenizer cannot take; None for text that is all Unicode."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as err:
@@ -96,8 +95,9 @@ def _encode_within_positions(
     for index in nonblank:
         if (position := unencodable_character(sources[index])) is not None:
             raise ValueError(
-                f"line {index + _FIRST_LINE_NUMBER.get()} holds a lone surrogate ({sources[index][position]!a}) at "
-                f"character {position}, which is no Unicode text and no tokenizer takes: decode the text as UTF-8"
+                f"line {index + _FIRST_LINE_NUMBER.get()} holds a lone surrogate "
+                f"({sources[index][position]!a}) at character {position}, which is no Unicode text and no "
+                f"tokenizer takes: decode the text as UTF-8"
             )
     input_ids, too_long = encode_sources(tokenizer, [sources[index] for index in nonblank], positions)
     if too_long:
@@ -119,15 +119,18 @@ def _encode_within_positions(
 
 
 def encoded_sources(
-    tokenizer: PreTrainedTokenizerBase, config: PreTrainedConfig, sources: Sequence[str], options: DecodingOptions
+    tokenizer: PreTrainedTokenizerBase,
+    config: PreTrainedConfig,
+    sources: Sequence[str],
+    options: DecodingOptions,
 ) -> dict[int, list[int]]:
-    """The token ids of the nonblank `sources` by index, each within the model's positions (`translate_sentences`
-    says how a longer one is cut or left out). An explicit `max_new_tokens` beyond the decoder's positions is a
-    ValueError before anything is encoded."""
+    """The token ids of the nonblank `sources` by index, each within the model's positions
+    (`translate_sentences` says how a longer one is cut or left out). An explicit `max_new_tokens` beyond the
+    decoder's positions is a ValueError before anything is encoded."""
     if (options.max_new_tokens or 0) > (room := max_new_tokens_room(config)):
         raise ValueError(
-            f"max_new_tokens={options.max_new_tokens} is more than the decoder has positions for: at most {room} "
-            f"(max_position_embeddings {config.max_position_embeddings} less the start token)"
+            f"max_new_tokens={options.max_new_tokens} is more than the decoder has positions for: at most "
+            f"{room} (max_position_embeddings {config.max_position_embeddings} less the start token)"
         )
     return _encode_within_positions(tokenizer, sources, max_source_tokens(config), options.skip_long_lines)
 
@@ -139,16 +142,18 @@ def encoded_batches(
     options: DecodingOptions,
     batch_tokens: int | None = None,
 ) -> Iterator[tuple[list[int], list[list[int]]]]:
-    """The token ids of the nonblank `sources` (`encoded_sources`) sorted by length and batched so that sentences *
-    longest source stays within `batch_tokens` (default: `options.max_tokens`), each batch with the indices in
-    `sources` of its sentences, under a progress bar."""
+    """The token ids of the nonblank `sources` (`encoded_sources`) sorted by length and batched so that
+    sentences * longest source stays within `batch_tokens` (default: `options.max_tokens`), each batch with
+    the indices in `sources` of its sentences, under a progress bar."""
     to_translate = encoded_sources(tokenizer, config, sources, options)
     if not to_translate:
         return
     indices, input_ids = list(to_translate), list(to_translate.values())
     lengths = [len(ids) for ids in input_ids]
     sampler = TokenBatchSampler(lengths, batch_tokens or options.max_tokens, shuffle=False)
-    with tqdm(total=len(indices), unit="sent", desc="Translating", disable=not options.show_progress) as progress:
+    with tqdm(
+        total=len(indices), unit="sent", desc="Translating", disable=not options.show_progress
+    ) as progress:
         for batch in sampler:
             yield [indices[position] for position in batch], [input_ids[position] for position in batch]
             progress.update(len(batch))
@@ -169,7 +174,9 @@ def generate_batch(
         if "max_new_tokens" in generate_kwargs
         else paper_length_limit(model, encoded["attention_mask"], options.extra_output_tokens)
     )
-    processors = {"logits_processor": LogitsProcessorList(logits_processors(encoded))} if logits_processors else {}
+    processors = (
+        {"logits_processor": LogitsProcessorList(logits_processors(encoded))} if logits_processors else {}
+    )
     return model.generate(**encoded, **limit, **processors, **generate_kwargs)
 
 
@@ -214,16 +221,16 @@ def translate_sentences(
     keywords go over its generation config. Sentences are sorted by length and batched so that sentences *
     longest source stays within `max_tokens` (beam search multiplies the memory by num_beams). Unless
     `max_new_tokens` is set, each sentence may produce up to its source length + `extra_output_tokens` new
-    tokens (section 6.1), capped by the model's max_position_embeddings, whatever it is batched with.
-    The beam size, length penalty and output limit not given are the model's generation config's, else the
-    paper's (`resolve_decoding`): pass num_beams=1 for greedy search whatever the saved model says.
-    Blank or empty sources translate to "" without running the model; a line break inside a
-    translation becomes a space, so one line in gives one line out. A source longer than the model's
-    positions (`max_position_embeddings`) is cut to fit, or with `skip_long_lines` translates to "";
-    a warning names those lines (1-based positions in `sources`, or numbered as `lines_numbered_from` says).
-    An explicit `max_new_tokens` beyond the decoder's positions is a ValueError before anything is decoded. `logits_processors` gives each batch
-    logits processors made from its encoded sources (an ensemble's: `hf_vanilla.research.ensemble`); `generate`'s
-    own (temperature, top-k...) act on `model`'s scores before them.
+    tokens (section 6.1), capped by the model's max_position_embeddings, whatever it is batched with. The beam
+    size, length penalty and output limit not given are the model's generation config's, else the paper's
+    (`resolve_decoding`): pass num_beams=1 for greedy search whatever the saved model says. Blank or empty
+    sources translate to "" without running the model; a line break inside a translation becomes a space, so
+    one line in gives one line out. A source longer than the model's positions (`max_position_embeddings`) is
+    cut to fit, or with `skip_long_lines` translates to ""; a warning names those lines (1-based positions in
+    `sources`, or numbered as `lines_numbered_from` says). An explicit `max_new_tokens` beyond the decoder's
+    positions is a ValueError before anything is decoded. `logits_processors` gives each batch logits
+    processors made from its encoded sources (an ensemble's: `hf_vanilla.research.ensemble`); `generate`'s own
+    (temperature, top-k...) act on `model`'s scores before them.
     """
     translations = [""] * len(sources)
     options = options.replace(**settings)
@@ -244,8 +251,8 @@ def translate_nbest(
 ) -> list[list[tuple[str, float]]]:
     """Each source's `num_beams` best translations from beam search, best first, with the score beam search
     ranked them by (sum of token log-probabilities / length ** length_penalty); `options`, `settings` and
-    everything else as `translate_sentences`, whose first translations these are. A blank source gets [("", 0.0)]; greedy search
-    (`num_beams` 1) gives each source its one translation, scored 0.
+    everything else as `translate_sentences`, whose first translations these are. A blank source gets [("",
+    0.0)]; greedy search (`num_beams` 1) gives each source its one translation, scored 0.
 
     Keeping the scores costs one (rows, vocab) tensor per decoding step until a batch ends: lower `max_tokens`
     if that does not fit."""

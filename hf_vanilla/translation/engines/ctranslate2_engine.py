@@ -1,23 +1,25 @@
 """Decoding with CTranslate2: the same `DecodingOptions`, the same translations, at CTranslate2's speed.
 
 A checkpoint converts straight to CTranslate2's own Transformer spec (`transformer_spec`): the paper's post-LN
-model and the departures (`pre_layernorm`, an untied output projection) alike, its sinusoid table and LayerNorm
-epsilon as they are. The conversion runs on first use and is cached by the checkpoint's digest, outside the
-checkpoint directory (`cached_conversion`).
+model and the departures (`pre_layernorm`, an untied output projection) alike, its sinusoid table and
+LayerNorm epsilon as they are. The conversion runs on first use and is cached by the checkpoint's digest,
+outside the checkpoint directory (`cached_conversion`).
 
 The options mean what they mean to `generate` (`hf_vanilla.translation.decoding.translate_sentences`):
-- length penalty: both rank a finished hypothesis by sum(log p) / length**length_penalty, the end token counted
-  in the length (CTranslate2 counts it when asked to return it, `return_end_token`, which is asked here);
-- each sentence's own limit of source length + 50: CTranslate2's `max_decoding_length` is one number a call, so
-  beam search decodes a batch's sentences of equal limits together; greedy search decodes the batch at its
+- length penalty: both rank a finished hypothesis by sum(log p) / length**length_penalty, the end token
+  counted in the length (CTranslate2 counts it when asked to return it, `return_end_token`, which is asked
+  here);
+- each sentence's own limit of source length + 50: CTranslate2's `max_decoding_length` is one number a call,
+  so beam search decodes a batch's sentences of equal limits together; greedy search decodes the batch at its
   longest limit and cuts each translation at its own, which gives the same tokens;
 - blank lines, long lines (cut or left blank with the same warning) and word order are the shared code's
-  (`hf_vanilla.translation.decoding.encoded_batches`); a corpus goes to `translate_batch` in chunks of `CHUNK_BATCHES`
-  batches' worth of sorted sentences, which CTranslate2 cuts into batches of `max_tokens` itself (and decodes
-  on its `inter_threads` replicas at once), token ids mapped to its token strings by one list lookup each.
-One rule differs: CTranslate2's beam search stops a sentence once `num_beams` hypotheses have finished, which
-is `generate`'s `early_stopping=True`; `generate`'s default goes on while a running hypothesis might still beat
-a finished one, so the two can differ where a longer hypothesis would have won (docs/speed.md).
+  (`hf_vanilla.translation.decoding.encoded_batches`); a corpus goes to `translate_batch` in chunks of
+  `CHUNK_BATCHES` batches' worth of sorted sentences, which CTranslate2 cuts into batches of `max_tokens`
+  itself (and decodes on its `inter_threads` replicas at once), token ids mapped to its token strings by one
+  list lookup each.
+One rule differs: CTranslate2's beam search stops a sentence once `num_beams` hypotheses have finished,
+which is `generate`'s `early_stopping=True`; `generate`'s default goes on while a running hypothesis might
+still beat a finished one, so the two can differ where a longer hypothesis would have won (docs/speed.md).
 What CTranslate2 has no equivalent for (sampling, logits processors, other `generate` keywords) is refused
 before decoding.
 """
@@ -77,7 +79,8 @@ CONVERTED_FILES = ("config.json", WEIGHTS_FILE, TOKENIZER_FILE)
 # `generate` keywords CTranslate2 takes under its own name, with the same meaning.
 EQUIVALENT_KEYWORDS = {"min_new_tokens": "min_decoding_length"}
 ABILITIES = frozenset({NBEST_SCORES})
-# A corpus goes to translate_batch this many batches (of `max_tokens`) at a time: few calls, and a progress bar.
+# A corpus goes to translate_batch this many batches (of `max_tokens`) at a time: few calls, and a progress
+# bar.
 CHUNK_BATCHES = 16
 GREEDY_LENGTH_PENALTY = 1.0  # what CTranslate2 is told where greedy search takes none: it ranks nothing by it
 
@@ -87,15 +90,16 @@ def vocabulary(tokenizer: PreTrainedTokenizerBase, config: PreTrainedConfig) -> 
     tokens = tokenizer.convert_ids_to_tokens(list(range(config.vocab_size)))
     if None in tokens or len(set(tokens)) != len(tokens):
         raise ValueError(
-            f"the tokenizer does not name each of the model's {config.vocab_size} ids once: load the tokenizer "
-            "saved with the model"
+            f"the tokenizer does not name each of the model's {config.vocab_size} ids once: load the "
+            f"tokenizer saved with the model"
         )
     return tokens
 
 
 def transformer_spec(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase):
-    """CTranslate2's `TransformerSpec` holding `model`'s weights: post-LN or pre-LN (with the final LayerNorms),
-    one embedding matrix for both inputs, the output projection tied or not, our sinusoid table and epsilon."""
+    """CTranslate2's `TransformerSpec` holding `model`'s weights: post-LN or pre-LN (with the final
+    LayerNorms), one embedding matrix for both inputs, the output projection tied or not, our sinusoid table
+    and epsilon."""
     specs = require("ctranslate2", extra="ct2").specs
     config = model.config
     spec = specs.TransformerSpec.from_config(
@@ -104,9 +108,11 @@ def transformer_spec(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase)
         pre_norm=config.pre_layernorm,
         activation=specs.Activation.RELU,
     )
-    # Copies: CTranslate2 quantizes the arrays it is given in place, which would change the model's own weights.
+    # Copies: CTranslate2 quantizes the arrays it is given in place, which would change the model's own
+    # weights.
     weights = {
-        name: tensor.detach().to(torch.float32, copy=True).numpy() for name, tensor in model.state_dict().items()
+        name: tensor.detach().to(torch.float32, copy=True).numpy()
+        for name, tensor in model.state_dict().items()
     }
 
     def linear(target, name: str) -> None:
@@ -154,7 +160,10 @@ def transformer_spec(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase)
 
 
 def save_ctranslate2_model(
-    model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, output_dir: Path, quantization: str | None = None
+    model: torch.nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    output_dir: Path,
+    quantization: str | None = None,
 ) -> None:
     """Convert `model` into the (empty) `output_dir`, weights in `quantization` (int8, float16...; None keeps
     float32, and any compute type is then chosen when the model loads)."""
@@ -165,7 +174,10 @@ def save_ctranslate2_model(
 
 
 def convert_to_ctranslate2(
-    model_dir: str | os.PathLike, output_dir: str | os.PathLike, quantization: str | None = None, overwrite: bool = False
+    model_dir: str | os.PathLike,
+    output_dir: str | os.PathLike,
+    quantization: str | None = None,
+    overwrite: bool = False,
 ) -> Path:
     """Write the CTranslate2 model of a saved model directory to `output_dir` (`save_ctranslate2_model`),
     atomically; translate with `ctranslate2.Translator(output_dir)` on token strings."""
@@ -189,10 +201,12 @@ def checkpoint_digest(model_dir: Path) -> str:
     return hashlib.sha256(revision.encode()).hexdigest()
 
 
-def cached_conversion(model_dir: Path, cache_dir: str | os.PathLike | None = None, rebuild: bool = False) -> Path:
-    """The CTranslate2 model of `model_dir`, converted on first use into `cache_dir` (default: `default_cache_dir`)
-    under the checkpoint's digest. Written atomically: a process converting at the same time keeps the copy of
-    whichever finished first; `rebuild` replaces a copy that does not load."""
+def cached_conversion(
+    model_dir: Path, cache_dir: str | os.PathLike | None = None, rebuild: bool = False
+) -> Path:
+    """The CTranslate2 model of `model_dir`, converted on first use into `cache_dir` (default:
+    `default_cache_dir`) under the checkpoint's digest. Written atomically: a process converting at the same
+    time keeps the copy of whichever finished first; `rebuild` replaces a copy that does not load."""
     converted = Path(cache_dir or default_cache_dir()) / checkpoint_digest(model_dir)
     if rebuild:
         shutil.rmtree(converted, ignore_errors=True)
@@ -221,14 +235,15 @@ def check_compute_type(compute_type: str, device: str) -> None:
     supported = require("ctranslate2", extra="ct2").get_supported_compute_types(device)
     if compute_type != "auto" and compute_type not in supported:
         raise ValueError(
-            f"compute type {compute_type} is not supported on this {device} by CTranslate2; choose auto or one of "
-            f"{', '.join(sorted(supported))}"
+            f"compute type {compute_type} is not supported on this {device} by CTranslate2; choose auto or "
+            f"one of {', '.join(sorted(supported))}"
         )
 
 
 def load_translator(converted: Path, settings: EngineSettings):
-    """A `ctranslate2.Translator` over a converted model, on the device and in the compute type `settings` ask for
-    ("auto": CTranslate2's fastest there, logged), on a CPU with the threads of `EngineSettings.cpu_threads`."""
+    """A `ctranslate2.Translator` over a converted model, on the device and in the compute type `settings` ask
+    for ("auto": CTranslate2's fastest there, logged), on a CPU with the threads of
+    `EngineSettings.cpu_threads`."""
     ctranslate2 = require("ctranslate2", extra="ct2")
     device, index = ctranslate2_device(settings.device)
     check_compute_type(settings.compute_type, device)
@@ -256,9 +271,9 @@ def load_translator(converted: Path, settings: EngineSettings):
 
 @dataclass(frozen=True)
 class CTranslate2Engine:
-    """`TranslationEngine` through `ctranslate2.Translator`: the batches, limits and texts of `translate_sentences`,
-    and what the options leave open resolved over the model's generation config as for `generate`.
-    `tokens` names each token id as CTranslate2 takes and gives tokens (`vocabulary`)."""
+    """`TranslationEngine` through `ctranslate2.Translator`: the batches, limits and texts of
+    `translate_sentences`, and what the options leave open resolved over the model's generation config as for
+    `generate`. `tokens` names each token id as CTranslate2 takes and gives tokens (`vocabulary`)."""
 
     translator: Any  # ctranslate2.Translator
     tokenizer: PreTrainedTokenizerBase
@@ -306,11 +321,17 @@ class CTranslate2Engine:
         hypotheses = self._translate_batch(batch, options, self.translate_keywords(options, nbest=False))
         return [best for [(best, _)] in hypotheses]
 
-    def detokenize(self, output_ids: Sequence[Sequence[int]], options: DecodingOptions = DEFAULT_DECODING) -> list[str]:
+    def detokenize(
+        self, output_ids: Sequence[Sequence[int]], options: DecodingOptions = DEFAULT_DECODING
+    ) -> list[str]:
         return detokenize(self.config, self.tokenizer, output_ids, options)
 
     def describe(self) -> dict[str, str]:
-        return {"engine": CTRANSLATE2, "device": self.translator.device, "precision": self.translator.compute_type}
+        return {
+            "engine": CTRANSLATE2,
+            "device": self.translator.device,
+            "precision": self.translator.compute_type,
+        }
 
     def _decode(
         self,
@@ -323,11 +344,15 @@ class CTranslate2Engine:
         score 0, as `translate_nbest` scores them), in order, decoded with the options `generate` would
         resolve."""
         if logits_processors is not None:
-            raise ValueError(missing_ability(CTRANSLATE2, LOGITS_PROCESSORS, "logits processors mix other scores in"))
+            raise ValueError(
+                missing_ability(CTRANSLATE2, LOGITS_PROCESSORS, "logits processors mix other scores in")
+            )
         options, _ = resolve_decoding(self.generation, options)
         keywords = self.translate_keywords(options, nbest)
         results = [[("", 0.0)] for _ in sources]
-        chunks = encoded_batches(self.tokenizer, self.config, sources, options, CHUNK_BATCHES * options.max_tokens)
+        chunks = encoded_batches(
+            self.tokenizer, self.config, sources, options, CHUNK_BATCHES * options.max_tokens
+        )
         for indices, chunk_ids in chunks:
             hypotheses = self._translate_batch(chunk_ids, options, keywords)
             texts = iter(self.detokenize([ids for sentence in hypotheses for ids, _ in sentence], options))
@@ -338,11 +363,11 @@ class CTranslate2Engine:
     def _translate_batch(
         self, batch_ids: Sequence[Sequence[int]], options: DecodingOptions, keywords: Mapping[str, Any]
     ) -> list[list[tuple[list[int], float]]]:
-        """The hypotheses of sentences sorted by length, as token ids with scores, each sentence within its own
-        output limit.
+        """The hypotheses of sentences sorted by length, as token ids with scores, each sentence within its
+        own output limit.
 
-        They decode at their longest limit. Greedy tokens up to a limit do not depend on it: each translation is
-        cut at its own. Beam search returns every finished hypothesis here, the longest of which ended the
+        They decode at their longest limit. Greedy tokens up to a limit do not depend on it: each translation
+        is cut at its own. Beam search returns every finished hypothesis here, the longest of which ended the
         sentence's search: a sentence that ended before its own limit decoded as it would have at that limit;
         one that ran to it decodes again with the others of its limit (rare once a model is trained: it ends
         its translations long before). With no length penalty CTranslate2 stops at the first finished best
@@ -350,14 +375,18 @@ class CTranslate2Engine:
         if options.max_new_tokens is not None:
             limits = [options.max_new_tokens] * len(batch_ids)
         else:
-            limits = [paper_max_new_tokens(self.config, len(ids), options.extra_output_tokens) for ids in batch_ids]
+            limits = [
+                paper_max_new_tokens(self.config, len(ids), options.extra_output_tokens) for ids in batch_ids
+            ]
         wanted, beam_size, longest = keywords["num_hypotheses"], keywords["beam_size"], max(limits)
         keywords = {**keywords, "max_batch_size": options.max_tokens, "batch_type": "tokens"}
         everything = range(len(batch_ids))
         if beam_size > 1 and keywords["length_penalty"] == 0:
             hypotheses, again = {}, list(everything)
         else:
-            hypotheses = self._decode_at(batch_ids, everything, longest, {**keywords, "num_hypotheses": beam_size})
+            hypotheses = self._decode_at(
+                batch_ids, everything, longest, {**keywords, "num_hypotheses": beam_size}
+            )
             again = [
                 position
                 for position in everything
@@ -370,15 +399,23 @@ class CTranslate2Engine:
             hypotheses.update(self._decode_at(batch_ids, group, limit, keywords))
         token_ids = self.token_ids
         return [
-            [([token_ids[token] for token in tokens[: limits[position]]], score) for tokens, score in hypotheses[position][:wanted]]
+            [
+                ([token_ids[token] for token in tokens[: limits[position]]], score)
+                for tokens, score in hypotheses[position][:wanted]
+            ]
             for position in everything
         ]
 
     def _decode_at(
-        self, batch_ids: Sequence[Sequence[int]], positions: Sequence[int], limit: int, keywords: Mapping[str, Any]
+        self,
+        batch_ids: Sequence[Sequence[int]],
+        positions: Sequence[int],
+        limit: int,
+        keywords: Mapping[str, Any],
     ) -> dict[int, list[tuple[list[str], float]]]:
-        """The hypotheses (CTranslate2's tokens, score: 0 where none is asked for) of the sentences at `positions`,
-        decoded for at most `limit` new tokens, in batches of `max_tokens` source tokens, by position."""
+        """The hypotheses (CTranslate2's tokens, score: 0 where none is asked for) of the sentences at
+        `positions`, decoded for at most `limit` new tokens, in batches of `max_tokens` source tokens, by
+        position."""
         tokens = self.tokens
         sources = [[tokens[index] for index in batch_ids[position]] for position in positions]
         results = self.translator.translate_batch(sources, max_decoding_length=limit, **keywords)
@@ -398,8 +435,8 @@ class CTranslate2Engine:
         naming what CTranslate2 cannot do as `generate` does, before anything is decoded."""
         if options.cache_implementation is not None:
             raise ValueError(
-                f"cache_implementation {options.cache_implementation!r} is generate's; the ctranslate2 engine keeps "
-                "its own cache (leave --cache-implementation at its default)"
+                f"cache_implementation {options.cache_implementation!r} is generate's; the ctranslate2 "
+                f"engine keeps its own cache (leave --cache-implementation at its default)"
             )
         others = dict(options.other_generate_kwargs)
         early_stopping = others.pop("early_stopping", True)
@@ -415,7 +452,11 @@ class CTranslate2Engine:
                 "--engine transformers"
             )
         num_beams = options.num_beams
-        end_ids = self.config.eos_token_id if isinstance(self.config.eos_token_id, list) else [self.config.eos_token_id]
+        end_ids = (
+            self.config.eos_token_id
+            if isinstance(self.config.eos_token_id, list)
+            else [self.config.eos_token_id]
+        )
         return {
             "beam_size": num_beams,
             "num_hypotheses": num_beams if nbest else 1,
@@ -433,16 +474,18 @@ class CTranslate2Engine:
         }
 
 
-def load_ctranslate2_engine(model_name_or_path: str | os.PathLike, settings: EngineSettings) -> CTranslate2Engine:
-    """The CTranslate2 engine of a saved model directory (or Hub id), converted on first use (`cached_conversion`);
-    a cached copy that does not load is converted again."""
+def load_ctranslate2_engine(
+    model_name_or_path: str | os.PathLike, settings: EngineSettings
+) -> CTranslate2Engine:
+    """The CTranslate2 engine of a saved model directory (or Hub id), converted on first use
+    (`cached_conversion`); a cached copy that does not load is converted again."""
     require("ctranslate2", extra="ct2")  # before anything is read or converted
     model_dir = model_directory(model_name_or_path)
     tokenizer, config = load_tokenizer(model_dir), load_config(model_dir)
     if config.model_type != VanillaTransformerConfig.model_type:
         raise ValueError(
-            f"the ctranslate2 engine converts {VanillaTransformerConfig.model_type} models, {model_name_or_path} is "
-            f"{config.model_type}: decode it with --engine transformers"
+            f"the ctranslate2 engine converts {VanillaTransformerConfig.model_type} models, "
+            f"{model_name_or_path} is {config.model_type}: decode it with --engine transformers"
         )
     check_tokenizer_matches_model(tokenizer, config)  # before any conversion
     converted = cached_conversion(model_dir, settings.ctranslate2_dir)
@@ -450,7 +493,9 @@ def load_ctranslate2_engine(model_name_or_path: str | os.PathLike, settings: Eng
         translator = load_translator(converted, settings)
     except (RuntimeError, OSError) as err:
         logger.warning("the cached CTranslate2 model %s does not load (%s): converting again", converted, err)
-        translator = load_translator(cached_conversion(model_dir, settings.ctranslate2_dir, rebuild=True), settings)
+        translator = load_translator(
+            cached_conversion(model_dir, settings.ctranslate2_dir, rebuild=True), settings
+        )
     tokens = vocabulary(tokenizer, config)
     return CTranslate2Engine(translator, tokenizer, config, generation_defaults(model_dir), tokens)
 

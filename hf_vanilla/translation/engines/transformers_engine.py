@@ -1,5 +1,5 @@
-"""Decoding through transformers' `generate`: the reference engine, with every ability (attention, n-best scores,
-sampling, logits processors)."""
+"""Decoding through transformers' `generate`: the reference engine, with every ability (attention, n-best
+scores, sampling, logits processors)."""
 
 from __future__ import annotations
 
@@ -61,7 +61,9 @@ class TransformersEngine:
         logits_processors: BatchLogitsProcessors | None = None,
     ) -> list[list[tuple[str, float]]]:
         options, _ = resolve_decoding(self.model.generation_config, options)
-        return translate_nbest(self.model, self.tokenizer, sources, options.num_beams, options, logits_processors)
+        return translate_nbest(
+            self.model, self.tokenizer, sources, options.num_beams, options, logits_processors
+        )
 
     @property
     def config(self) -> PreTrainedConfig:
@@ -105,11 +107,16 @@ class TransformersEngine:
         return teacher_forced_attentions(self.model, self.tokenizer, list(source_ids), output_ids, text)
 
 
-def load_transformers_engine(model_name_or_path: str | os.PathLike, settings: EngineSettings) -> TransformersEngine:
-    """`generate` over the model as `load_model_and_tokenizer` loads it, on `settings.threads` CPU threads if set."""
+def load_transformers_engine(
+    model_name_or_path: str | os.PathLike, settings: EngineSettings
+) -> TransformersEngine:
+    """`generate` over the model as `load_model_and_tokenizer` loads it, on `settings.threads` CPU threads if
+    set."""
     if settings.threads:
         torch.set_num_threads(settings.threads)
-    engine = TransformersEngine(*load_model_and_tokenizer(model_name_or_path, settings.device, settings.dtype))
+    engine = TransformersEngine(
+        *load_model_and_tokenizer(model_name_or_path, settings.device, settings.dtype)
+    )
     if engine.model.device.type == "cpu":
         logger.info("transformers engine: %d threads (--threads)", torch.get_num_threads())
     return engine
