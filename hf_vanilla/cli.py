@@ -26,6 +26,7 @@ from hf_vanilla.model.decoding import (
     DEFAULT_MAX_TOKENS,
     PAPER_EXTRA_OUTPUT_TOKENS,
     PAPER_GENERATION_KWARGS,
+    DecodingOptions,
 )
 from hf_vanilla.precision import DTYPE_NAMES
 from hf_vanilla.training.settings import PUBLIC_MULTI30K, SETTING_GROUPS, TrainingConfig, load_training_config
@@ -177,8 +178,8 @@ def add_model_argument(parser: argparse.ArgumentParser) -> None:
 
 def add_beam_arguments(parser: argparse.ArgumentParser, several: bool = False) -> None:
     """Beam size and length penalty: one value each, not given by default (the checkpoint's generation config
-    decides, else the paper); with `several`, lists of values to try, the paper's by default. Read them back
-    with `beam_kwargs`."""
+    decides, else the paper); with `several`, lists of values to try, the paper's by default. Read one value
+    each back with `decoding_options`."""
     _add_beam_flags(parser.add_argument_group("beam search"), several)
 
 
@@ -210,16 +211,9 @@ def _add_beam_flags(group, several: bool = False) -> None:
     )
 
 
-def beam_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """The beam size and length penalty given as flags, as `generate` kwargs (`resolve_decoding` fills in the
-    others)."""
-    chosen = {"num_beams": args.num_beams, "length_penalty": args.length_penalty}
-    return {name: value for name, value in chosen.items() if value is not None}
-
-
 def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
     """How translations are searched: beam size, length penalty, output limit and lines too long for the
-    model; read them back with `decoding_kwargs`."""
+    model; read them back with `decoding_options`."""
     group = parser.add_argument_group(
         "decoding (what is not given: the checkpoint's generation_config.json, else the paper's, section 6.1)"
     )
@@ -233,19 +227,8 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def decoding_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """`translate_sentences` keywords (`generate` kwargs and skip_long_lines) from
-    `add_decoding_arguments`."""
-    kwargs = beam_kwargs(args)
-    if args.max_new_tokens is not None:
-        kwargs["max_new_tokens"] = args.max_new_tokens
-    if args.skip_long_lines:
-        kwargs["skip_long_lines"] = True
-    return kwargs
-
-
 def add_sampling_arguments(parser: argparse.ArgumentParser) -> None:
-    """Sampling instead of beam search (back-translation's); read them back with `sampling_kwargs`."""
+    """Sampling instead of beam search (back-translation's); read them back with `decoding_options`."""
     group = parser.add_argument_group("sampling")
     group.add_argument(
         "--sampling",
@@ -267,24 +250,31 @@ def add_sampling_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def sampling_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """`generate` kwargs from `add_sampling_arguments`, over `decoding_kwargs`' (one beam, whatever they say):
-    none without --sampling."""
-    if not args.sampling:
-        return {}
-    return {
-        "num_beams": 1,
-        "do_sample": True,
-        "top_k": args.top_k,
-        "top_p": args.top_p,
-        "temperature": args.temperature,
-    }
+def decoding_options(args: argparse.Namespace) -> DecodingOptions:
+    """The decoding the flags ask for: one beam size and length penalty (`add_beam_arguments`,
+    `add_decoding_arguments`), the output limit and long lines (`add_decoding_arguments`), sampling
+    (`add_sampling_arguments`: one beam, whatever the beam flags say) and the cache (`add_runtime_arguments`),
+    of those groups the script has. A value no flag gives stays None: `resolve_decoding` takes it from the
+    checkpoint, else from the paper."""
+    flags = vars(args)
+    options = DecodingOptions(
+        num_beams=flags.get("num_beams"),
+        length_penalty=flags.get("length_penalty"),
+        max_new_tokens=flags.get("max_new_tokens"),
+        cache_implementation=cache_implementation(args),
+        skip_long_lines=flags.get("skip_long_lines", False),
+    )
+    if not flags.get("sampling"):
+        return options
+    return options.replace(
+        num_beams=1, do_sample=True, top_k=args.top_k, top_p=args.top_p, temperature=args.temperature
+    )
 
 
 def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
     """How fast the translations come, not what they are: tokens per batch, the engine that decodes with its
     device and precision, and generate's cache; read them back with `runtime_kwargs`, `engine_settings` and
-    `cache_kwargs`."""
+    `decoding_options`."""
     group = parser.add_argument_group("runtime (speed; the transformers engine in float32 is the reference)")
     add_max_tokens_argument(group)
     group.add_argument(
@@ -358,9 +348,10 @@ def engine_settings(args: argparse.Namespace) -> EngineSettings:
     )
 
 
-def cache_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """The `generate` kwarg of `--cache-implementation` (none for the dynamic cache, generate's default)."""
-    return {"cache_implementation": "static"} if args.cache_implementation == "static" else {}
+def cache_implementation(args: argparse.Namespace) -> str | None:
+    """generate's cache of `--cache-implementation` (None for the dynamic cache, generate's default; None too
+    where the script has no such flag)."""
+    return "static" if vars(args).get("cache_implementation") == "static" else None
 
 
 def add_max_tokens_argument(parser) -> None:

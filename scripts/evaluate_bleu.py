@@ -23,9 +23,8 @@ from hf_vanilla.cli import (
     add_model_argument,
     add_runtime_arguments,
     add_tokenized_bleu_argument,
-    cache_kwargs,
     configure_logging,
-    decoding_kwargs,
+    decoding_options,
     exits_on_missing_extra,
     runtime_kwargs,
     translation_data,
@@ -67,8 +66,7 @@ def main() -> None:
             ScoreOptions(ter=args.ter, tokenized_bleu=args.tokenized_bleu),
             research_decoder(args),
             seed=args.seed,
-            **decoding_kwargs(args),
-            **cache_kwargs(args),
+            options=decoding_options(args),
         )
     except (ValueError, FileNotFoundError) as err:
         sys.exit(f"error: {err}")

@@ -1,10 +1,10 @@
 """Choose checkpoint, beam size and length penalty on validation BLEU, then report the choice on test.
 
-Section 6.1 set beam size and length penalty "after experimentation on the development set"; this does
-the same, and picks between a run's best, last and averaged checkpoints at the same time. The test split
-is decoded once, with the winner only. Writes selection.json and the test hypotheses and report, and makes the
-chosen beam size and length penalty the chosen checkpoint's decoding defaults (its generation_config.json, which
-`pipeline` and `generate` read), beside the test scores in its model card.
+Section 6.1 set beam size and length penalty "after experimentation on the development set"; this does the
+same, and picks between a run's best, last and averaged checkpoints at the same time. The test split is
+decoded once, with the winner only. Writes selection.json and the test hypotheses and report, and makes the
+chosen beam size and length penalty the chosen checkpoint's decoding defaults (its generation_config.json,
+which `pipeline` and `generate` read), beside the test scores in its model card.
 
     python scripts/select_checkpoint.py outputs/multi30k-small-de-en --source-lang de --target-lang en \\
         --num-beams 4 8 --length-penalty 0.6 1.0 --output-dir outputs/multi30k-small-de-en/evaluation
@@ -20,7 +20,7 @@ from hf_vanilla.cli import (
     add_logging_argument,
     add_runtime_arguments,
     add_tokenized_bleu_argument,
-    cache_kwargs,
+    cache_implementation,
     configure_logging,
     exits_on_missing_extra,
     positive_int,
@@ -30,6 +30,7 @@ from hf_vanilla.cli import (
 from hf_vanilla.evaluation.paper_bleu import PAPER_BLEU_KEY, PAPER_BLEU_NAME
 from hf_vanilla.evaluation.scoring import Runtime, ScoreOptions
 from hf_vanilla.evaluation.selection import SelectionGrid, select_on_validation
+from hf_vanilla.model.decoding import DecodingOptions
 from hf_vanilla.research.cli import add_research_arguments, research_decoder
 from hf_vanilla.research.reranking import (
     LANGUAGE_MODEL_WEIGHT,
@@ -90,7 +91,7 @@ def main() -> None:
             Runtime(**runtime_kwargs(args)),
             ScoreOptions(tokenized_bleu=args.tokenized_bleu),
             research_decoder(args),
-            **cache_kwargs(args),
+            DecodingOptions(cache_implementation=cache_implementation(args)),
         )
     except (ValueError, FileNotFoundError) as err:
         sys.exit(f"error: {err}")
@@ -125,13 +126,18 @@ def print_selection(selection: dict, validation_split: str) -> None:
             if key in report
         ]
         print(
-            f"{split}: cased BLEU {report['cased']['bleu']:.2f}, lowercased {report['lowercased']['bleu']:.2f}, "
-            f"chrF {report['cased']['chrf']:.2f}" + "".join(f"; {score}" for score in beside)
+            f"{split}: cased BLEU {report['cased']['bleu']:.2f}, lowercased "
+            f"{report['lowercased']['bleu']:.2f}, chrF {report['cased']['chrf']:.2f}"
+            + "".join(f"; {score}" for score in beside)
             + (" (beside, not instead)" if beside else "")
         )
     if selection["decoding_defaults_file"]:
         saved_to = selection["decoding_defaults_file"]
-        print(f"decoding defaults ({decoding_label(chosen)}) saved to {saved_to}: pipeline and generate use them")
+        print(
+            f"decoding defaults ({decoding_label(chosen)}) saved to {saved_to}: pipeline and generate use "
+            f"them"
+        )
+
 
 if __name__ == "__main__":
     with exits_on_missing_extra():

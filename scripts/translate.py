@@ -15,6 +15,7 @@ With --rerank-with (models of the reverse direction) or --rerank-right-to-left (
 search's whole n-best list is reranked (docs/research/extras.md, "Reranking with the reverse direction").
 """
 
+import argparse
 import signal
 import sys
 
@@ -28,18 +29,19 @@ from hf_vanilla.cli import (
     add_progress_argument,
     add_runtime_arguments,
     add_sampling_arguments,
-    cache_kwargs,
     configure_logging,
     corpus_settings,
-    decoding_kwargs,
+    decoding_options,
     exits_on_missing_extra,
     runtime_kwargs,
-    sampling_kwargs,
 )
-from hf_vanilla.evaluation.scoring import Runtime
+from hf_vanilla.evaluation.scoring import Decoder, Runtime
+from hf_vanilla.model.decoding import DecodingOptions
 from hf_vanilla.research.cli import add_research_arguments, research_decoder
 from hf_vanilla.translation.corpus import (
+    ChunkTranslator,
     CorpusJob,
+    CorpusSettings,
     CorpusTranslationError,
     best_only,
     describe_decoding,
@@ -48,7 +50,7 @@ from hf_vanilla.translation.corpus import (
     process_state,
     translate_corpus,
 )
-from hf_vanilla.translation.engines import load_engine
+from hf_vanilla.translation.engines import TranslationEngine, load_engine
 
 
 def build_parser() -> ArgumentParser:
@@ -74,32 +76,50 @@ def main() -> None:
         args.device = process_device(args.device, process_state(args.device))
         # Plain beam search without research options; a word bonus alone is refused before any model loads.
         decoder = research_decoder(args)
-        settings = corpus_settings(args)
         runtime = Runtime(**runtime_kwargs(args), show_progress=False)
-        given = {**decoding_kwargs(args), **cache_kwargs(args), **sampling_kwargs(args)}
-        generate_kwargs = decoding_for(args.model, given).applied_to(given)
-        options = runtime.decoding(generate_kwargs)
+        options, _ = decoding_for(args.model, decoding_options(args))
         engine = load_engine(args.model, runtime.engine)
-        if not decoder.extra_models:
-            translate_chunk = engine_translator(engine, options, settings)
-        elif settings.nbest > 1:
-            raise CorpusTranslationError(
-                "--nbest lists beam search's own translations: not with research options"
-            )
-        else:  # the research decoder's one variant (a reranking weight is one value here)
-            translate_chunk = best_only(lambda sources: decoder(engine, sources, generate_kwargs, runtime)[0].translations)
-        research = {**decoder.extra_models, **decoder.weights}
-        decoding = describe_decoding(
-            options, engine=runtime.engine.engine, precision=runtime.engine.precision, **research
-        )
-        job = CorpusJob(
-            args.input, args.output, settings, {"model": model_digest(args.model), "decoding": decoding}
-        )
+        translate_chunk = chunk_translator(engine, options, runtime, decoder, corpus_settings(args))
+        job = corpus_job(args, options, runtime, decoder)
         translate_corpus(translate_chunk, job, show_progress=not args.quiet)
     except (ValueError, FileNotFoundError) as err:
         sys.exit(f"error: {err}")
     except KeyboardInterrupt:
         sys.exit(130)
+
+
+def chunk_translator(
+    engine: TranslationEngine,
+    options: DecodingOptions,
+    runtime: Runtime,
+    decoder: Decoder,
+    settings: CorpusSettings,
+) -> ChunkTranslator:
+    """How each chunk is translated: by the engine (n-best lists with --nbest), or by the research
+    decoder's one variant (a reranking weight is one value here)."""
+    if not decoder.extra_models:
+        return engine_translator(engine, runtime.decoding(options.settings()), settings)
+    if settings.nbest > 1:
+        raise CorpusTranslationError(
+            "--nbest lists beam search's own translations: not with research options"
+        )
+    return best_only(lambda sources: decoder(engine, sources, options.settings(), runtime)[0].translations)
+
+
+def corpus_job(
+    args: argparse.Namespace, options: DecodingOptions, runtime: Runtime, decoder: Decoder
+) -> CorpusJob:
+    """The job of --input into --output, named by all that decides its translations, so that a crashed
+    one continues."""
+    research = {**decoder.extra_models, **decoder.weights}
+    decoding = describe_decoding(
+        runtime.decoding(options.settings()),
+        engine=runtime.engine.engine,
+        precision=runtime.engine.precision,
+        **research,
+    )
+    fingerprint = {"model": model_digest(args.model), "decoding": decoding}
+    return CorpusJob(args.input, args.output, corpus_settings(args), fingerprint)
 
 
 if __name__ == "__main__":

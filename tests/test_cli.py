@@ -4,6 +4,7 @@ config file; every script logs in one format at the level it is given; the quick
 
 import argparse
 import dataclasses
+import json
 import re
 import runpy
 import subprocess
@@ -11,9 +12,11 @@ import sys
 
 import pytest
 from conftest import DE_EN, REPO, SCRIPTS, run_script
+from transformers import GenerationConfig
 
 from hf_vanilla import cli
 from hf_vanilla.cli import ArgumentParser, training_config
+from hf_vanilla.model.decoding import FROM_CALLER, FROM_CHECKPOINT, FROM_PAPER, resolve_decoding
 from hf_vanilla.research.cli import add_research_arguments
 from hf_vanilla.training.settings import SETTING_GROUPS, TrainingConfig, setting
 
@@ -79,6 +82,30 @@ def test_decoding_flags_are_not_given_by_default_and_say_where_the_value_then_co
     shown = " ".join(parser.format_help().split())
     assert "(default: the checkpoint's generation_config.json, else the paper's 4)" in shown
     assert "(default: None)" not in shown.split("--num-beams", 1)[1].split("--skip-long-lines", 1)[0]
+
+
+@pytest.mark.parametrize(
+    "flags, chosen, sources",
+    [
+        (["--num-beams", "3"], (3, 1.0, None), (FROM_CALLER, FROM_CHECKPOINT, FROM_PAPER)),
+        (
+            ["--length-penalty", "0.8", "--max-new-tokens", "7"],
+            (2, 0.8, 7),
+            (FROM_CHECKPOINT, FROM_CALLER, FROM_CALLER),
+        ),
+        (["--sampling"], (1, None, None), (FROM_CALLER, None, FROM_PAPER)),
+    ],
+)
+def test_a_flag_beats_the_checkpoint_which_beats_the_paper_and_each_value_says_where_it_came_from(
+    flags, chosen, sources, monkeypatch, tmp_path
+):
+    parser = script_parser(SCRIPTS / "translate.py", monkeypatch)
+    args, _ = parser.parse_known_args(["model", *flags])
+    (tmp_path / "generation_config.json").write_text(json.dumps({"num_beams": 2, "length_penalty": 1.0}))
+    options, found = resolve_decoding(GenerationConfig.from_pretrained(tmp_path), cli.decoding_options(args))
+    names = ("num_beams", "length_penalty", "max_new_tokens")
+    assert tuple(getattr(options, name) for name in names) == chosen
+    assert tuple(found.get(name) for name in names) == sources
 
 
 def sections(parser: argparse.ArgumentParser) -> set[str]:

@@ -200,16 +200,16 @@ def architecture(config: VanillaTransformerConfig) -> str:
 def decoding_defaults(generation: GenerationConfig) -> str:
     """The decoding a checkpoint's generation config makes the default of `pipeline` and the scripts
     (`resolve_decoding`), with what a plain `generate` does instead where that differs."""
-    decoding = resolve_decoding(generation)
+    decoding, sources = resolve_decoding(generation)
     if decoding.num_beams == 1:
         return "greedy search (num_beams 1)"
     beam_search = f"beam search with {decoding.num_beams} beams, length penalty {decoding.length_penalty}"
-    if decoding.sources["num_beams"] == FROM_PAPER:
+    if sources["num_beams"] == FROM_PAPER:
         return (
             f"none saved: the pipeline and the scripts use the paper's {beam_search}, "
             "a plain `generate` greedy search"
         )
-    if decoding.sources["length_penalty"] == FROM_PAPER:
+    if sources["length_penalty"] == FROM_PAPER:
         return f"{beam_search} (the paper's penalty; a plain `generate` takes transformers' default)"
     return beam_search
 

@@ -12,9 +12,8 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import torch
 from huggingface_hub import snapshot_download
@@ -32,7 +31,13 @@ from transformers import (
 from hf_vanilla.data.tokenization import check_tokenizer_matches_model
 from hf_vanilla.model.attention_kernels import AUTO_ATTENTION
 from hf_vanilla.model.configuration_vanilla import VanillaTransformerConfig
-from hf_vanilla.model.decoding import ResolvedDecoding, resolve_decoding, writes_right_to_left
+from hf_vanilla.model.decoding import (
+    DEFAULT_DECODING,
+    DecodingOptions,
+    describe_resolved,
+    resolve_decoding,
+    writes_right_to_left,
+)
 from hf_vanilla.precision import resolve_device, resolve_precision
 
 logger = logging.getLogger(__name__)
@@ -59,8 +64,9 @@ def model_directory(model_name_or_path: str | os.PathLike, local_files_only: boo
 
 def model_digest(model_name_or_path: str | os.PathLike) -> str:
     """The SHA-256 of what a saved model's translations depend on (`MODEL_FILE_PATTERNS`: weights, configs,
-    tokenizer; not its model card); a Hub id's, of its cached copy. The one fingerprint of a model: resumed corpus
-    translations, distillation's saved translations and CTranslate2's cached conversions are keyed by it."""
+    tokenizer; not its model card); a Hub id's, of its cached copy. The one fingerprint of a model: resumed
+    corpus translations, distillation's saved translations and CTranslate2's cached conversions are keyed by
+    it."""
     directory = model_directory(model_name_or_path, local_files_only=True)
     digest = hashlib.sha256()
     for path in sorted(path for pattern in MODEL_FILE_PATTERNS for path in directory.glob(pattern)):
@@ -96,14 +102,14 @@ def generation_defaults(model_name_or_path: str | os.PathLike) -> GenerationConf
 
 
 def decoding_for(
-    model_name_or_path: str | os.PathLike, given: Mapping[str, Any] | None = None
-) -> ResolvedDecoding:
-    """The beam size, length penalty and output limit a saved model decodes with: `given`'s, else its
-    generation config's, else the paper's (`resolve_decoding`); logged in one line that names where each came
-    from."""
-    decoding = resolve_decoding(generation_defaults(model_name_or_path), given)
-    logger.info("%s decodes with %s", model_name_or_path, decoding.describe())
-    return decoding
+    model_name_or_path: str | os.PathLike, options: DecodingOptions = DEFAULT_DECODING
+) -> tuple[DecodingOptions, dict[str, str]]:
+    """`options` as a saved model decodes with them, and where each value came from: the beam size, length
+    penalty and output limit of `options`, else of its generation config, else the paper's
+    (`resolve_decoding`); logged in one line that names where each came from."""
+    resolved, sources = resolve_decoding(generation_defaults(model_name_or_path), options)
+    logger.info("%s decodes with %s", model_name_or_path, describe_resolved(resolved, sources))
+    return resolved, sources
 
 
 def load_tokenizer(

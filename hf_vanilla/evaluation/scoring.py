@@ -1,4 +1,5 @@
-"""sacreBLEU scoring of translations: of sentences, and of a dataset split decoded with a saved model (section 6.1)."""
+"""sacreBLEU scoring of translations: of sentences, and of a dataset split decoded with a saved model (section
+6.1)."""
 
 from __future__ import annotations
 
@@ -26,11 +27,14 @@ from hf_vanilla.evaluation.paper_bleu import (
 )
 from hf_vanilla.files import write_json
 from hf_vanilla.model.decoding import (
+    DEFAULT_DECODING,
     DEFAULT_MAX_TOKENS,
     PAPER_EXTRA_OUTPUT_TOKENS,
+    DecodingOptions,
+    decoding_report,
     resolve_decoding,
 )
-from hf_vanilla.translation.decoding import DecodingOptions, write_lines_atomic
+from hf_vanilla.translation.decoding import write_lines_atomic
 from hf_vanilla.translation.engines import DEFAULT_ENGINE, EngineSettings, TranslationEngine, load_engine
 
 logger = logging.getLogger(__name__)
@@ -40,11 +44,14 @@ TEST_SPLIT = "test"
 
 
 def bleu_metric(target_lang: str = "", lowercase: bool = False) -> BLEU:
-    """sacreBLEU's BLEU with the tokenizer of `target_lang` (zh, ja and ko have their own; 13a otherwise), which its
-    signature names; a ValueError of one line where that tokenizer needs a package not installed (ja, ko: MeCab)."""
+    """sacreBLEU's BLEU with the tokenizer of `target_lang` (zh, ja and ko have their own; 13a otherwise),
+    which its signature names; a ValueError of one line where that tokenizer needs a package not installed
+    (ja, ko: MeCab)."""
     try:
         return BLEU(lowercase=lowercase, trg_lang=target_lang)
-    except RuntimeError as err:  # sacreBLEU's several lines: "... requires extra dependencies ... pip install"
+    except (
+        RuntimeError
+    ) as err:  # sacreBLEU's several lines: "... requires extra dependencies ... pip install"
         raise ValueError(
             f"BLEU of a {target_lang!r} target uses sacreBLEU's {target_lang} tokenizer, which needs MeCab: "
             f"pip install 'sacrebleu[{target_lang}]'"
@@ -92,17 +99,17 @@ def score_tokenized_lowercased(
     """BLEU on lowercased, Moses-tokenized text: the score Multi30k papers print, to set beside sacreBLEU.
 
     Lowercases, then splits with the Moses tokenizer (sacremoses, no aggressive hyphen splits), as the
-    Multi30k task files are prepared: that gives test2016's German references the 12,103 tokens of the
-    fairseq transformer_tiny score (Wu et al., 2021). Its tokens differ from sacreBLEU's 13a ones (Moses
-    splits English clitics, "isn 't"), so it is reported beside sacreBLEU, never instead.
-    Nor is it the WMT paper's tokenized BLEU (`paper_bleu.score_paper_bleu`, get_ende_bleu.sh). That one is cased
-    where this lowercases, HTML-escapes & ' " (this does not), replaces the hypotheses' unicode punctuation
-    (” -> ", ’ -> '; here ” stays a token of its own), splits the period off an abbreviation ending a line as
-    today's tokenizer.perl does (here "usw." stays whole, as in tokenizer.perl before 2018), splits compounds as
-    ##AT##-##AT## (here "E-Mail" is one token), and is multi-bleu.perl without smoothing (here sacreBLEU's
-    default exponential smoothing).
-    Returns {"bleu", "bleu_signature"}.
+    Multi30k task files are prepared: that gives test2016's German references the 12,103 tokens of the fairseq
+    transformer_tiny score (Wu et al., 2021). Its tokens differ from sacreBLEU's 13a ones (Moses splits
+    English clitics, "isn 't"), so it is reported beside sacreBLEU, never instead. Nor is it the WMT paper's
+    tokenized BLEU (`paper_bleu.score_paper_bleu`, get_ende_bleu.sh). That one is cased where this lowercases,
+    HTML-escapes & ' " (this does not), replaces the hypotheses' unicode punctuation (” -> ", ’ -> '; here ”
+    stays a token of its own), splits the period off an abbreviation ending a line as today's tokenizer.perl
+    does (here "usw." stays whole, as in tokenizer.perl before 2018), splits compounds as ##AT##-##AT## (here
+    "E-Mail" is one token), and is multi-bleu.perl without smoothing (here sacreBLEU's default exponential
+    smoothing). Returns {"bleu", "bleu_signature"}.
     """
+
     def tokenized(sentences: Sequence[str]) -> list[str]:
         return moses_tokenized([sentence.lower() for sentence in sentences], target_lang, escape=False)
 
@@ -150,15 +157,16 @@ class TranslationData:
 
 @dataclass(frozen=True)
 class Runtime:
-    """How models run: the engine that decodes, on its device in its precision (`EngineSettings`), source tokens
-    per batch, and whether a progress bar shows."""
+    """How models run: the engine that decodes, on its device in its precision (`EngineSettings`), source
+    tokens per batch, and whether a progress bar shows."""
 
     engine: EngineSettings = DEFAULT_ENGINE
     max_tokens: int = DEFAULT_MAX_TOKENS
     show_progress: bool = True
 
     def decoding(self, settings: Mapping[str, Any]) -> DecodingOptions:
-        """A variant's `settings` (`translate_sentences` keywords) as options batched as this runtime batches."""
+        """A variant's `settings` (`translate_sentences` keywords) as options batched as this runtime
+        batches."""
         return DecodingOptions(max_tokens=self.max_tokens, show_progress=self.show_progress).replace(
             **settings
         )
@@ -167,8 +175,8 @@ class Runtime:
 @dataclass(frozen=True)
 class ScoreOptions:
     """The scores beside cased and lowercased sacreBLEU and chrF: TER, the papers' tokenized, lowercased BLEU
-    (`score_tokenized_lowercased`, needs sacremoses), and the Transformer paper's own BLEU (`paper_bleu_report`:
-    German and English targets, where sacremoses is installed)."""
+    (`score_tokenized_lowercased`, needs sacremoses), and the Transformer paper's own BLEU
+    (`paper_bleu_report`: German and English targets, where sacremoses is installed)."""
 
     ter: bool = False
     tokenized_bleu: bool = False
@@ -200,9 +208,9 @@ class Decoder(Protocol):
     """How evaluation turns sources into translations; research extras (ensembles, reranking) plug in here.
 
     Called with the engine of the evaluated model, the sources, the decoding `settings` (`translate_sentences`
-    keywords and the decoder's own) and the `runtime`, it returns one or more variants, each with its settings:
-    passed back in, a variant's settings decode that variant alone. `extra_models`: the saved models it decodes
-    with beside the evaluated one, by role, for the reports.
+    keywords and the decoder's own) and the `runtime`, it returns one or more variants, each with its
+    settings: passed back in, a variant's settings decode that variant alone. `extra_models`: the saved models
+    it decodes with beside the evaluated one, by role, for the reports.
     """
 
     extra_models: Mapping[str, Sequence[str]]
@@ -226,8 +234,9 @@ BEAM_SEARCH = BeamSearch()
 
 
 def _check_evaluation_input(sources: Sequence[str], references: Sequence[str | None]) -> int:
-    """Raise a ValueError naming what cannot be scored: no sources, sources and references that do not pair up,
-    a missing or blank reference (it would lower the score silently). Returns the number of blank sources."""
+    """Raise a ValueError naming what cannot be scored: no sources, sources and references that do not pair
+    up, a missing or blank reference (it would lower the score silently). Returns the number of blank
+    sources."""
     if not sources:
         raise ValueError("no sentences to evaluate")
     if len(sources) != len(references):
@@ -255,13 +264,14 @@ UNSPLIT_BY_MOSES = ("zh", "ja", "ko", "th", "my", "km", "lo")
 def _translation_report(
     hypotheses: Sequence[str], references: Sequence[str], target_lang: str, scoring: ScoreOptions
 ) -> dict[str, Any]:
-    """The scores of `evaluate_translation`'s report; a score not defined for the target says so in one line."""
+    """The scores of `evaluate_translation`'s report; a score not defined for the target says so in one
+    line."""
     ter = scoring.ter
     tokenized_bleu = scoring.tokenized_bleu and target_lang not in UNSPLIT_BY_MOSES
     if scoring.tokenized_bleu and not tokenized_bleu:
         logger.info(
-            "tokenized BLEU left out: the Moses tokenizer leaves %s text unsplit, so it would score whole sentences; "
-            "sacreBLEU's own %s tokenizer (in its signature) is the score to read",
+            "tokenized BLEU left out: the Moses tokenizer leaves %s text unsplit, so it would score whole "
+            "sentences; sacreBLEU's own %s tokenizer (in its signature) is the score to read",
             target_lang,
             target_lang,
         )
@@ -300,10 +310,10 @@ def evaluate_translation(
 
     The report holds "cased" and "lowercased" sacreBLEU / chrF (and TER with `scoring.ter`), each with its
     signature, the number of sentences and of blank sources (translated to "", logged), the variant's
-    generation settings, the engine (`describe`) and the speed (a decoding's whole time, for each of its variants); with
-    `scoring.tokenized_bleu`, also "tokenized_lowercased" (the papers' BLEU, `score_tokenized_lowercased`).
-    `target_lang` selects sacreBLEU's tokenizer for zh / ja / ko. A missing or blank reference is an error: it
-    would lower the score silently.
+    generation settings, the engine (`describe`) and the speed (a decoding's whole time, for each of its
+    variants); with `scoring.tokenized_bleu`, also "tokenized_lowercased" (the papers' BLEU,
+    `score_tokenized_lowercased`). `target_lang` selects sacreBLEU's tokenizer for zh / ja / ko. A missing or
+    blank reference is an error: it would lower the score silently.
     """
     if scoring.tokenized_bleu:
         require_moses_tokenizer()  # before decoding, not after
@@ -350,7 +360,7 @@ def score_model(
     sources, references = pairs["source"], pairs["target"]
     rows = []
     for setting in settings:
-        setting = resolve_decoding(generation, setting).applied_to(setting)
+        setting = resolve_decoding(generation, DecodingOptions().replace(**setting))[0].settings()
         evaluated = evaluate_translation(
             engine, sources, references, target_lang, runtime, SACREBLEU_ONLY, decoder, **setting
         )
@@ -378,11 +388,11 @@ def evaluate_bleu(
     scoring: ScoreOptions = DEFAULT_SCORES,
     decoder: Decoder = BEAM_SEARCH,
     seed: int = 0,
-    **generate_kwargs,
+    options: DecodingOptions = DEFAULT_DECODING,
 ) -> dict[str, Any]:
     """Translate a dataset split with a saved model, score it, and write hypotheses and a JSON report.
 
-    Decodes with the beam size, length penalty and output limit of `generate_kwargs`, else of the checkpoint's
+    Decodes with the beam size, length penalty and output limit of `options`, else of the checkpoint's
     generation_config.json, else the paper's (beam 4, length penalty 0.6, input length + 50;
     `resolve_decoding`: logged, and the report's "generation" names where each came from, under "sources"),
     through `decoder` (plain beam search unless a research extra is passed in); the decoder must give one
@@ -395,15 +405,16 @@ def evaluate_bleu(
     pairs = data.pairs(split)
     engine = load_engine(model_name_or_path, runtime.engine)
     set_seed(seed)
-    decoding = decoding_for(model_name_or_path, generate_kwargs)
-    settings = decoding.applied_to(generate_kwargs)
+    resolved, origins = decoding_for(model_name_or_path, options)
+    settings = resolved.settings()
     sources, references = pairs["source"], pairs["target"]
     evaluated = evaluate_translation(
         engine, sources, references, data.target_lang, runtime, scoring, decoder, **settings
     )
     if len(evaluated) != 1:
         raise ValueError(
-            f"the decoder gave {len(evaluated)} translations of {split}, one is written: give it one setting each"
+            f"the decoder gave {len(evaluated)} translations of {split}, one is written: give it one "
+            f"setting each"
         )
     (scored,) = evaluated
     stem = f"{split}.{data.source_lang}-{data.target_lang}"
@@ -417,7 +428,7 @@ def evaluate_bleu(
         "source_lang": data.source_lang,
         "target_lang": data.target_lang,
         **scored.report,
-        "generation": {**scored.report["generation"], **decoding.report()},
+        "generation": {**scored.report["generation"], **decoding_report(resolved, origins)},
         "seed": seed,
         "hypotheses_file": str(hypotheses_path),
     }

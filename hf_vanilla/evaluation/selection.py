@@ -26,10 +26,20 @@ from hf_vanilla.evaluation.scoring import (
     score_model,
 )
 from hf_vanilla.files import write_json
-from hf_vanilla.model.decoding import PAPER_GENERATION_KWARGS, resolve_decoding
+from hf_vanilla.model.decoding import (
+    DEFAULT_DECODING,
+    PAPER_GENERATION_KWARGS,
+    DecodingOptions,
+    resolve_decoding,
+)
 
 RUN_CANDIDATES = ("checkpoint_best", "checkpoint_last", "checkpoint_average")
-SCORE_KINDS = ("cased", "lowercased", "tokenized_lowercased", PAPER_BLEU_KEY)  # a report's scores in selection.json
+SCORE_KINDS = (
+    "cased",
+    "lowercased",
+    "tokenized_lowercased",
+    PAPER_BLEU_KEY,
+)  # a report's scores in selection.json
 
 
 def expand_candidates(paths: Sequence[str | os.PathLike]) -> list[Path]:
@@ -45,7 +55,8 @@ def expand_candidates(paths: Sequence[str | os.PathLike]) -> list[Path]:
             candidates.extend(path / name for name in RUN_CANDIDATES if (path / name).is_dir())
         else:
             raise FileNotFoundError(
-                f"{path} is neither a saved model directory nor a training run (with {', '.join(RUN_CANDIDATES)})"
+                f"{path} is neither a saved model directory nor a training run (with "
+                f"{', '.join(RUN_CANDIDATES)})"
             )
     if not candidates:
         raise ValueError("no models to choose from")
@@ -69,7 +80,7 @@ def decoding_grid(num_beams: Sequence[int], length_penalties: Sequence[float]) -
             f"need beam sizes >= 1 and length penalties, got {list(num_beams)}, {list(length_penalties)}"
         )
     settings = [
-        resolve_decoding(None, {"num_beams": beams, "length_penalty": penalty}).generate_kwargs()
+        resolve_decoding(None, DecodingOptions(beams, penalty))[0].generate_kwargs()
         for beams in num_beams
         for penalty in length_penalties
     ]
@@ -108,28 +119,28 @@ def select_on_validation(
     runtime: Runtime = DEFAULT_RUNTIME,
     scoring: ScoreOptions = DEFAULT_SCORES,
     decoder: Decoder = BEAM_SEARCH,
-    **generate_kwargs,
+    options: DecodingOptions = DEFAULT_DECODING,
 ) -> dict[str, Any]:
     """Pick the model and decoding (beam size, length penalty, a decoder's own settings) with the best cased
     validation BLEU, then report other splits.
 
     Every model of `models` (run directories expand to their best, last and average checkpoints) is decoded on
     the grid's validation split with each of its settings, by `decoder` (each of its variants is a row: a
-    reranking decoder's weights are chosen too). The winner alone is then evaluated on each of the grid's report
-    splits with `evaluate_bleu`, so a test set is reported, never tuned on. Where the winner is one model decoded
-    alone, its beam size and length penalty become its checkpoint's decoding defaults (generation_config.json,
-    `set_decoding_defaults`: what `pipeline` and `generate` then use) and the reports' scores go into its model
-    card (`record_results`), so the card's scores are what its users get; the selection's
-    "decoding_defaults_file" names the file written (None: none). `generate_kwargs`
-    (`cache_implementation="static"`, say) go to every decoding; `scoring` to the reports (validation is chosen
-    on sacreBLEU alone). Writes `selection.json` (every validation score and the choice) and the reports into
-    `output_dir`; returns the same dictionary.
+    reranking decoder's weights are chosen too). The winner alone is then evaluated on each of the grid's
+    report splits with `evaluate_bleu`, so a test set is reported, never tuned on. Where the winner is one
+    model decoded alone, its beam size and length penalty become its checkpoint's decoding defaults
+    (generation_config.json, `set_decoding_defaults`: what `pipeline` and `generate` then use) and the
+    reports' scores go into its model card (`record_results`), so the card's scores are what its users get;
+    the selection's "decoding_defaults_file" names the file written (None: none). `options`
+    (`cache_implementation="static"`, say) go to every decoding; `scoring` to the reports (validation is
+    chosen on sacreBLEU alone). Writes `selection.json` (every validation score and the choice) and the
+    reports into `output_dir`; returns the same dictionary.
     """
     if scoring.tokenized_bleu:
         require_moses_tokenizer()  # before the validation decodings, not after them
     candidates = expand_candidates(models)
     settings = [
-        {**setting, **generate_kwargs} for setting in decoding_grid(grid.num_beams, grid.length_penalties)
+        {**setting, **options.settings()} for setting in decoding_grid(grid.num_beams, grid.length_penalties)
     ]
     pairs = data.pairs(grid.validation_split)
     if grid.validation_pairs is not None:
@@ -139,11 +150,22 @@ def select_on_validation(
     chosen = max(rows, key=lambda row: row["bleu"])  # the first of equals: models and settings in given order
     decoding = {name: value for name, value in chosen.items() if name not in ("model", *ROW_SCORES)}
     reports = {
-        split: evaluate_bleu(chosen["model"], data, output_dir, split, runtime, scoring, decoder, **decoding)
+        split: evaluate_bleu(
+            chosen["model"],
+            data,
+            output_dir,
+            split,
+            runtime,
+            scoring,
+            decoder,
+            options=options.replace(**decoding),
+        )
         for split in grid.report_splits
     }
     defaults_file = None
-    if not decoder.extra_models:  # an ensemble's or reranker's decoding and scores are not the checkpoint's own
+    if (
+        not decoder.extra_models
+    ):  # an ensemble's or reranker's decoding and scores are not the checkpoint's own
         defaults_file = str(_make_checkpoint_default(Path(chosen["model"]), decoding, data.dataset, reports))
     selection = {
         "validation_split": grid.validation_split,

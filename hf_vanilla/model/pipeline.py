@@ -18,6 +18,7 @@ from transformers.pipelines import PIPELINE_REGISTRY
 
 from .decoding import (
     PAPER_EXTRA_OUTPUT_TOKENS,
+    DecodingOptions,
     check_tokenizer_fingerprint,
     decode_translations,
     encode_sources,
@@ -104,7 +105,7 @@ class VanillaTranslationPipeline(Pipeline):
         generation_config = copy.deepcopy(
             generate_kwargs.pop("generation_config", None) or self.model.generation_config
         )
-        resolved = resolve_decoding(generation_config, generate_kwargs)
+        resolved, _ = resolve_decoding(generation_config, DecodingOptions().replace(**generate_kwargs))
         model_kwargs = generation_config.update(**{**generate_kwargs, **resolved.generate_kwargs()})
         generation_config.length_penalty = resolved.length_penalty  # None for greedy search, whoever set one
         if resolved.max_new_tokens is None and generation_config.max_length is None:

@@ -1,12 +1,13 @@
-"""Training data from trained models, a departure from the paper, off unless asked for: sequence-level knowledge
-distillation (Kim and Rush, 2016), where forward teachers translate the training sources into new targets, and
-data diversification (Nguyen et al., 2020), which adds backward models' translations of the training targets as
-new sources. The result is a dataset in the Hub `translation` layout that train.py and select_checkpoint.py read
-with `--dataset DIR` like any other.
+"""Training data from trained models, a departure from the paper, off unless asked for: sequence-level
+knowledge distillation (Kim and Rush, 2016), where forward teachers translate the training sources into new
+targets, and data diversification (Nguyen et al., 2020), which adds backward models' translations of the
+training targets as new sources. The result is a dataset in the Hub `translation` layout that train.py and
+select_checkpoint.py read with `--dataset DIR` like any other.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -19,7 +20,7 @@ from typing import Any
 
 import datasets
 
-from hf_vanilla.checkpoints.loading import load_config, model_digest
+from hf_vanilla.checkpoints.loading import decoding_for, load_config, model_digest
 from hf_vanilla.data.corpus import split_names, write_translation_jsonl
 from hf_vanilla.evaluation.scoring import DEFAULT_RUNTIME, Runtime, TranslationData, score_translations
 from hf_vanilla.files import atomic_directory, write_json
@@ -30,7 +31,7 @@ from hf_vanilla.translation.corpus import (
     engine_translator,
     translate_corpus,
 )
-from hf_vanilla.translation.decoding import DecodingOptions, read_lines, write_lines_atomic
+from hf_vanilla.translation.decoding import DEFAULT_DECODING, DecodingOptions, read_lines, write_lines_atomic
 from hf_vanilla.translation.engines import TranslationEngine, load_engine
 
 logger = logging.getLogger(__name__)
@@ -42,8 +43,8 @@ TRANSLATION_CHUNK = 2000
 
 @dataclass(frozen=True)
 class Teachers:
-    """The models a distilled dataset is made with: `forward` ones (source -> target) translate the training sources
-    into new targets, `backward` ones (target -> source) the training targets into new sources; with
+    """The models a distilled dataset is made with: `forward` ones (source -> target) translate the training
+    sources into new targets, `backward` ones (target -> source) the training targets into new sources; with
     `keep_original`, the original pairs come first. Saved model directories or Hub ids."""
 
     forward: Sequence[str | os.PathLike] = ()
@@ -53,16 +54,17 @@ class Teachers:
 
 @dataclass(frozen=True)
 class SavedTranslations:
-    """Where each teacher's translations are saved as they are made, every `chunk_size` sentences: `directory`, kept,
-    or by default a hidden directory beside the output, removed once the dataset is written."""
+    """Where each teacher's translations are saved as they are made, every `chunk_size` sentences:
+    `directory`, kept, or by default a hidden directory beside the output, removed once the dataset is
+    written."""
 
     directory: str | os.PathLike | None = None
     chunk_size: int = TRANSLATION_CHUNK
 
 
 def _check_request(teachers: Teachers, saved: SavedTranslations, output_dir: Path, overwrite: bool) -> None:
-    """Raise before anything is decoded: no teacher, a chunk size below 1, a model whose config does not load, an
-    output directory that is not empty (unless `overwrite`)."""
+    """Raise before anything is decoded: no teacher, a chunk size below 1, a model whose config does not load,
+    an output directory that is not empty (unless `overwrite`)."""
     if not teachers.forward and not teachers.backward:
         raise ValueError("no teacher: name at least one forward or backward model")
     if saved.chunk_size < 1:
@@ -74,7 +76,8 @@ def _check_request(teachers: Teachers, saved: SavedTranslations, output_dir: Pat
 
 
 def _load_splits(data: TranslationData, train_split: str) -> dict[str, datasets.Dataset]:
-    """Every split's pairs, the training split first: its loading names a missing dataset, split or language."""
+    """Every split's pairs, the training split first: its loading names a missing dataset, split or
+    language."""
     pairs = {train_split: data.pairs(train_split)}
     for split in split_names(data.dataset, data.config_name):
         if split != train_split:
@@ -90,24 +93,24 @@ def distill_dataset(
     saved: SavedTranslations = SavedTranslations(),
     overwrite: bool = False,
     train_split: str = "train",
-    **generate_kwargs: Any,
+    options: DecodingOptions = DEFAULT_DECODING,
 ) -> dict[str, Any]:
-    """Write `output_dir`: `data`'s `train_split` made of the original pairs (with `teachers.keep_original`), then
-    each forward teacher's translations of the sources paired with those sources, then each backward teacher's
-    translations of the targets paired with those targets; every other split as it was; and `distillation.json`
-    saying how it was made, with each teacher's sacreBLEU against the training split's own references (a model of
-    the wrong direction scores near 0), returned. Only the two languages are kept.
+    """Write `output_dir`: `data`'s `train_split` made of the original pairs (with `teachers.keep_original`),
+    then each forward teacher's translations of the sources paired with those sources, then each backward
+    teacher's translations of the targets paired with those targets; every other split as it was; and
+    `distillation.json` saying how it was made, with each teacher's sacreBLEU against the training split's own
+    references (a model of the wrong direction scores near 0), returned. Only the two languages are kept.
 
-    The teachers are loaded one at a time on the engine `runtime` names; `generate_kwargs` (num_beams,
-    length_penalty...) are the decoding options (what they leave open: each teacher's generation config's, else
-    the paper's). An `output_dir` that exists and is not empty is refused unless `overwrite`; the directory
-    appears only once it is whole. Every teacher's config is read before any decoding, so a wrong name fails at
-    once, not after the models before it have decoded.
+    The teachers are loaded one at a time on the engine `runtime` names; `options` (num_beams,
+    length_penalty...) are the decoding options (what they leave open: each teacher's generation config's,
+    else the paper's, logged for each teacher). An `output_dir` that exists and is not empty is refused unless
+    `overwrite`; the directory appears only once it is whole. Every teacher's config is read before any
+    decoding, so a wrong name fails at once, not after the models before it have decoded.
 
     Each teacher's translations are saved as `saved` says, keyed by the model's digest (weights, configs,
-    tokenizer), the sentences, the engine and the decoding settings: a stopped run given again goes on where it stopped, and another run that
-    asks the same model for the same sentences (the other direction's diversification: its backward model is this
-    one's forward model) reads them instead of decoding.
+    tokenizer), the sentences, the engine and the decoding settings: a stopped run given again goes on where
+    it stopped, and another run that asks the same model for the same sentences (the other direction's
+    diversification: its backward model is this one's forward model) reads them instead of decoding.
     """
     output_dir = Path(output_dir)
     _check_request(teachers, saved, output_dir, overwrite)
@@ -115,21 +118,23 @@ def distill_dataset(
     sources, targets = pairs[train_split]["source"], pairs[train_split]["target"]
     training_pairs = list(zip(sources, targets, strict=True)) if teachers.keep_original else []
     own_directory = saved.directory is None
-    directory = output_dir.parent / f".{output_dir.name}.translations" if own_directory else Path(saved.directory)
-    options = DecodingOptions(max_tokens=runtime.max_tokens, show_progress=False).replace(**generate_kwargs)
+    own_place = output_dir.parent / f".{output_dir.name}.translations"
+    directory = own_place if own_directory else Path(saved.directory)
+    batched = dataclasses.replace(options, max_tokens=runtime.max_tokens, show_progress=False)
     records = []
     for side, models, inputs, references, output_lang in (
         ("forward", teachers.forward, sources, targets, data.target_lang),
         ("backward", teachers.backward, targets, sources, data.source_lang),
     ):
         for model_name in models:
+            decoding_for(model_name, options)  # logged: the engine resolves the same values as it decodes
             engine = load_engine(model_name, runtime.engine)
             translations = _saved_translations(
                 Teacher(engine, model_digest(model_name), f"{side} {model_name}"),
                 inputs,
                 directory,
                 saved.chunk_size,
-                options,
+                batched,
                 runtime.show_progress,
             )
             del engine  # one teacher in memory at a time
@@ -145,7 +150,7 @@ def distill_dataset(
         "train_split": train_split,
         "keep_original": teachers.keep_original,
         "teachers": records,
-        "generate_kwargs": generate_kwargs,
+        "generate_kwargs": options.settings(),
         "max_tokens": runtime.max_tokens,
         "rows": {split: len(rows) for split, rows in pairs.items()} | {train_split: len(training_pairs)},
     }
@@ -165,7 +170,9 @@ def _write_dataset(
     with atomic_directory(output_dir) as staging:
         for split, rows in pairs.items():
             split_pairs = rows if isinstance(rows, list) else zip(rows["source"], rows["target"], strict=True)
-            write_translation_jsonl(staging / f"{split}.jsonl", split_pairs, data.source_lang, data.target_lang)
+            write_translation_jsonl(
+                staging / f"{split}.jsonl", split_pairs, data.source_lang, data.target_lang
+            )
         write_json(staging / PROVENANCE_FILE, provenance)
 
 
@@ -187,9 +194,10 @@ def _saved_translations(
     options: DecodingOptions,
     show_progress: bool,
 ) -> list[str]:
-    """`teacher.engine.translate(inputs, options)` a chunk at a time through `translation.corpus.translate_corpus`
-    (a stopped run continues after the chunks committed), one translation a line in a file of `translations_dir`
-    named by everything the translations depend on; translations already there are read, not decoded."""
+    """`teacher.engine.translate(inputs, options)` a chunk at a time through
+    `translation.corpus.translate_corpus` (a stopped run continues after the chunks committed), one
+    translation a line in a file of `translations_dir` named by everything the translations depend on;
+    translations already there are read, not decoded."""
     job = _translations_job(teacher, inputs, translations_dir, chunk_size, options)
     if not Path(job.output).is_file():
         broken = next((number for number, text in enumerate(inputs, 1) if "\n" in text), None)
@@ -198,7 +206,9 @@ def _saved_translations(
         write_lines_atomic(job.source, inputs)
         logger.info("translating %d sentences with %s", len(inputs), teacher.description)
         translate_corpus(engine_translator(teacher.engine, options, job.settings), job, show_progress)
-        Path(job.source).unlink(missing_ok=True)  # a run beside this one, on the same inputs, may have done it
+        Path(job.source).unlink(
+            missing_ok=True
+        )  # a run beside this one, on the same inputs, may have done it
     translations = read_lines(job.output)
     if len(translations) != len(inputs):
         raise ValueError(f"{job.output} holds {len(translations)} translations, not {len(inputs)}: remove it")
@@ -220,8 +230,8 @@ def _translations_job(
     name = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
     if (translations_dir / name).is_dir():  # an earlier version's chunks, chunk-NNNNN.txt in a directory
         raise ValueError(
-            f"{translations_dir / name} holds translations saved by an earlier version: delete it to translate "
-            "them again"
+            f"{translations_dir / name} holds translations saved by an earlier version: delete it to "
+            f"translate them again"
         )
     if not (translations_dir / f"{name}.json").is_file():  # the first run's words
         write_json(translations_dir / f"{name}.json", {"made_by": teacher.description} | key)

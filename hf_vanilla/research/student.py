@@ -28,6 +28,7 @@ from hf_vanilla.data.corpus import split_names
 from hf_vanilla.evaluation.scoring import DEFAULT_RUNTIME, Runtime, TranslationData
 from hf_vanilla.evaluation.selection import SelectionGrid, select_on_validation
 from hf_vanilla.files import write_json
+from hf_vanilla.model.decoding import DEFAULT_DECODING, DecodingOptions
 from hf_vanilla.research.distillation import SavedTranslations, Teachers, distill_dataset
 from hf_vanilla.training.settings import load_training_config
 from hf_vanilla.training.train import train
@@ -72,14 +73,14 @@ class StudentShape:
 @dataclass(frozen=True)
 class StudentRecipe:
     """How the student is made: the training config file and keys over it (`max_minutes`, `seed`...), its
-    shape, its shortlist's size, the teacher's decoding options (`generate` kwargs; what they leave open, the
-    teacher's generation config's) and the splits the chosen student is evaluated on (those the data has)."""
+    shape, its shortlist's size, the teacher's decoding options (what they leave open, the teacher's generation
+    config's) and the splits the chosen student is evaluated on (those the data has)."""
 
     config_file: str | Path = STUDENT_CONFIG
     training_overrides: Mapping[str, Any] = field(default_factory=dict)
     shape: StudentShape = StudentShape()
     shortlist: ShortlistSize = ShortlistSize()
-    teacher_decoding: Mapping[str, Any] = field(default_factory=dict)
+    teacher_decoding: DecodingOptions = DEFAULT_DECODING
     report_splits: tuple[str, ...] = ("test",)
 
 
@@ -96,10 +97,14 @@ def make_student(
     stages = _Stages(output_dir)
     distilled = stages.run(
         "distilled",
-        {"teacher": model_digest(teacher), "data": asdict(data), "decoding": dict(recipe.teacher_decoding)},
+        {"teacher": model_digest(teacher), "data": asdict(data), "decoding": recipe.teacher_decoding.settings()},
         lambda path: distill_dataset(
-            data, path, Teachers([teacher]), runtime, SavedTranslations(output_dir / "translations"),
-            **recipe.teacher_decoding,
+            data,
+            path,
+            Teachers([teacher]),
+            runtime,
+            SavedTranslations(output_dir / "translations"),
+            options=recipe.teacher_decoding,
         ),
     )
     config = load_training_config(
@@ -153,7 +158,7 @@ def _save_student(
         "chosen_checkpoint": str(chosen),
         "shape": asdict(recipe.shape),
         "shortlist": {"file": VOCAB_MAP_FILE, **asdict(recipe.shortlist)},
-        "teacher_decoding": dict(recipe.teacher_decoding),
+        "teacher_decoding": recipe.teacher_decoding.settings(),
         "training_pairs": len(pairs),
     }
     write_json(student_dir / STUDENT_FILE, record)

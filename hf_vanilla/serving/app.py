@@ -34,7 +34,7 @@ from transformers import PretrainedConfig
 
 from hf_vanilla.checkpoints.loading import decoding_for, load_config
 from hf_vanilla.model.configuration_vanilla import VanillaTransformerConfig
-from hf_vanilla.model.decoding import PAPER_GENERATION_KWARGS, max_new_tokens_room
+from hf_vanilla.model.decoding import PAPER_GENERATION_KWARGS, max_new_tokens_room, resolve_decoding
 from hf_vanilla.model.hub import checkpoint_card
 from hf_vanilla.serving.attention import AttentionQuery
 from hf_vanilla.serving.batching import DEFAULT_BATCHING, Batcher, BatchingSettings, QueueFull, RequestRefused
@@ -283,21 +283,16 @@ def server_options(
     """The options a request without generate_parameters decodes with: the checkpoint's beam size, length
     penalty and output limit, else the paper's (`resolve_decoding`, logged), each batch one `generate` call
     within the batching budget, no progress bar."""
-    decoding = decoding_for(checkpoint)
-    return DecodingOptions(
-        num_beams=decoding.num_beams,
-        length_penalty=decoding.length_penalty,
-        max_new_tokens=decoding.max_new_tokens,
-        cache_implementation=cache_implementation,
-        max_tokens=batching.max_tokens,
-        show_progress=False,
+    batched = DecodingOptions(
+        cache_implementation=cache_implementation, max_tokens=batching.max_tokens, show_progress=False
     )
+    return decoding_for(checkpoint, batched)[0]
 
 
 def request_options(
     base: DecodingOptions, chosen: GenerateParameters | None, limits: RequestLimits, room: int
 ) -> DecodingOptions:
-    """`base` with the request's choices over it, as the engine resolves them (`DecodingOptions.resolved`:
+    """`base` with the request's choices over it, as the engine resolves them (`resolve_decoding`:
     greedy search takes no length penalty); RequestRefused (422) for beams or new tokens over the limits."""
     settings = chosen.model_dump(exclude_none=True) if chosen else {}
     num_beams = settings.get("num_beams", base.num_beams)
@@ -314,7 +309,7 @@ def request_options(
             "(--request-max-new-tokens)",
         )
     # `base` holds the checkpoint's values already; resolved here, requests that decode alike batch together.
-    return base.replace(**settings).resolved(None)
+    return resolve_decoding(None, base.replace(**settings))[0]
 
 
 def check_request_size(texts: list[str], limits: RequestLimits) -> None:

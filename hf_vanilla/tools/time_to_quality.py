@@ -20,6 +20,7 @@ from tqdm.auto import tqdm
 from hf_vanilla.checkpoints.loading import decoding_for
 from hf_vanilla.evaluation.scoring import Runtime, TranslationData, score_model
 from hf_vanilla.files import atomic_file, write_json
+from hf_vanilla.model.decoding import DEFAULT_DECODING, DecodingOptions, decoding_report
 from hf_vanilla.precision import cpu_description
 from hf_vanilla.tools.plotting import pyplot
 from hf_vanilla.training.run_directory import (
@@ -68,8 +69,8 @@ def minutes_to_reach(points: Sequence[dict[str, Any]], bleu: float) -> dict[str,
 
 @dataclass(frozen=True)
 class QualityTarget:
-    """The cased BLEU to reach: `bleu` as given, or that of `peer` (a saved model) decoded the same way; neither:
-    no target, the checkpoints are scored only."""
+    """The cased BLEU to reach: `bleu` as given, or that of `peer` (a saved model) decoded the same way;
+    neither: no target, the checkpoints are scored only."""
 
     peer: str | os.PathLike | None = None
     bleu: float | None = None
@@ -79,7 +80,8 @@ class QualityTarget:
             raise ValueError("give a peer model or a target BLEU, not both")
 
     def score(self, scoring: dict[str, Any]) -> dict[str, Any] | None:
-        """The target's BLEU and where it comes from, the peer decoded with `score_model`'s `scoring` kwargs."""
+        """The target's BLEU and where it comes from, the peer decoded with `score_model`'s `scoring`
+        kwargs."""
         if self.peer is not None:
             (peer_row,) = score_model(self.peer, **scoring)
             return {"bleu": peer_row["bleu"], "source": f"peer {self.peer}", "peer": peer_row}
@@ -95,17 +97,18 @@ def time_to_quality(
     target: QualityTarget = QualityTarget(),
     runtime: Runtime = QUIET_RUNTIME,
     output_dir: str | os.PathLike | None = None,
-    **generate_kwargs,
+    options: DecodingOptions = DEFAULT_DECODING,
 ) -> dict[str, Any]:
     """Score every numbered checkpoint of `run_dir` on `split` of `data`, and the minutes to reach `target`.
 
-    What `generate_kwargs` leave open of the decoding is the run's checkpoints' generation config's, else the
+    What `options` leave open of the decoding is the run's checkpoints' generation config's, else the
     paper's (`resolve_decoding`, over the first checkpoint's), and the peer decodes the same way. Writes
     time_to_quality.json and .png into `output_dir` (default: the run directory) and returns the report.
     """
     minutes = checkpoint_minutes(run_dir)
-    resolved = decoding_for(Path(run_dir) / next(iter(minutes)), generate_kwargs)
-    decoding = resolved.applied_to(generate_kwargs)
+    first = Path(run_dir) / next(iter(minutes))
+    resolved, sources = decoding_for(first, options)
+    decoding = resolved.settings()
     pairs = data.pairs(split)
     scoring = dict(pairs=pairs, target_lang=data.target_lang, runtime=runtime, settings=[decoding])
     target_score = target.score(scoring)
@@ -119,7 +122,7 @@ def time_to_quality(
         "split": split,
         "sentences": len(pairs),
         "direction": f"{data.source_lang}-{data.target_lang}",
-        "decoding": {**decoding, **resolved.report()},
+        "decoding": {**decoding, **decoding_report(resolved, sources)},
         "engine": runtime.engine.engine,
         "dtype": runtime.engine.precision,
         "cpu": cpu_description(),

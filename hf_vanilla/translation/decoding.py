@@ -1,23 +1,21 @@
 """Batched translation with `generate` (paper section 6.1): the decoding options every engine takes
-(`hf_vanilla.translation.engines`), `generate` over batches of them, and the text files they work on."""
+(`DecodingOptions`, at home in `hf_vanilla.model.decoding` so the pipeline resolves them too), `generate` over
+batches of them, and the text files they work on."""
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
-import dataclasses
 import logging
 import os
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 from tqdm.auto import tqdm
 from transformers import (
-    GenerationConfig,
     LogitsProcessor,
     LogitsProcessorList,
     PreTrainedConfig,
@@ -28,8 +26,8 @@ from transformers import (
 from hf_vanilla.data.batches import TokenBatchSampler
 from hf_vanilla.files import write_text_atomic
 from hf_vanilla.model.decoding import (
-    DEFAULT_MAX_TOKENS,
-    PAPER_EXTRA_OUTPUT_TOKENS,
+    DEFAULT_DECODING,
+    DecodingOptions,
     decode_translations,
     encode_sources,
     max_new_tokens_room,
@@ -41,84 +39,28 @@ from hf_vanilla.model.decoding import (
 
 logger = logging.getLogger(__name__)
 LINES_NAMED = 10  # a warning about lines (too long, not UTF-8) names this many of them
-# Logits processors made for each batch from its encoded sources (`input_ids`, `attention_mask`), for those that
-# need the sources: an ensemble's other members encode them (`hf_vanilla.research.ensemble`).
+# Logits processors made for each batch from its encoded sources (`input_ids`, `attention_mask`), for those
+# that need the sources: an ensemble's other members encode them (`hf_vanilla.research.ensemble`).
 BatchLogitsProcessors = Callable[[Mapping[str, torch.Tensor]], Sequence[LogitsProcessor]]
 # The line number of the first source, for the warnings that name lines: 1, unless a caller translating a file
 # a chunk at a time says where its chunk begins (`lines_numbered_from`).
 _FIRST_LINE_NUMBER = contextvars.ContextVar("first_line_number", default=1)
 
 
-@dataclass(frozen=True)
-class DecodingOptions:
-    """How sentences are decoded and batched: the one object `translate_sentences`, evaluation and the service share.
+def detokenize(
+    config: PreTrainedConfig, tokenizer: PreTrainedTokenizerBase, output_ids, options: DecodingOptions
+) -> list[str]:
+    """`output_ids` (rows of token ids) as one line of text each, in the word order of a model with `config`,
+    cleaned up as `options` say."""
+    return decode_translations(
+        tokenizer, output_ids, writes_right_to_left(config), options.clean_up_tokenization_spaces
+    )
 
-    `num_beams`, `length_penalty`, `max_new_tokens` and `cache_implementation` go to `generate`; every engine
-    fills in the first three where None as `resolved` does (the model's generation config, else the paper's),
-    and the paper's `max_new_tokens` gives each sentence its source length + `extra_output_tokens` (section
-    6.1). `other_generate_kwargs`: any other `generate` keyword (do_sample...).
-    `max_tokens`: source tokens a batch (sentences * longest source); `skip_long_lines`: translate a source longer
-    than the model's positions to "" rather than cut it; `clean_up_tokenization_spaces`: detokenize with
-    transformers' clean-up of spaces before punctuation. Frozen and hashable, so options can key batches."""
-
-    num_beams: int | None = None
-    length_penalty: float | None = None
-    max_new_tokens: int | None = None
-    cache_implementation: str | None = None
-    extra_output_tokens: int = PAPER_EXTRA_OUTPUT_TOKENS
-    skip_long_lines: bool = False
-    max_tokens: int = DEFAULT_MAX_TOKENS
-    show_progress: bool = True
-    clean_up_tokenization_spaces: bool = False
-    # Left out of the hash (a dict has none) but not of equality, so equal options still hash alike.
-    other_generate_kwargs: Mapping[str, Any] = field(default_factory=dict, hash=False)
-
-    def replace(self, **settings) -> DecodingOptions:
-        """These options with `settings` over them: fields by name, any other name a `generate` keyword."""
-        names = {option.name for option in dataclasses.fields(self)} - {"other_generate_kwargs"}
-        own = {name: value for name, value in settings.items() if name in names}
-        others = {name: value for name, value in settings.items() if name not in names}
-        return dataclasses.replace(
-            self, **own, other_generate_kwargs={**self.other_generate_kwargs, **others}
-        )
-
-    def resolved(self, generation_config: GenerationConfig | None) -> DecodingOptions:
-        """These options with the beam size, length penalty and output limit `resolve_decoding` gives them
-        over a model's `generation_config`: what every engine decodes with."""
-        decoding = resolve_decoding(generation_config, self.generate_kwargs())
-        return dataclasses.replace(
-            self,
-            num_beams=decoding.num_beams,
-            length_penalty=decoding.length_penalty,
-            max_new_tokens=decoding.max_new_tokens,
-        )
-
-    def generate_kwargs(self) -> dict[str, Any]:
-        """The keywords `generate` takes from these options: those set, and the others."""
-        chosen = {
-            "num_beams": self.num_beams,
-            "length_penalty": self.length_penalty,
-            "max_new_tokens": self.max_new_tokens,
-            "cache_implementation": self.cache_implementation,
-        }
-        return {
-            **{name: value for name, value in chosen.items() if value is not None},
-            **self.other_generate_kwargs,
-        }
-
-    def detokenize(self, config: PreTrainedConfig, tokenizer: PreTrainedTokenizerBase, output_ids) -> list[str]:
-        """`output_ids` (rows of token ids) as one line of text each, in the word order of a model with `config`."""
-        return decode_translations(
-            tokenizer, output_ids, writes_right_to_left(config), self.clean_up_tokenization_spaces
-        )
-
-
-DEFAULT_DECODING = DecodingOptions()
 
 
 def unencodable_character(text: str) -> int | None:
-    """Where `text` holds a lone UTF-16 surrogate (JSON's "\\ud800" decodes to one), which is no Unicode text and
-    which the tokenizer cannot take; None for text that is all Unicode."""
+    """Where `text` holds a lone UTF-16 surrogate (JSON's "\\ud800" decodes to one), which is no Unicode text
+    and which the tokenizer cannot take; None for text that is all Unicode."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as err:
@@ -153,8 +95,9 @@ def _encode_within_positions(
     for index in nonblank:
         if (position := unencodable_character(sources[index])) is not None:
             raise ValueError(
-                f"line {index + _FIRST_LINE_NUMBER.get()} holds a lone surrogate ({sources[index][position]!a}) at "
-                f"character {position}, which is no Unicode text and no tokenizer takes: decode the text as UTF-8"
+                f"line {index + _FIRST_LINE_NUMBER.get()} holds a lone surrogate "
+                f"({sources[index][position]!a}) at character {position}, which is no Unicode text and no "
+                f"tokenizer takes: decode the text as UTF-8"
             )
     input_ids, too_long = encode_sources(tokenizer, [sources[index] for index in nonblank], positions)
     if too_long:
@@ -176,15 +119,18 @@ def _encode_within_positions(
 
 
 def encoded_sources(
-    tokenizer: PreTrainedTokenizerBase, config: PreTrainedConfig, sources: Sequence[str], options: DecodingOptions
+    tokenizer: PreTrainedTokenizerBase,
+    config: PreTrainedConfig,
+    sources: Sequence[str],
+    options: DecodingOptions,
 ) -> dict[int, list[int]]:
-    """The token ids of the nonblank `sources` by index, each within the model's positions (`translate_sentences`
-    says how a longer one is cut or left out). An explicit `max_new_tokens` beyond the decoder's positions is a
-    ValueError before anything is encoded."""
+    """The token ids of the nonblank `sources` by index, each within the model's positions
+    (`translate_sentences` says how a longer one is cut or left out). An explicit `max_new_tokens` beyond the
+    decoder's positions is a ValueError before anything is encoded."""
     if (options.max_new_tokens or 0) > (room := max_new_tokens_room(config)):
         raise ValueError(
-            f"max_new_tokens={options.max_new_tokens} is more than the decoder has positions for: at most {room} "
-            f"(max_position_embeddings {config.max_position_embeddings} less the start token)"
+            f"max_new_tokens={options.max_new_tokens} is more than the decoder has positions for: at most "
+            f"{room} (max_position_embeddings {config.max_position_embeddings} less the start token)"
         )
     return _encode_within_positions(tokenizer, sources, max_source_tokens(config), options.skip_long_lines)
 
@@ -196,16 +142,18 @@ def encoded_batches(
     options: DecodingOptions,
     batch_tokens: int | None = None,
 ) -> Iterator[tuple[list[int], list[list[int]]]]:
-    """The token ids of the nonblank `sources` (`encoded_sources`) sorted by length and batched so that sentences *
-    longest source stays within `batch_tokens` (default: `options.max_tokens`), each batch with the indices in
-    `sources` of its sentences, under a progress bar."""
+    """The token ids of the nonblank `sources` (`encoded_sources`) sorted by length and batched so that
+    sentences * longest source stays within `batch_tokens` (default: `options.max_tokens`), each batch with
+    the indices in `sources` of its sentences, under a progress bar."""
     to_translate = encoded_sources(tokenizer, config, sources, options)
     if not to_translate:
         return
     indices, input_ids = list(to_translate), list(to_translate.values())
     lengths = [len(ids) for ids in input_ids]
     sampler = TokenBatchSampler(lengths, batch_tokens or options.max_tokens, shuffle=False)
-    with tqdm(total=len(indices), unit="sent", desc="Translating", disable=not options.show_progress) as progress:
+    with tqdm(
+        total=len(indices), unit="sent", desc="Translating", disable=not options.show_progress
+    ) as progress:
         for batch in sampler:
             yield [indices[position] for position in batch], [input_ids[position] for position in batch]
             progress.update(len(batch))
@@ -226,7 +174,9 @@ def generate_batch(
         if "max_new_tokens" in generate_kwargs
         else paper_length_limit(model, encoded["attention_mask"], options.extra_output_tokens)
     )
-    processors = {"logits_processor": LogitsProcessorList(logits_processors(encoded))} if logits_processors else {}
+    processors = (
+        {"logits_processor": LogitsProcessorList(logits_processors(encoded))} if logits_processors else {}
+    )
     return model.generate(**encoded, **limit, **processors, **generate_kwargs)
 
 
@@ -251,7 +201,7 @@ def _generate_in_batches(
 ) -> Iterator[tuple[list[int], Any]]:
     """`generate`'s output for each batch of the nonblank `sources` (`encoded_batches`), with the indices in
     `sources` of its sentences."""
-    options = options.resolved(model.generation_config)
+    options, _ = resolve_decoding(model.generation_config, options)
     with evaluation_mode(model):
         for indices, batch_ids in encoded_batches(tokenizer, model.config, sources, options):
             yield indices, generate_batch(model, tokenizer, batch_ids, options, logits_processors)
@@ -271,21 +221,21 @@ def translate_sentences(
     keywords go over its generation config. Sentences are sorted by length and batched so that sentences *
     longest source stays within `max_tokens` (beam search multiplies the memory by num_beams). Unless
     `max_new_tokens` is set, each sentence may produce up to its source length + `extra_output_tokens` new
-    tokens (section 6.1), capped by the model's max_position_embeddings, whatever it is batched with.
-    The beam size, length penalty and output limit not given are the model's generation config's, else the
-    paper's (`DecodingOptions.resolved`): pass num_beams=1 for greedy search whatever the saved model says.
-    Blank or empty sources translate to "" without running the model; a line break inside a
-    translation becomes a space, so one line in gives one line out. A source longer than the model's
-    positions (`max_position_embeddings`) is cut to fit, or with `skip_long_lines` translates to "";
-    a warning names those lines (1-based positions in `sources`, or numbered as `lines_numbered_from` says).
-    An explicit `max_new_tokens` beyond the decoder's positions is a ValueError before anything is decoded. `logits_processors` gives each batch
-    logits processors made from its encoded sources (an ensemble's: `hf_vanilla.research.ensemble`); `generate`'s
-    own (temperature, top-k...) act on `model`'s scores before them.
+    tokens (section 6.1), capped by the model's max_position_embeddings, whatever it is batched with. The beam
+    size, length penalty and output limit not given are the model's generation config's, else the paper's
+    (`resolve_decoding`): pass num_beams=1 for greedy search whatever the saved model says. Blank or empty
+    sources translate to "" without running the model; a line break inside a translation becomes a space, so
+    one line in gives one line out. A source longer than the model's positions (`max_position_embeddings`) is
+    cut to fit, or with `skip_long_lines` translates to ""; a warning names those lines (1-based positions in
+    `sources`, or numbered as `lines_numbered_from` says). An explicit `max_new_tokens` beyond the decoder's
+    positions is a ValueError before anything is decoded. `logits_processors` gives each batch logits
+    processors made from its encoded sources (an ensemble's: `hf_vanilla.research.ensemble`); `generate`'s own
+    (temperature, top-k...) act on `model`'s scores before them.
     """
     translations = [""] * len(sources)
     options = options.replace(**settings)
     for indices, outputs in _generate_in_batches(model, tokenizer, sources, options, logits_processors):
-        for index, text in zip(indices, options.detokenize(model.config, tokenizer, outputs), strict=True):
+        for index, text in zip(indices, detokenize(model.config, tokenizer, outputs, options), strict=True):
             translations[index] = text
     return translations
 
@@ -301,8 +251,8 @@ def translate_nbest(
 ) -> list[list[tuple[str, float]]]:
     """Each source's `num_beams` best translations from beam search, best first, with the score beam search
     ranked them by (sum of token log-probabilities / length ** length_penalty); `options`, `settings` and
-    everything else as `translate_sentences`, whose first translations these are. A blank source gets [("", 0.0)]; greedy search
-    (`num_beams` 1) gives each source its one translation, scored 0.
+    everything else as `translate_sentences`, whose first translations these are. A blank source gets [("",
+    0.0)]; greedy search (`num_beams` 1) gives each source its one translation, scored 0.
 
     Keeping the scores costs one (rows, vocab) tensor per decoding step until a batch ends: lower `max_tokens`
     if that does not fit."""
@@ -317,7 +267,7 @@ def translate_nbest(
     )
     batches = _generate_in_batches(model, tokenizer, sources, nbest_options, logits_processors)
     for indices, outputs in batches:
-        texts = nbest_options.detokenize(model.config, tokenizer, outputs.sequences)
+        texts = detokenize(model.config, tokenizer, outputs.sequences, nbest_options)
         scores = outputs.sequences_scores.tolist() if beam_search else [0.0] * len(texts)
         for position, index in enumerate(indices):
             rows = range(position * num_beams, (position + 1) * num_beams)

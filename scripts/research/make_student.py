@@ -22,7 +22,7 @@ from hf_vanilla.cli import (
     add_runtime_arguments,
     add_training_config_arguments,
     configure_logging,
-    decoding_kwargs,
+    decoding_options,
     exits_on_missing_extra,
     positive_int,
     runtime_kwargs,
@@ -78,7 +78,7 @@ def main() -> None:
         training,
         StudentShape(args.encoder_layers, args.decoder_layers),
         ShortlistSize(args.shortlist_top_k, args.shortlist_frequent),
-        decoding_kwargs(args),
+        decoding_options(args),
     )
     runtime = Runtime(**runtime_kwargs(args), show_progress=not args.quiet)
     try:

@@ -32,8 +32,8 @@ from hf_vanilla.cli import (
     add_logging_argument,
     add_max_new_tokens_argument,
     add_max_tokens_argument,
-    beam_kwargs,
     configure_logging,
+    decoding_options,
     exits_on_missing_extra,
     positive_int,
     translation_data,
@@ -41,7 +41,6 @@ from hf_vanilla.cli import (
 from hf_vanilla.evaluation.scoring import score_translations
 from hf_vanilla.files import write_json
 from hf_vanilla.tools.machine import run_record
-from hf_vanilla.translation.decoding import DecodingOptions
 from hf_vanilla.translation.engines import COMPUTE_TYPES, EngineSettings, load_engine
 from hf_vanilla.translation.engines.base import CTRANSLATE2
 from hf_vanilla.translation.shortlist import VOCAB_MAP_FILE
@@ -125,11 +124,11 @@ def measure(args, sentences: list[str], references: list[str], target_lang: str,
     decoders, decodings, translations, settings = {}, {}, {}, {}
     measured = systems(args, scratch)
     for name, (model, vocab_map) in measured.items():
-        resolved = decoding_for(model, {**beam_kwargs(args), "max_new_tokens": args.max_new_tokens})
-        decodings[name] = resolved.generate_kwargs()
+        asked = decoding_options(args).replace(max_tokens=args.max_tokens, show_progress=False)
+        options, _ = decoding_for(model, asked)
+        decodings[name] = options.generate_kwargs()
         settings[name] = engine_settings(args, vocab_map, scratch / "ctranslate2")
         engine = load_engine(model, settings[name])
-        options = DecodingOptions(max_tokens=args.max_tokens, show_progress=False).replace(**decodings[name])
         translations[name] = engine.translate(sentences, options)
         decoders[name] = lambda batch, engine=engine, options=options: engine.translate(batch, options)
     timings = offline(args, sentences, decoders)

@@ -5,7 +5,8 @@ says, else the paper's beam 4, length penalty 0.6) and takes each one's minutes 
 time_to_quality.json and time_to_quality.png. Compare only runs made side by side on one machine:
 
     python scripts/train.py --config configs/multi30k-small.yaml --output-dir RUN
-    # PEER: the saved model to compare with, e.g. a MarianMTModel of the same shape trained for the same minutes
+    # PEER: the saved model to compare with, e.g. a MarianMTModel of the same shape trained for the same
+    # minutes
     python scripts/tools/time_to_quality.py RUN --peer PEER --source-lang de --target-lang en
 """
 
@@ -17,9 +18,8 @@ from hf_vanilla.cli import (
     add_dataset_arguments,
     add_logging_argument,
     add_runtime_arguments,
-    beam_kwargs,
-    cache_kwargs,
     configure_logging,
+    decoding_options,
     exits_on_missing_extra,
     runtime_kwargs,
     translation_data,
@@ -55,8 +55,7 @@ def main() -> None:
             QualityTarget(peer=args.peer, bleu=args.target_bleu),
             Runtime(**runtime_kwargs(args), show_progress=False),
             args.output_dir,
-            **cache_kwargs(args),
-            **beam_kwargs(args),
+            decoding_options(args),
         )
     except (ValueError, FileNotFoundError) as err:
         sys.exit(f"error: {err}")

@@ -11,6 +11,9 @@ from hf_vanilla.model.decoding import (
     FROM_CHECKPOINT,
     FROM_PAPER,
     FROM_SAMPLING,
+    DecodingOptions,
+    decoding_report,
+    describe_resolved,
     resolve_decoding,
 )
 
@@ -23,22 +26,22 @@ def saved(directory, **values) -> GenerationConfig:
 
 @pytest.mark.parametrize("bare", [None, GenerationConfig()])
 def test_a_bare_generation_config_leaves_everything_to_the_paper(bare):
-    decoding = resolve_decoding(bare)
+    decoding, sources = resolve_decoding(bare)
     assert (decoding.num_beams, decoding.length_penalty, decoding.max_new_tokens) == (4, 0.6, None)
-    assert set(decoding.sources) == {"num_beams", "length_penalty", "max_new_tokens"}
-    assert set(decoding.sources.values()) == {FROM_PAPER}
-    assert decoding.describe() == (
+    assert set(sources) == {"num_beams", "length_penalty", "max_new_tokens"}
+    assert set(sources.values()) == {FROM_PAPER}
+    assert describe_resolved(decoding, sources) == (
         "num_beams 4 (paper), length_penalty 0.6 (paper), max_new_tokens source length + 50 (paper)"
     )
 
 
 def test_the_checkpoints_saved_values_come_before_the_papers_and_given_ones_before_both(tmp_path):
     checkpoint = saved(tmp_path, num_beams=2, length_penalty=1.0, max_new_tokens=9)
-    decoding = resolve_decoding(checkpoint)
+    decoding, sources = resolve_decoding(checkpoint)
     assert decoding.generate_kwargs() == {"num_beams": 2, "length_penalty": 1.0, "max_new_tokens": 9}
-    assert set(decoding.sources.values()) == {FROM_CHECKPOINT}
-    decoding = resolve_decoding(checkpoint, {"num_beams": 5, "length_penalty": None, "max_new_tokens": 3})
-    assert decoding.report() == {
+    assert set(sources.values()) == {FROM_CHECKPOINT}
+    given = DecodingOptions(num_beams=5, length_penalty=None, max_new_tokens=3)
+    assert decoding_report(*resolve_decoding(checkpoint, given)) == {
         "num_beams": 5,
         "length_penalty": 1.0,
         "max_new_tokens": 3,
@@ -51,9 +54,8 @@ def test_the_checkpoints_saved_values_come_before_the_papers_and_given_ones_befo
 
 
 def test_each_value_falls_back_on_its_own(tmp_path):
-    decoding = resolve_decoding(saved(tmp_path, num_beams=6), {"max_new_tokens": 7})
+    decoding, sources = resolve_decoding(saved(tmp_path, num_beams=6), DecodingOptions(max_new_tokens=7))
     assert decoding.generate_kwargs() == {"num_beams": 6, "length_penalty": 0.6, "max_new_tokens": 7}
-    sources = decoding.sources
     assert (sources["num_beams"], sources["length_penalty"], sources["max_new_tokens"]) == (
         FROM_CHECKPOINT,
         FROM_PAPER,
@@ -65,28 +67,33 @@ def test_each_value_falls_back_on_its_own(tmp_path):
     "checkpoint, given",
     [
         ({"num_beams": 1}, {}),  # greedy saved (selection's choice)
-        ({"num_beams": 4, "length_penalty": 0.6}, {"num_beams": 1, "length_penalty": 2.0}),  # greedy asked for
+        (
+            {"num_beams": 4, "length_penalty": 0.6},
+            {"num_beams": 1, "length_penalty": 2.0},
+        ),  # greedy asked for
         ({}, {"do_sample": True}),  # sampling draws one hypothesis
     ],
 )
 def test_greedy_search_takes_no_length_penalty_whoever_set_one(tmp_path, checkpoint, given):
-    decoding = resolve_decoding(saved(tmp_path, **checkpoint), given)
+    decoding, sources = resolve_decoding(saved(tmp_path, **checkpoint), DecodingOptions().replace(**given))
     assert (decoding.num_beams, decoding.length_penalty) == (1, None)
-    assert "length_penalty" not in decoding.generate_kwargs() and "length_penalty" not in decoding.sources
-    assert "no length_penalty (greedy)" in decoding.describe()
+    assert "length_penalty" not in decoding.generate_kwargs() and "length_penalty" not in sources
+    assert "no length_penalty (greedy)" in describe_resolved(decoding, sources)
 
 
 def test_a_greedy_checkpoint_asked_for_beams_takes_the_papers_length_penalty(tmp_path):
-    decoding = resolve_decoding(saved(tmp_path, num_beams=1), {"num_beams": 3})
+    decoding, sources = resolve_decoding(saved(tmp_path, num_beams=1), DecodingOptions(num_beams=3))
     assert (decoding.num_beams, decoding.length_penalty) == (3, 0.6)
-    assert decoding.sources["length_penalty"] == FROM_PAPER
+    assert sources["length_penalty"] == FROM_PAPER
 
 
 def test_sampling_without_a_beam_size_draws_with_one(tmp_path):
-    assert resolve_decoding(None, {"do_sample": True}).sources["num_beams"] == FROM_SAMPLING
-    assert resolve_decoding(saved(tmp_path, num_beams=2), {"do_sample": True}).num_beams == 2
+    sampling = DecodingOptions().replace(do_sample=True)
+    assert resolve_decoding(None, sampling)[1]["num_beams"] == FROM_SAMPLING
+    assert resolve_decoding(saved(tmp_path, num_beams=2), sampling)[0].num_beams == 2
 
 
 def test_resolved_values_replace_the_settings_they_resolve():
     settings = {"num_beams": 1, "length_penalty": 0.6, "cache_implementation": "static"}
-    assert resolve_decoding(None, settings).applied_to(settings) == {"num_beams": 1, "cache_implementation": "static"}
+    resolved, _ = resolve_decoding(None, DecodingOptions().replace(**settings))
+    assert resolved.settings() == {"num_beams": 1, "cache_implementation": "static"}

@@ -7,6 +7,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from hf_vanilla.data.corpus import load_translation_split
 from hf_vanilla.evaluation.scoring import Runtime, TranslationData
+from hf_vanilla.model.decoding import DecodingOptions
 from hf_vanilla.research.distillation import PROVENANCE_FILE, SavedTranslations, Teachers, distill_dataset
 from hf_vanilla.training.train import train
 from hf_vanilla.translation.decoding import translate_sentences
@@ -14,6 +15,7 @@ from hf_vanilla.translation.engines import TransformersEngine
 
 TRANSLATE = TransformersEngine.translate  # the engine's own, which the counting stand-in calls
 GREEDY = {"num_beams": 1, "max_new_tokens": 8}  # untrained teachers: short outputs keep the tests quick
+OPTIONS = DecodingOptions(**GREEDY)
 QUIET = Runtime(show_progress=False)
 
 
@@ -37,13 +39,13 @@ def original(tiny_dataset):
 def distilled(tiny_model_dir, tiny_dataset, tmp_path_factory):
     output_dir = tmp_path_factory.mktemp("distilled") / "de-en"
     provenance = distill_dataset(
-        pairs_of(tiny_dataset), output_dir, Teachers([tiny_model_dir]), QUIET, **GREEDY
+        pairs_of(tiny_dataset), output_dir, Teachers([tiny_model_dir]), QUIET, options=OPTIONS
     )
     return output_dir, provenance
 
 
 def translated(teacher, sentences):
-    return translate_sentences(*teacher, sentences, show_progress=False, **GREEDY)
+    return translate_sentences(*teacher, sentences, show_progress=False, options=OPTIONS)
 
 
 def test_forward_targets_are_the_teachers_translations_of_the_sources_in_order(teacher, original, distilled):
@@ -71,7 +73,7 @@ def test_diversified_data_is_the_original_then_forward_then_backward_pairs(
         tmp_path / "diversified",
         Teachers(forward=[tiny_model_dir], backward=[tiny_model_dir], keep_original=True),
         QUIET,
-        **GREEDY,
+        options=OPTIONS,
     )
     written = load_translation_split(str(tmp_path / "diversified"), "de", "en", "train").to_dict()
     assert written["source"] == original["source"] * 2 + translated(teacher, original["target"])
@@ -92,9 +94,11 @@ def test_a_directory_that_is_not_empty_is_refused_and_kept(tiny_model_dir, tiny_
     (tmp_path / "out" / "notes.txt").write_text("mine")
     teachers = Teachers([tiny_model_dir])
     with pytest.raises(FileExistsError, match="out exists and is not empty; pass --overwrite"):
-        distill_dataset(pairs_of(tiny_dataset), tmp_path / "out", teachers, QUIET, **GREEDY)
+        distill_dataset(pairs_of(tiny_dataset), tmp_path / "out", teachers, QUIET, options=OPTIONS)
     assert [path.name for path in (tmp_path / "out").iterdir()] == ["notes.txt"]
-    distill_dataset(pairs_of(tiny_dataset), tmp_path / "out", teachers, QUIET, overwrite=True, **GREEDY)
+    distill_dataset(
+        pairs_of(tiny_dataset), tmp_path / "out", teachers, QUIET, overwrite=True, options=OPTIONS
+    )
     assert sorted(path.name for path in (tmp_path / "out").iterdir()) == [
         PROVENANCE_FILE,
         "train.jsonl",
@@ -145,7 +149,11 @@ class CountingTranslations:
 
 
 def count_translations(monkeypatch, counting: CountingTranslations) -> None:
-    monkeypatch.setattr(TransformersEngine, "translate", lambda engine, sentences, options: counting(engine, sentences, options))
+    monkeypatch.setattr(
+        TransformersEngine,
+        "translate",
+        lambda engine, sentences, options: counting(engine, sentences, options),
+    )
 
 
 def test_a_teacher_that_fails_leaves_no_directory_and_a_second_try_goes_on_where_it_stopped(
@@ -153,7 +161,7 @@ def test_a_teacher_that_fails_leaves_no_directory_and_a_second_try_goes_on_where
 ):
     def distill(output_dir):
         teachers, saved = Teachers([tiny_model_dir]), SavedTranslations(chunk_size=150)
-        distill_dataset(pairs_of(tiny_dataset), output_dir, teachers, QUIET, saved, **GREEDY)
+        distill_dataset(pairs_of(tiny_dataset), output_dir, teachers, QUIET, saved, options=OPTIONS)
 
     failing = CountingTranslations(fail_after=2)
     count_translations(monkeypatch, failing)
@@ -179,40 +187,50 @@ def test_the_other_directions_diversification_reads_the_translations_it_shares(
     count_translations(monkeypatch, counting)
     saved = SavedTranslations(tmp_path / "translations")
     forward = Teachers(forward=[tiny_model_dir])
-    distill_dataset(pairs_of(tiny_dataset), tmp_path / "de-en", forward, QUIET, saved, **GREEDY)
+    distill_dataset(pairs_of(tiny_dataset), tmp_path / "de-en", forward, QUIET, saved, options=OPTIONS)
     # en->de's backward model translates the German side, as de->en's forward model did: nothing to decode
     backward = Teachers(backward=[tiny_model_dir])
-    distill_dataset(pairs_of(tiny_dataset, "en", "de"), tmp_path / "en-de", backward, QUIET, saved, **GREEDY)
+    distill_dataset(
+        pairs_of(tiny_dataset, "en", "de"), tmp_path / "en-de", backward, QUIET, saved, options=OPTIONS
+    )
     assert counting.sentences == 400 and (tmp_path / "translations").is_dir()
     de_en = load_translation_split(str(tmp_path / "de-en"), "de", "en", "train").to_dict()
     en_de = load_translation_split(str(tmp_path / "en-de"), "en", "de", "train").to_dict()
     assert en_de == {"source": de_en["target"], "target": de_en["source"]}
     # other settings are other translations
     distill_dataset(
-        pairs_of(tiny_dataset), tmp_path / "beam-2", forward, QUIET, saved, **GREEDY | {"num_beams": 2}
+        pairs_of(tiny_dataset),
+        tmp_path / "beam-2",
+        forward,
+        QUIET,
+        saved,
+        options=OPTIONS.replace(num_beams=2),
     )
     assert counting.sentences == 800
 
 
 def test_damaged_saved_translations_are_named(tiny_model_dir, tiny_dataset, tmp_path):
     options = (Teachers([tiny_model_dir]), QUIET, SavedTranslations(tmp_path / "saved"))
-    distill_dataset(pairs_of(tiny_dataset), tmp_path / "out", *options, **GREEDY)
+    distill_dataset(pairs_of(tiny_dataset), tmp_path / "out", *options, options=OPTIONS)
     (translations,) = (tmp_path / "saved").glob("*.txt")
     translations.write_text("cut short\n")
     with pytest.raises(ValueError, match=rf"{translations.name} holds 1 translations, not 400: remove it"):
-        distill_dataset(pairs_of(tiny_dataset), tmp_path / "again", *options, **GREEDY)
+        distill_dataset(pairs_of(tiny_dataset), tmp_path / "again", *options, options=OPTIONS)
     assert not (tmp_path / "again").exists()
 
 
-def test_translations_saved_by_an_earlier_version_are_named_in_one_line(tiny_model_dir, tiny_dataset, tmp_path):
+def test_translations_saved_by_an_earlier_version_are_named_in_one_line(
+    tiny_model_dir, tiny_dataset, tmp_path
+):
     options = (Teachers([tiny_model_dir]), QUIET, SavedTranslations(tmp_path / "saved"))
-    distill_dataset(pairs_of(tiny_dataset), tmp_path / "out", *options, **GREEDY)
+    distill_dataset(pairs_of(tiny_dataset), tmp_path / "out", *options, options=OPTIONS)
     (translations,) = (tmp_path / "saved").glob("*.txt")
     translations.unlink()
     (tmp_path / "saved" / translations.stem).mkdir()  # the earlier layout: a directory of chunk-NNNNN.txt
-    with pytest.raises(ValueError, match=rf"{translations.stem} holds translations saved by an earlier version: "):
-        distill_dataset(pairs_of(tiny_dataset), tmp_path / "again", *options, **GREEDY)
-
+    with pytest.raises(
+        ValueError, match=rf"{translations.stem} holds translations saved by an earlier version: "
+    ):
+        distill_dataset(pairs_of(tiny_dataset), tmp_path / "again", *options, options=OPTIONS)
 
 
 def test_a_training_sentence_with_a_line_break_is_named_before_any_decoding(
@@ -222,14 +240,17 @@ def test_a_training_sentence_with_a_line_break_is_named_before_any_decoding(
     rows = [{"translation": {"de": source, "en": "a cat"}} for source in ("eine katze", "zwei\nkatzen")]
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "train.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
-    with pytest.raises(ValueError, match="training sentence 2 holds a line break: make each sentence one line"):
+    with pytest.raises(
+        ValueError, match="training sentence 2 holds a line break: make each sentence one line"
+    ):
         distill_dataset(pairs_of(str(tmp_path / "data")), tmp_path / "out", Teachers([tiny_model_dir]), QUIET)
     assert not (tmp_path / "out").exists()
 
+
 def run_distill_script(model_dir, dataset, output_dir, *options):
     return run_script(
-        "research/distill.py", "--forward", model_dir, "--dataset", dataset, *DE_EN, "--output-dir", output_dir,
-        "--device", "cpu", *options,
+        "research/distill.py", "--forward", model_dir, "--dataset", dataset, *DE_EN,
+        "--output-dir", output_dir, "--device", "cpu", *options,
     )  # fmt: skip
 
 

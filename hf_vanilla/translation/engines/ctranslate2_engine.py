@@ -52,12 +52,13 @@ from hf_vanilla.data.tokenization import check_tokenizer_matches_model
 from hf_vanilla.extras import require
 from hf_vanilla.files import atomic_directory, refuse_existing
 from hf_vanilla.model.configuration_vanilla import VanillaTransformerConfig
-from hf_vanilla.model.decoding import max_source_tokens, paper_max_new_tokens
+from hf_vanilla.model.decoding import max_source_tokens, paper_max_new_tokens, resolve_decoding
 from hf_vanilla.model.modeling_vanilla import sinusoidal_positions
 from hf_vanilla.translation.decoding import (
     DEFAULT_DECODING,
     BatchLogitsProcessors,
     DecodingOptions,
+    detokenize,
     encoded_batches,
 )
 from hf_vanilla.translation.engines.base import (
@@ -344,18 +345,21 @@ class CTranslate2Engine:
     def translate_encoded(
         self, batch: Sequence[Sequence[int]], options: DecodingOptions = DEFAULT_DECODING
     ) -> list[list[int]]:
-        options = options.resolved(self.generation)
+        options, _ = resolve_decoding(self.generation, options)
         hypotheses = self._translate_batch(batch, options, self.translate_keywords(options, nbest=False))
         return [best for [(best, _)] in hypotheses]
 
     def detokenize(
         self, output_ids: Sequence[Sequence[int]], options: DecodingOptions = DEFAULT_DECODING
     ) -> list[str]:
-        return options.detokenize(self.config, self.tokenizer, output_ids)
+        return detokenize(self.config, self.tokenizer, output_ids, options)
 
     def describe(self) -> dict[str, str]:
-        translator = self.translator
-        return {"engine": CTRANSLATE2, "device": translator.device, "precision": translator.compute_type}
+        return {
+            "engine": CTRANSLATE2,
+            "device": self.translator.device,
+            "precision": self.translator.compute_type,
+        }
 
     def _decode(
         self,
@@ -368,13 +372,15 @@ class CTranslate2Engine:
         score 0, as `translate_nbest` scores them), in order, decoded with the options `generate` would
         resolve."""
         if logits_processors is not None:
-            why = "logits processors mix other scores in"
-            raise ValueError(missing_ability(CTRANSLATE2, LOGITS_PROCESSORS, why))
-        options = options.resolved(self.generation)
+            raise ValueError(
+                missing_ability(CTRANSLATE2, LOGITS_PROCESSORS, "logits processors mix other scores in")
+            )
+        options, _ = resolve_decoding(self.generation, options)
         keywords = self.translate_keywords(options, nbest)
         results = [[("", 0.0)] for _ in sources]
-        chunk_tokens = CHUNK_BATCHES * options.max_tokens
-        chunks = encoded_batches(self.tokenizer, self.config, sources, options, chunk_tokens)
+        chunks = encoded_batches(
+            self.tokenizer, self.config, sources, options, CHUNK_BATCHES * options.max_tokens
+        )
         for indices, chunk_ids in chunks:
             hypotheses = self._translate_batch(chunk_ids, options, keywords)
             texts = iter(self.detokenize([ids for sentence in hypotheses for ids, _ in sentence], options))
@@ -406,8 +412,9 @@ class CTranslate2Engine:
         if beam_size > 1 and keywords["length_penalty"] == 0:
             hypotheses, again = {}, list(everything)
         else:
-            every_hypothesis = {**keywords, "num_hypotheses": beam_size}
-            hypotheses = self._decode_at(batch_ids, everything, longest, every_hypothesis)
+            hypotheses = self._decode_at(
+                batch_ids, everything, longest, {**keywords, "num_hypotheses": beam_size}
+            )
             again = [
                 position
                 for position in everything
@@ -452,7 +459,7 @@ class CTranslate2Engine:
         }
 
     def translate_keywords(self, options: DecodingOptions, nbest: bool) -> dict[str, Any]:
-        """`translate_batch`'s keywords for resolved `options` (`DecodingOptions.resolved`); a ValueError
+        """`translate_batch`'s keywords for resolved `options` (`resolve_decoding`); a ValueError
         naming what CTranslate2 cannot do as `generate` does, before anything is decoded."""
         if options.cache_implementation is not None:
             raise ValueError(

@@ -1,5 +1,5 @@
-"""Decoding through transformers' `generate`: the reference engine, with every ability (attention, n-best scores,
-sampling, logits processors)."""
+"""Decoding through transformers' `generate`: the reference engine, with every ability (attention, n-best
+scores, sampling, logits processors)."""
 
 from __future__ import annotations
 
@@ -12,12 +12,13 @@ import torch
 from transformers import PreTrainedConfig, PreTrainedModel, PreTrainedTokenizerBase
 
 from hf_vanilla.checkpoints.loading import load_model_and_tokenizer
-from hf_vanilla.model.decoding import max_source_tokens
+from hf_vanilla.model.decoding import max_source_tokens, resolve_decoding
 from hf_vanilla.translation.attention import SentenceAttentions, teacher_forced_attentions
 from hf_vanilla.translation.decoding import (
     DEFAULT_DECODING,
     BatchLogitsProcessors,
     DecodingOptions,
+    detokenize,
     evaluation_mode,
     generate_batch,
     translate_nbest,
@@ -59,8 +60,10 @@ class TransformersEngine:
         options: DecodingOptions = DEFAULT_DECODING,
         logits_processors: BatchLogitsProcessors | None = None,
     ) -> list[list[tuple[str, float]]]:
-        options = options.resolved(self.model.generation_config)
-        return translate_nbest(self.model, self.tokenizer, sources, options.num_beams, options, logits_processors)
+        options, _ = resolve_decoding(self.model.generation_config, options)
+        return translate_nbest(
+            self.model, self.tokenizer, sources, options.num_beams, options, logits_processors
+        )
 
     @property
     def config(self) -> PreTrainedConfig:
@@ -80,14 +83,14 @@ class TransformersEngine:
     def translate_encoded(
         self, batch: Sequence[Sequence[int]], options: DecodingOptions = DEFAULT_DECODING
     ) -> list[list[int]]:
-        options = options.resolved(self.model.generation_config)
+        options, _ = resolve_decoding(self.model.generation_config, options)
         with evaluation_mode(self.model):
             return generate_batch(self.model, self.tokenizer, batch, options).tolist()
 
     def detokenize(
         self, output_ids: Sequence[Sequence[int]], options: DecodingOptions = DEFAULT_DECODING
     ) -> list[str]:
-        return options.detokenize(self.model.config, self.tokenizer, output_ids)
+        return detokenize(self.model.config, self.tokenizer, output_ids, options)
 
     def describe(self) -> dict[str, str]:
         dtype = str(self.model.dtype).removeprefix("torch.")
@@ -104,11 +107,16 @@ class TransformersEngine:
         return teacher_forced_attentions(self.model, self.tokenizer, list(source_ids), output_ids, text)
 
 
-def load_transformers_engine(model_name_or_path: str | os.PathLike, settings: EngineSettings) -> TransformersEngine:
-    """`generate` over the model as `load_model_and_tokenizer` loads it, on `settings.threads` CPU threads if set."""
+def load_transformers_engine(
+    model_name_or_path: str | os.PathLike, settings: EngineSettings
+) -> TransformersEngine:
+    """`generate` over the model as `load_model_and_tokenizer` loads it, on `settings.threads` CPU threads if
+    set."""
     if settings.threads:
         torch.set_num_threads(settings.threads)
-    engine = TransformersEngine(*load_model_and_tokenizer(model_name_or_path, settings.device, settings.dtype))
+    engine = TransformersEngine(
+        *load_model_and_tokenizer(model_name_or_path, settings.device, settings.dtype)
+    )
     if engine.model.device.type == "cpu":
         logger.info("transformers engine: %d threads (--threads)", torch.get_num_threads())
     return engine
