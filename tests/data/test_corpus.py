@@ -1,5 +1,5 @@
-"""A corpus as parallel data ships: every form loads the same pairs, trains and scores, and every bad input is one
-line naming the file, the line and the fix."""
+"""A corpus as parallel data ships: every form loads the same pairs, trains and scores, and every bad input is
+one line naming the file, the line and the fix."""
 
 import bz2
 import csv
@@ -58,7 +58,9 @@ def write_csv(path: Path) -> str:
 
 def write_jsonl(path: Path, translation_column: bool = True, compress=None) -> str:
     rows = [
-        {"translation": dict(zip(LANGS, pair, strict=True))} if translation_column else dict(zip(LANGS, pair, strict=True))
+        {"translation": dict(zip(LANGS, pair, strict=True))}
+        if translation_column
+        else dict(zip(LANGS, pair, strict=True))
         for pair in english_pairs()
     ]
     text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
@@ -67,9 +69,8 @@ def write_jsonl(path: Path, translation_column: bool = True, compress=None) -> s
 
 
 def write_parquet(path: Path) -> str:
-    datasets.Dataset.from_dict({lang: [pair[i] for pair in english_pairs()] for i, lang in enumerate(LANGS)}).to_parquet(
-        str(path)
-    )
+    columns = {lang: [pair[i] for pair in english_pairs()] for i, lang in enumerate(LANGS)}
+    datasets.Dataset.from_dict(columns).to_parquet(str(path))
     return str(path)
 
 
@@ -107,7 +108,8 @@ def test_files_name_their_splits_beside_or_instead_of_a_folder(tmp_path, corpus_
     beside = f"{corpus_path} test={test_file}"
     assert parse_dataset(beside)[0] == corpus_path
     assert split_names(beside) == ["train", "validation", "test"]
-    with pytest.raises(CorpusError, match=r"Language 'xx' not in dataset .*available languages: \['de', 'en'\]"):
+    missing_language = r"Language 'xx' not in dataset .*available languages: \['de', 'en'\]"
+    with pytest.raises(CorpusError, match=missing_language):
         load_translation_split(beside, "en", "xx", "validation")
 
 
@@ -153,8 +155,12 @@ def _not_utf8(d):
 BAD_INPUTS = {
     "missing file": (lambda d: str(d / "nothing.tsv"), ("en", "xx"), r"nothing.tsv: no such file"),
     "line counts differ": (_unequal, ("en", "xx"), r"corpus.en has 120 lines and .*corpus.xx 119"),
-    "language not in the files": (write_text_pair, ("en", "cs"), r"corpus.cs: no such file, .*'cs'.*corpus.en"),
-    "TSV line too short": (_short_tsv_line, ("en", "xx"), r"corpus.tsv line 7 has 1 tab-separated fields, not 2"),
+    "language not in the files": (
+        write_text_pair, ("en", "cs"), r"corpus.cs: no such file, .*'cs'.*corpus.en"
+    ),
+    "TSV line too short": (
+        _short_tsv_line, ("en", "xx"), r"corpus.tsv line 7 has 1 tab-separated fields, not 2"
+    ),
     "headerless line too short": (_long_tsv_line, ("en", "xx"), r"t.tsv line 4 has 1 .*, not at least 4"),
     "not UTF-8": (_not_utf8, ("en", "xx"), r"corpus.xx line 10 is not UTF-8 \(byte 0xe9"),
     "column that does not exist": (
@@ -169,7 +175,8 @@ BAD_INPUTS = {
     ),
     "bad column numbers": (lambda d: write_tsv(d / "c.tsv") + "#en=three", ("en", "xx"), r"counted from 1"),
     "JSON line broken": (
-        lambda d: (d / "c.jsonl").write_text('{"translation": {"en": "a", "xx": "b"}}\n{"en": \n') and str(d / "c.jsonl"),
+        lambda d: (d / "c.jsonl").write_text('{"translation": {"en": "a", "xx": "b"}}\n{"en": \n')
+        and str(d / "c.jsonl"),
         ("en", "xx"),
         r"c.jsonl line 2 is not valid JSON",
     ),
@@ -203,7 +210,9 @@ def test_one_file_trains_with_held_out_validation_and_test_and_scores(form, tmp_
     )
     train(config)
     heldout = run / HELDOUT_DIR
-    validation, test = (load_translation_split(str(heldout), "en", "xx", split) for split in ("validation", "test"))
+    validation, test = (
+        load_translation_split(str(heldout), "en", "xx", split) for split in ("validation", "test")
+    )
     assert len(validation) == len(test) == 10
     assert set(validation["source"]).isdisjoint(test["source"])
     assert json.loads((tmp_path / "bpe" / "learned_from.json").read_text())["languages"] == ["en", "xx"]
@@ -225,7 +234,9 @@ def test_held_out_pairs_never_train(tmp_path):
 
     repeated = english_pairs() + english_pairs()[:30]
     location = write_text_pair(tmp_path, pairs=repeated)
-    config = tiny_config(location, str(tmp_path / "bpe"), tmp_path / "run", source_lang="en", target_lang="xx")
+    config = tiny_config(
+        location, str(tmp_path / "bpe"), tmp_path / "run", source_lang="en", target_lang="xx"
+    )
     kept, heldout = training_pairs(config)
     held = set(heldout["validation"]["source"]) | set(heldout["test"]["source"])
     assert held and held.isdisjoint(kept["source"])
