@@ -65,7 +65,8 @@ def test_each_value_falls_back_on_its_own(tmp_path):
     "checkpoint, given",
     [
         ({"num_beams": 1}, {}),  # greedy saved (selection's choice)
-        ({"num_beams": 4, "length_penalty": 0.6}, {"num_beams": 1, "length_penalty": 2.0}),  # greedy asked for
+        # Greedy asked for.
+        ({"num_beams": 4, "length_penalty": 0.6}, {"num_beams": 1, "length_penalty": 2.0}),
         ({}, {"do_sample": True}),  # sampling draws one hypothesis
     ],
 )
@@ -89,4 +90,5 @@ def test_sampling_without_a_beam_size_draws_with_one(tmp_path):
 
 def test_resolved_values_replace_the_settings_they_resolve():
     settings = {"num_beams": 1, "length_penalty": 0.6, "cache_implementation": "static"}
-    assert resolve_decoding(None, settings).applied_to(settings) == {"num_beams": 1, "cache_implementation": "static"}
+    applied = resolve_decoding(None, settings).applied_to(settings)
+    assert applied == {"num_beams": 1, "cache_implementation": "static"}
