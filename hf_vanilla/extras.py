@@ -16,7 +16,8 @@ def require(module: str, extra: str) -> ModuleType:
     """`module` imported, or MissingExtra: "matplotlib is not installed: pip install 'hf_vanilla[plot]'"."""
     package = module.partition(".")[0]
     try:
-        # The package first: a submodule imported earlier is found in sys.modules even where the package is gone.
+        # The package first: a submodule imported earlier is found in sys.modules even
+        # where the package is gone.
         importlib.import_module(package)
         return importlib.import_module(module)
     except ImportError as err:

@@ -1,4 +1,5 @@
-"""Atomic writes, the one way this package writes files: a crash leaves the old file or the new one, never half.
+"""Atomic writes, the one way this package writes files:
+a crash leaves the old file or the new one, never half.
 
 Each writer works on a temporary sibling, which is renamed over the target only when the writing succeeded:
 `atomic_file` (any writer's file), `write_text_atomic`, `write_json` (reports and records), `atomic_directory`
@@ -41,7 +42,8 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
 
 
 def write_json(path: str | os.PathLike, data) -> Path:
-    """Write `data` to `path` atomically as JSON that people read too: indented, non-ASCII kept, a final newline."""
+    """Write `data` to `path` atomically as JSON that people read too: indented,
+    non-ASCII kept, a final newline."""
     return write_text_atomic(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
 
 
@@ -51,9 +53,12 @@ def refuse_existing(path: str | os.PathLike, overwrite: bool) -> None:
         raise FileExistsError(f"{path} exists; pass overwrite=True (--overwrite) to replace it")
 
 
-def publish_directory(staging: str | os.PathLike, final: str | os.PathLike, keep_existing: bool = False) -> Path:
-    """Move the complete directory `staging` to `final`, replacing what was there (with `keep_existing`, a `final`
-    that exists stays, and `staging` is left to its owner: another writer published the same content first).
+def publish_directory(
+    staging: str | os.PathLike, final: str | os.PathLike, keep_existing: bool = False
+) -> Path:
+    """Move the complete directory `staging` to `final`, replacing what was there (with `keep_existing`, a
+    `final` that exists stays, and `staging` is left to its owner: another writer published the same content
+    first).
 
     A crash leaves either the old `final`, or (between the two renames) no `final` and the old one
     under a dot-name: never a `final` that is half-written.
@@ -79,8 +84,8 @@ def publish_directory(staging: str | os.PathLike, final: str | os.PathLike, keep
 
 @contextlib.contextmanager
 def atomic_directory(output_dir: str | os.PathLike, keep_existing: bool = False) -> Iterator[Path]:
-    """Yield a private staging directory that replaces `output_dir` only when the block ends without error (with
-    `keep_existing`, one that exists by then stays: `publish_directory`)."""
+    """Yield a private staging directory that replaces `output_dir` only when the block ends without error
+    (with `keep_existing`, one that exists by then stays: `publish_directory`)."""
     output_dir = Path(output_dir)
     output_dir.parent.mkdir(parents=True, exist_ok=True)
     # Under STAGING_PREFIX, so that a run directory's clean-up finds what a crash left here.

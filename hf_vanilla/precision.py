@@ -1,5 +1,5 @@
-"""The device and precision to train and decode in, chosen from what the hardware has and runs fastest, never
-assumed.
+"""The device and precision to train and decode in,
+chosen from what the hardware has and runs fastest, never assumed.
 
 CPUs differ: one with only AVX2 multiplies bf16 matrices far slower than fp32, and even the bf16 instructions
 do not settle it: with AVX512-BF16 and no AMX, one CPU runs bf16 faster and another slower (measured:
@@ -18,8 +18,8 @@ import torch
 logger = logging.getLogger(__name__)
 
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
-# Autocast's casts take back part of a faster matmul: on the EPYC a 4.1x matmul made a 2.2x training step, on the
-# Xeon 0.52x made 0.68x, so bf16 has to multiply well ahead of fp32 to pay.
+# Autocast's casts take back part of a faster matmul (docs/speed.md, "Precision on a CPU"), so bf16 has to
+# multiply well ahead of fp32 to pay.
 CPU_BF16_MIN_SPEEDUP = 1.5
 
 # accelerate's mixed_precision names and the dtype each stands for.
@@ -112,9 +112,10 @@ def cpu_description() -> dict[str, object]:
 def cpu_has_native_bf16() -> bool:
     """Whether this CPU multiplies bf16 matrices natively (AVX512-BF16 or AMX) through oneDNN.
 
-    oneDNN's own check honours ONEDNN_MAX_CPU_ISA, so `ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2`
-    makes a bf16 machine behave, and be detected, as an AVX2-only one. Give such a run a TORCHINDUCTOR_CACHE_DIR of
-    its own: inductor's cache does not tell the two apart, and a compiled step reusing the AVX512 build crashed.
+    oneDNN's own check honours ONEDNN_MAX_CPU_ISA, so `ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2` makes
+    a bf16 machine behave, and be detected, as an AVX2-only one. Give such a run a TORCHINDUCTOR_CACHE_DIR of
+    its own: inductor's cache does not tell the two apart, and a compiled step reusing the AVX512 build
+    crashed.
     """
     instructions = _guarded(lambda: torch.cpu._is_avx512_bf16_supported()) or _guarded(
         lambda: torch.cpu._is_amx_tile_supported()
@@ -125,7 +126,8 @@ def cpu_has_native_bf16() -> bool:
 def cpu_bf16_matmul_speedup() -> float | None:
     """bf16 matmul FLOP/s over fp32's on this CPU at the current thread count (None without native bf16).
 
-    Measured once a thread count (~0.2 s, 1024-wide matrices): the instructions alone do not say which is faster.
+    Measured once a thread count (~0.2 s, 1024-wide matrices): the instructions alone do not say which is
+    faster.
     """
     if not cpu_has_native_bf16():
         return None  # emulated bf16 is far slower, and probing it would take seconds
@@ -136,13 +138,15 @@ def cpu_bf16_matmul_speedup() -> float | None:
 def _measured_bf16_speedup(threads: int) -> float:
     del threads  # the cache key: the speed is the current thread count's
     flops = {
-        dtype: matmul_peak_flops(dtype, seconds=0.02, repeats=3, size=1024) for dtype in (torch.float32, torch.bfloat16)
+        dtype: matmul_peak_flops(dtype, seconds=0.02, repeats=3, size=1024)
+        for dtype in (torch.float32, torch.bfloat16)
     }
     return round(flops[torch.bfloat16] / flops[torch.float32], 2)
 
 
 def cpu_bf16_pays(given: bool | None = None) -> tuple[bool, str]:
-    """Whether bf16 autocast speeds this CPU up, and why: as `given`, else measured (the rule of `auto_precision`)."""
+    """Whether bf16 autocast speeds this CPU up, and why: as `given`, else measured
+    (the rule of `auto_precision`)."""
     if given is not None:
         return given, f"the CPU runs bf16 {'faster' if given else 'slower'} (given)"
     speedup = cpu_bf16_matmul_speedup()
@@ -159,9 +163,11 @@ def cpu_bf16_pays(given: bool | None = None) -> tuple[bool, str]:
     )
 
 
-def auto_precision(device_type: str, cuda_bf16: bool | None = None, cpu_bf16: bool | None = None) -> Precision:
-    """The fastest precision `device_type` ("cpu", "cuda", ...) runs natively; the probes can be given (`cpu_bf16`:
-    whether bf16 pays on this CPU)."""
+def auto_precision(
+    device_type: str, cuda_bf16: bool | None = None, cpu_bf16: bool | None = None
+) -> Precision:
+    """The fastest precision `device_type` ("cpu", "cuda", ...) runs natively; the probes can be given
+    (`cpu_bf16`: whether bf16 pays on this CPU)."""
     if device_type == "cuda":
         if cuda_bf16 is None:
             cuda_bf16 = torch.cuda.is_bf16_supported()
@@ -201,7 +207,10 @@ def resolve_precision(
         choices = ["auto", *MIXED_PRECISION_DTYPES, *DTYPE_NAMES]
         raise ValueError(f"unknown precision {requested!r}; choose one of {', '.join(choices)}")
     if name != "no" and device_type == "cpu":
-        pays, reason = (False, "CPUs have no native fp16 matmuls") if name == "fp16" else cpu_bf16_pays(cpu_bf16)
+        if name == "fp16":
+            pays, reason = False, "CPUs have no native fp16 matmuls"
+        else:
+            pays, reason = cpu_bf16_pays(cpu_bf16)
         if not pays:
             logger.warning(
                 "precision %s was asked for on a CPU (%s) where it runs slower than float32: %s (use auto or "

@@ -1,4 +1,5 @@
-"""Average the weights of the last N numbered checkpoints of a run into one model directory (paper section 6.1)."""
+"""Average the weights of the last N numbered checkpoints of a run into one model
+directory (paper section 6.1)."""
 
 import sys
 from pathlib import Path
@@ -29,9 +30,8 @@ def main() -> None:
         checkpoints = average_run_checkpoints(run, args.last, target=args.output)
     except TrainingError as err:
         sys.exit(f"error: {err}")
-    print(
-        f"averaged {', '.join(path.name for path in checkpoints)} into {args.output or run / 'checkpoint_average'}"
-    )
+    averaged = ", ".join(path.name for path in checkpoints)
+    print(f"averaged {averaged} into {args.output or run / 'checkpoint_average'}")
 
 
 if __name__ == "__main__":

@@ -1,10 +1,11 @@
 """Prepare a training run's data once, before training: the tokenizer, then the cleaned, tokenized corpus.
 
-Reads the same config as scripts/train.py (its flags are the keys that decide the data) and writes what its run
-would prepare before the first update into datasets' cache (HF_DATASETS_CACHE), which that run, every process of
-it and every later run then read. On several nodes without a shared file system, run it on each node, or let the
-training run do it: each node's first process prepares while the others wait. The tokenizer, when missing, is trained first (on a random sample
-with --tokenizer-sample-pairs, which also says how long the whole corpus would take).
+Reads the same config as scripts/train.py (its flags are the keys that decide the data) and writes what its
+run would prepare before the first update into datasets' cache (HF_DATASETS_CACHE), which that run, every
+process of it and every later run then read. On several nodes without a shared file system, run it on each
+node, or let the training run do it: each node's first process prepares while the others wait. The tokenizer,
+when missing, is trained first (on a random sample with --tokenizer-sample-pairs, which also says how long the
+whole corpus would take).
 
     python scripts/prepare_data.py --config configs/wmt14-en-de-base.yaml
     python scripts/prepare_data.py --config configs/wmt14-en-de-base.yaml --tokenizer-sample-pairs 1000000
@@ -43,8 +44,9 @@ def main() -> None:
     print(json.dumps(report, indent=2))
     print(
         f"prepared {report['train_pairs']:,} training pairs ({report['train_source_tokens']:,} source and "
-        f"{report['train_target_tokens']:,} target tokens) and {report['validation_pairs']:,} validation pairs "
-        f"in {report['seconds']:.0f} s; cached in {report['cache_directory']}"
+        f"{report['train_target_tokens']:,} target tokens) "
+        f"and {report['validation_pairs']:,} validation pairs in {report['seconds']:.0f} s; "
+        f"cached in {report['cache_directory']}"
     )
 
 

@@ -1,9 +1,11 @@
-"""Train a hf_vanilla translation model with the paper's recipe; runs under `accelerate launch` or plain python.
+"""Train a hf_vanilla translation model with the paper's recipe;
+runs under `accelerate launch` or plain python.
 
 Every TrainingConfig key is a flag (`--max-tokens 4096`); flags override the keys of `--config FILE`.
 Examples:
     python scripts/train.py --config configs/multi30k-small.yaml
-    python scripts/train.py --config configs/multi30k-small.yaml --source-lang en --target-lang de --output-dir outputs/multi30k-small-en-de
+    python scripts/train.py --config configs/multi30k-small.yaml --source-lang en --target-lang de \
+        --output-dir outputs/multi30k-small-en-de
     python scripts/train.py --config configs/multi30k-small.yaml --resume       # after a stop or a crash
     accelerate launch --multi_gpu --num_processes 8 scripts/train.py --config configs/wmt14-en-de-base.yaml
 """
@@ -51,7 +53,9 @@ def main() -> None:
     except TrainingError as err:
         sys.exit(f"error: {err}")
     except KeyboardInterrupt:  # before the first update or after the last: no update was under way
-        sys.exit("interrupted (Ctrl-C) outside the update loop; checkpoints in the output directory are whole")
+        sys.exit(
+            "interrupted (Ctrl-C) outside the update loop; checkpoints in the output directory are whole"
+        )
 
 
 if __name__ == "__main__":

@@ -4,8 +4,9 @@ Shows its progress; --tokenizer-sample-pairs N learns from a random N pairs and 
 would take.
 The folder records the languages and data it learned from; a training run of another pair refuses it.
 
-    python scripts/train_tokenizer.py --dataset wmt/wmt14 --dataset-config de-en --source-lang en --target-lang de \
-        --vocab-size 37000 --tokenizer-sample-pairs 1000000 --output-dir outputs/wmt14-en-de-bpe37k
+    python scripts/train_tokenizer.py --dataset wmt/wmt14 --dataset-config de-en \
+        --source-lang en --target-lang de --vocab-size 37000 --tokenizer-sample-pairs 1000000 \
+        --output-dir outputs/wmt14-en-de-bpe37k
 """
 
 import sys

@@ -54,16 +54,18 @@ def corpus_path(tmp_path_factory) -> str:
 
 @pytest.fixture(autouse=True)
 def fresh_accelerator_state():
-    """Each test starts with no Accelerator, as a new process does: `train` fixes the process-wide precision,
-    which on a CPU with native bf16 (where `auto` picks bf16) a later run of another precision may not change."""
+    """Each test starts with no Accelerator, as a new process does: `train` fixes the process-wide
+    precision, which on a CPU with native bf16 (where `auto` picks bf16) a later run of another
+    precision may not change."""
     yield
     AcceleratorState._reset_state(reset_partial_state=True)
 
 
 def run_script(script: str, *args, stdin: str = "", check: bool = False) -> subprocess.CompletedProcess:
-    """`python scripts/SCRIPT ARGS` run in this process, without a new process's ~8 s of imports: its exit status
-    and what it wrote to stdout and stderr, log records included, as `subprocess.run(..., text=True)` returns
-    them. The tests of what only a new process shows (imports, signals, several processes) start one."""
+    """`python scripts/SCRIPT ARGS` run in this process, without a new process's ~8 s of imports:
+    its exit status and what it wrote to stdout and stderr, log records included, as
+    `subprocess.run(..., text=True)` returns them. The tests of what only a new process shows
+    (imports, signals, several processes) start one."""
     argv = [str(SCRIPTS / script), *map(str, args)]
     stdout, stderr = io.StringIO(), io.StringIO()
     root, threads = logging.getLogger(), torch.get_num_threads()
@@ -88,7 +90,12 @@ def run_script(script: str, *args, stdin: str = "", check: bool = False) -> subp
 def run_in_session(command: list[str], environment: dict, timeout: int = 300) -> subprocess.CompletedProcess:
     """`command` in a session of its own, killed whole if it overruns."""
     process = subprocess.Popen(
-        command, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+        command,
+        env=environment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
     )
     try:
         stdout, stderr = process.communicate(timeout=timeout)
@@ -116,7 +123,10 @@ def _exit_status(run, stderr) -> int:
 
 def pytest_configure(config):
     """The marks transformers' own tests (test_transformers_common.py) use, which its conftest.py declares."""
-    for mark in ("accelerate_tests", "torch_compile_test", "flash_attn_test", "flash_attn_3_test", "flash_attn_4_test"):
+    marks = (
+        "accelerate_tests", "torch_compile_test", "flash_attn_test", "flash_attn_3_test", "flash_attn_4_test"
+    )
+    for mark in marks:
         config.addinivalue_line("markers", f"{mark}: a mark of transformers' model tests")
 
 
@@ -150,7 +160,8 @@ def tiny_model_dir(corpus_path, tmp_path_factory) -> Path:
 
 @pytest.fixture
 def tiny_model_copy(tiny_model_dir, tmp_path) -> Path:
-    """A copy of the tiny model that a test may change: selection writes its choice into the chosen checkpoint."""
+    """A copy of the tiny model that a test may change:
+    selection writes its choice into the chosen checkpoint."""
     return Path(shutil.copytree(tiny_model_dir, tmp_path / "checkpoint"))
 
 
@@ -162,8 +173,8 @@ def with_truncated_weights(model_dir: Path, destination: Path) -> Path:
 
 
 def with_another_vocabulary_of_the_same_size(model_dir: Path, destination: Path) -> Path:
-    """A copy of `model_dir` whose tokenizer swaps the ids of its last two tokens (ordinary merges): same
-    size, same special ids."""
+    """A copy of `model_dir` whose tokenizer swaps the ids of its last two tokens (ordinary merges):
+    same size, same special ids."""
     shutil.copytree(model_dir, destination)
     path = destination / "tokenizer.json"
     data = json.loads(path.read_text())
@@ -280,16 +291,18 @@ TINY_LANGUAGE_MODEL = {"n_layer": 1, "n_embd": 32, "n_head": 2, "n_positions": 6
 
 @pytest.fixture(scope="session")
 def language_model_dir(corpus_path, tiny_model_dir, tmp_path_factory) -> Path:
-    """A tiny English language model over the tiny model's tokenizer, trained on the synthetic training targets.
-    In float32, as the training tests train: transformers' Trainer sets accelerate's process-wide precision, which
-    a later Accelerator in the same process cannot change."""
+    """A tiny English language model over the tiny model's tokenizer, trained on the synthetic training
+    targets. In float32, as the training tests train: transformers' Trainer sets accelerate's process-wide
+    precision, which a later Accelerator in the same process cannot change."""
     directory = tmp_path_factory.mktemp("language-model") / "en"
     pairs = load_translation_split(corpus_path, "de", "en", "train")
     train_language_model(
         pairs["target"],
         AutoTokenizer.from_pretrained(tiny_model_dir),
         directory,
-        settings=LanguageModelTraining(epochs=1, batch_size=16, precision="no", device="cpu", show_progress=False),
+        settings=LanguageModelTraining(
+            epochs=1, batch_size=16, precision="no", device="cpu", show_progress=False
+        ),
         **TINY_LANGUAGE_MODEL,
     )
     return directory

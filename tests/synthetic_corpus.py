@@ -81,7 +81,10 @@ def sentence_pair(subject, verb, adjective, obj, place, ending) -> tuple[str, st
     gender, german_noun, english_noun = obj
     article, adjective_ending = ARTICLE_AND_ENDING[gender]
     english_article = "an" if adjective[1][0] in "aeiou" else "a"
-    german = f"{subject[0]} {verb[0]} {article} {adjective[0]}{adjective_ending} {german_noun}{place[0]}{ending[0]}."
+    german = (
+        f"{subject[0]} {verb[0]} {article} {adjective[0]}{adjective_ending} "
+        f"{german_noun}{place[0]}{ending[0]}."
+    )
     english = f"{subject[1]} {verb[1]} {english_article} {adjective[1]} {english_noun}{place[1]}{ending[1]}."
     return german, english
 

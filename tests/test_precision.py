@@ -1,5 +1,5 @@
-"""The precision rule: bf16 where the hardware runs it natively and faster, fp16 on a CUDA device without bf16,
-fp32 else."""
+"""The precision rule: bf16 where the hardware runs it natively and faster,
+fp16 on a CUDA device without bf16, fp32 else."""
 
 import logging
 
@@ -84,5 +84,7 @@ def test_bf16_is_chosen_by_its_measured_speed_not_by_the_instructions_alone(monk
         assert chosen.mixed_precision == expected
         assert f"ran {speedup:.2f}x fp32's" in chosen.reason
     monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: False)
-    monkeypatch.setattr(precision, "_measured_bf16_speedup", lambda threads: pytest.fail("probed emulated bf16"))
+    monkeypatch.setattr(
+        precision, "_measured_bf16_speedup", lambda threads: pytest.fail("probed emulated bf16")
+    )
     assert auto_precision("cpu").mixed_precision == "no" and "no native bf16" in auto_precision("cpu").reason

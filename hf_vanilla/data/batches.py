@@ -1,4 +1,5 @@
-"""Parallel text: clean and tokenize it, batch it by tokens (paper section 5.1). `hf_vanilla.data.corpus` loads it."""
+"""Parallel text: clean and tokenize it, batch it by tokens
+(paper section 5.1). `hf_vanilla.data.corpus` loads it."""
 
 from __future__ import annotations
 
@@ -24,10 +25,11 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class CleaningRules:
-    """Moses clean-corpus-n's rules for the pairs a run learns and validates on, counted in the tokenizer's tokens
-    (as fairseq's prepare-wmt14en2de.sh and Marian clean after segmentation), so that they hold for scripts written
-    without spaces, where a whole sentence is one "word": a pair is dropped when either side is empty, either side
-    has more than `max_tokens` tokens, or one side more than `max_length_ratio` times the tokens of the other."""
+    """Moses clean-corpus-n's rules for the pairs a run learns and validates on, counted in the tokenizer's
+    tokens (as fairseq's prepare-wmt14en2de.sh and Marian clean after segmentation), so that they hold for
+    scripts written without spaces, where a whole sentence is one "word": a pair is dropped when either side
+    is empty, either side has more than `max_tokens` tokens, or one side more than `max_length_ratio` times
+    the tokens of the other."""
 
     max_tokens: int = 250
     max_length_ratio: float = 9.0
@@ -42,12 +44,12 @@ def clean_and_tokenize(
     num_proc: int | None = None,
     keep_text: bool = True,
 ) -> tuple[datasets.Dataset, Counter]:
-    """`pairs` with white space normalized, tokenized into `input_ids` (source) and `labels` (target, its words
-    reversed with `reverse_target`: a right-to-left model's), and cleaned by `rules`. `source` and `target` stay, in
-    reading order, unless `keep_text` is False (the training split, whose text nothing reads again: its cache then
-    holds token ids alone). Returns the kept pairs and the number dropped for each reason ("empty", "too_long",
-    "length_ratio"), which is also logged, the pairs called `name`. Test splits are not cleaned: their references
-    have to stay complete."""
+    """`pairs` with white space normalized, tokenized into `input_ids` (source) and `labels` (target, its
+    words reversed with `reverse_target`: a right-to-left model's), and cleaned by `rules`. `source` and
+    `target` stay, in reading order, unless `keep_text` is False (the training split, whose text nothing reads
+    again: its cache then holds token ids alone). Returns the kept pairs and the number dropped for each
+    reason ("empty", "too_long", "length_ratio"), which is also logged, the pairs called `name`. Test splits
+    are not cleaned: their references have to stay complete."""
 
     def normalize_tokenize_judge(batch):
         sources = [" ".join(text.split()) for text in batch["source"]]
@@ -79,7 +81,8 @@ def clean_and_tokenize(
         num_proc=num_proc,
     )
     logger.info(
-        "Cleaning kept %d of %d %s; dropped %d empty, %d over %d tokens, %d with length ratio over %g (in tokens)",
+        "Cleaning kept %d of %d %s; dropped %d empty, %d over %d tokens, "
+        "%d with length ratio over %g (in tokens)",
         len(kept),
         len(pairs),
         name,
@@ -207,9 +210,9 @@ def shape_bucket_lengths(longest: int) -> list[int]:
 
 
 class ShapeBucketBatchSampler:
-    """TokenBatchSampler's contract (every example once an epoch, disjoint equal shares per replica, `set_epoch`)
-    with batches of a few fixed shapes, for a GPU whose update costs the same whatever its size and which then
-    sees a few repeated shapes.
+    """TokenBatchSampler's contract (every example once an epoch, disjoint equal shares per replica,
+    `set_epoch`) with batches of a few fixed shapes, for a GPU whose update costs the same whatever its size
+    and which then sees a few repeated shapes.
 
     Each example goes to the smallest bucket (`shape_bucket_lengths`) holding its longer side; a batch of
     bucket L holds `rows_for(L)` examples of that bucket, which `BatchCollator` pads to exactly that many
@@ -218,7 +221,13 @@ class ShapeBucketBatchSampler:
     """
 
     def __init__(
-        self, lengths, max_tokens: int, shuffle: bool = True, seed: int = 0, num_replicas: int = 1, rank: int = 0
+        self,
+        lengths,
+        max_tokens: int,
+        shuffle: bool = True,
+        seed: int = 0,
+        num_replicas: int = 1,
+        rank: int = 0,
     ):
         if not 0 <= rank < num_replicas:
             raise ValueError(f"rank {rank} is outside [0, {num_replicas})")
@@ -226,7 +235,8 @@ class ShapeBucketBatchSampler:
         self.bucket_lengths = shape_bucket_lengths(int(longest.max()))
         self.example_buckets = np.searchsorted(self.bucket_lengths, longest)
         self.max_tokens = max_tokens
-        self.shuffle, self.seed, self.num_replicas, self.rank, self.epoch = shuffle, seed, num_replicas, rank, 0
+        self.shuffle, self.seed, self.epoch = shuffle, seed, 0
+        self.num_replicas, self.rank = num_replicas, rank
         batches = sum(-(-count // self.rows_for(length)) for length, count in self._bucket_sizes())
         self._batch_count = -(-batches // num_replicas) * num_replicas
 
@@ -239,7 +249,9 @@ class ShapeBucketBatchSampler:
 
     def _bucket_sizes(self) -> list[tuple[int, int]]:
         counts = np.bincount(self.example_buckets, minlength=len(self.bucket_lengths))
-        return [(length, int(count)) for length, count in zip(self.bucket_lengths, counts, strict=True) if count]
+        return [
+            (length, int(count)) for length, count in zip(self.bucket_lengths, counts, strict=True) if count
+        ]
 
     @property
     def shapes(self) -> list[tuple[int, int]]:
@@ -268,8 +280,9 @@ class ShapeBucketBatchSampler:
 
 
 class TokenizedRows(torch.utils.data.Dataset):
-    """A tokenized dataset's `input_ids` and `labels` for a DataLoader with a batch sampler: each batch is read
-    in one go (`__getitems__`) as an Arrow table, which `BatchCollator` pads without a Python list per row."""
+    """A tokenized dataset's `input_ids` and `labels` for a DataLoader with a batch sampler: each
+    batch is read in one go (`__getitems__`) as an Arrow table, which `BatchCollator` pads without
+    a Python list per row."""
 
     def __init__(self, tokenized: datasets.Dataset):
         self.rows = tokenized.with_format("arrow", columns=["input_ids", "labels"])
@@ -283,13 +296,14 @@ class TokenizedRows(torch.utils.data.Dataset):
 
 @dataclass(frozen=True)
 class BatchCollator:
-    """Pads a batch of `TokenizedRows` into int64 tensors `input_ids`, `attention_mask` and `labels` (padded with
-    -100, which the loss ignores), and `decoder_input_ids` (the labels shifted right) when
-    `decoder_start_token_id` is given: the batch transformers' DataCollatorForSeq2Seq makes, padded with numpy.
+    """Pads a batch of `TokenizedRows` into int64 tensors `input_ids`, `attention_mask` and `labels` (padded
+    with -100, which the loss ignores), and `decoder_input_ids` (the labels shifted right) when
+    `decoder_start_token_id` is given: the batch transformers' DataCollatorForSeq2Seq makes, padded with
+    numpy.
 
-    Source and target are padded to their longest example; with `shape_sampler`, both to the bucket length L of
-    the batch and to `rows_for(L)` rows, the rows beyond the examples filler (one end-of-sentence source token,
-    no label), so that every batch has one of the sampler's few shapes.
+    Source and target are padded to their longest example; with `shape_sampler`, both to the bucket length L
+    of the batch and to `rows_for(L)` rows, the rows beyond the examples filler (one end-of-sentence source
+    token, no label), so that every batch has one of the sampler's few shapes.
     """
 
     pad_token_id: int
@@ -328,7 +342,8 @@ class BatchCollator:
 def _padded(
     column: pa.ChunkedArray, lengths: np.ndarray, rows: int, length: int, pad: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(`rows` x `length` int64 array of the lists in `column`, right-padded with `pad`; mask of the real tokens)."""
+    """(`rows` x `length` int64 array of the lists in `column`, right-padded with `pad`;
+    mask of the real tokens)."""
     real = np.zeros((rows, length), dtype=bool)
     real[: len(lengths)] = np.arange(length) < lengths[:, None]
     padded = np.full((rows, length), pad, dtype=np.int64)

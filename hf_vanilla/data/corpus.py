@@ -1,19 +1,22 @@
-"""Parallel corpora in the forms they ship in, one loader for every script: a split as `source` / `target` columns.
+"""Parallel corpora in the forms they ship in, one loader for every script:
+a split as `source` / `target` columns.
 
-A dataset is named by one string (`--dataset`, a config's `dataset`), of one or more items separated by spaces:
+A dataset is named by one string (`--dataset`, a config's `dataset`), of one or more items separated by
+spaces:
 
-- a Hub id or a local folder of split files (`bentrevett/multi30k`, `wmt/wmt14` with a config, `data/multi30k`);
+- a Hub id or a local folder of split files (`bentrevett/multi30k`, `wmt/wmt14` with a config,
+  `data/multi30k`);
 - a file: JSON lines, JSON, CSV, TSV or Parquet, with a `translation` column or a column per language
-  (`corpus.tsv`, `train.jsonl.gz`). A TSV or CSV without a header names its language columns after `#`, counted
-  from 1: `tatoeba.tsv#en=3,fr=4` (Tatoeba's `lang lang source target` lines);
+  (`corpus.tsv`, `train.jsonl.gz`). A TSV or CSV without a header names its language columns after `#`,
+  counted from 1: `tatoeba.tsv#en=3,fr=4` (Tatoeba's `lang lang source target` lines);
 - two aligned plain-text files, one sentence a line, as a pattern with `{lang}` (`corpus.{lang}` for corpus.en
   and corpus.fr: what OPUS and Moses ship).
 
 A file or pattern alone is the training split; `SPLIT=FILE` names the split it holds (`validation=dev.{lang}
-test=test.tsv`), beside a Hub id or folder or instead of one. Compressed files (.gz, .bz2, .xz, .zst) are read as
-they are. Everything is read by `datasets`' builders (text, json, csv, parquet) into its Arrow cache, so a corpus
-of millions of lines is memory-mapped and read once. A problem is a `CorpusError` of one line that names the file
-and line, and the fix where there is one.
+test=test.tsv`), beside a Hub id or folder or instead of one. Compressed files (.gz, .bz2, .xz, .zst) are read
+as they are. Everything is read by `datasets`' builders (text, json, csv, parquet) into its Arrow cache, so a
+corpus of millions of lines is memory-mapped and read once. A problem is a `CorpusError` of one line that
+names the file and line, and the fix where there is one.
 """
 
 from __future__ import annotations
@@ -65,7 +68,8 @@ class DataFile:
         if not columns:
             return cls(path)
         try:
-            pairs = tuple((lang, int(number)) for lang, number in (item.split("=") for item in columns.split(",")))
+            items = (item.split("=") for item in columns.split(","))
+            pairs = tuple((lang, int(number)) for lang, number in items)
         except ValueError:
             raise CorpusError(
                 f"{text}: after '#' name each language's column, counted from 1, e.g. {path}#en=3,fr=4"
@@ -94,8 +98,8 @@ class DataFile:
             return _load_text_pair(self.path, source_lang, target_lang)
         if not self.builder:
             raise CorpusError(
-                f"{self.path}: not a file form that is read ({', '.join(FILE_BUILDERS)}, or two text files as a "
-                f"pattern such as {_suggested_pattern(self.path)})"
+                f"{self.path}: not a file form that is read ({', '.join(FILE_BUILDERS)}, "
+                f"or two text files as a pattern such as {_suggested_pattern(self.path)})"
             )
         _require_file(self.path)
         if self.columns and self.builder not in ("csv", "tsv"):
@@ -105,7 +109,8 @@ class DataFile:
 
 
 def dataset_spec(value: str | Sequence[str] | Mapping[str, str]) -> str:
-    """The one string that names a dataset, from a config's string or mapping ({split: file}) or a flag's words."""
+    """The one string that names a dataset, from a config's string or mapping
+    ({split: file}) or a flag's words."""
     if isinstance(value, str):
         return value
     items = [f"{split}={path}" for split, path in value.items()] if isinstance(value, Mapping) else value
@@ -121,12 +126,15 @@ def parse_dataset(spec: str) -> tuple[str | None, dict[str, DataFile]]:
         if not separator or "/" in split or "{" in split:
             split, location = "", item
         file = DataFile.parse(location)
-        if split or file.builder or Path(location).is_file():  # a file or text-pair pattern, not a Hub id or folder
+        # A file or text-pair pattern, not a Hub id or folder.
+        if split or file.builder or Path(location).is_file():
             files[split or TRAIN_SPLIT] = file
         elif base is None:
             base = location
         else:
-            raise CorpusError(f"dataset {spec!r} names two datasets ({base}, {location}); name files as SPLIT=FILE")
+            raise CorpusError(
+                f"dataset {spec!r} names two datasets ({base}, {location}); name files as SPLIT=FILE"
+            )
     return base, files
 
 
@@ -163,14 +171,15 @@ def _hub_splits(dataset: str, config_name: str | None) -> datasets.DatasetDict:
         return _load_dataset_quietly(dataset, config_name)
     except (FileNotFoundError, ConnectionError) as err:
         raise CorpusError(
-            f"dataset {dataset!r} (config {config_name!r}) is no local path and could not be loaded from the Hub "
-            f"({err}); check the name and your connection, or give a local copy instead (--dataset PATH: "
-            f"{ACCEPTED_FORMS})"
+            f"dataset {dataset!r} (config {config_name!r}) is no local path "
+            f"and could not be loaded from the Hub ({err}); check the name and your connection, "
+            f"or give a local copy instead (--dataset PATH: {ACCEPTED_FORMS})"
         ) from err
     except (ValueError, DatasetGenerationError) as err:
         if str(err).startswith("BuilderConfig"):  # "BuilderConfig 'xx' not found. Available: [...]"
             raise CorpusError(
-                f"dataset {dataset!r} has no config {config_name!r} ({err}); pass one of those as the dataset config"
+                f"dataset {dataset!r} has no config {config_name!r} ({err}); "
+                "pass one of those as the dataset config"
             ) from err
         raise CorpusError(_first_unreadable_line_of_folder(dataset, config_name) or str(err)) from err
 
@@ -188,9 +197,9 @@ def _load_dataset_quietly(dataset: str, config_name: str | None, **kwargs) -> da
 
 
 def _build(path: str, builder: str, columns: tuple[tuple[str, int], ...]) -> datasets.Dataset:
-    """The file's rows through its datasets builder; a TSV through the text builder, split on tabs by Arrow (MT's
-    TSVs are never quoted, and a line with the wrong number of fields must be named, which pandas does not do
-    for a short one)."""
+    """The file's rows through its datasets builder; a TSV through the text builder, split on tabs by Arrow
+    (MT's TSVs are never quoted, and a line with the wrong number of fields must be named, which pandas does
+    not do for a short one)."""
     options: dict = {}
     if builder == "csv":
         # Every field a string as written: no "NA" read as missing, no "1990" read as a number.
@@ -219,7 +228,9 @@ def _read(path: str, builder: str, **options) -> datasets.Dataset:
     return _load_dataset_quietly(builder, None, data_files={TRAIN_SPLIT: path}, **options)[TRAIN_SPLIT]
 
 
-def _tsv_columns(lines: datasets.Dataset, path: str, columns: tuple[tuple[str, int], ...]) -> datasets.Dataset:
+def _tsv_columns(
+    lines: datasets.Dataset, path: str, columns: tuple[tuple[str, int], ...]
+) -> datasets.Dataset:
     """A TSV's lines (the text builder's `text` column) as one string column per language: those numbered in
     `columns`, or else every column named by the header line."""
     header = None
@@ -240,12 +251,17 @@ def _tsv_columns(lines: datasets.Dataset, path: str, columns: tuple[tuple[str, i
         if len(wrong):
             expected = fields or f"at least {needed}"
             raise CorpusError(
-                f"{path} line {indices[wrong[0]] + first_line} has {counts[wrong[0]]} tab-separated fields, not {expected}"
+                f"{path} line {indices[wrong[0]] + first_line} has {counts[wrong[0]]} tab-separated fields, "
+                f"not {expected}"
             )
         return {lang: pc.list_element(split, number - 1).to_pylist() for lang, number in columns}
 
     return lines.map(
-        split_fields, batched=True, with_indices=True, remove_columns=["text"], desc=f"Reading {Path(path).name}"
+        split_fields,
+        batched=True,
+        with_indices=True,
+        remove_columns=["text"],
+        desc=f"Reading {Path(path).name}",
     )
 
 
@@ -255,9 +271,8 @@ def _load_text_pair(pattern: str, source_lang: str, target_lang: str) -> dataset
     for lang in (source_lang, target_lang):
         path = pattern.replace(LANGUAGE_PLACEHOLDER, lang)
         if not Path(path).is_file():
-            present = sorted(
-                found.name for found in Path(path).parent.glob(Path(pattern).name.replace(LANGUAGE_PLACEHOLDER, "*"))
-            )
+            any_language = Path(pattern).name.replace(LANGUAGE_PLACEHOLDER, "*")
+            present = sorted(found.name for found in Path(path).parent.glob(any_language))
             raise CorpusError(
                 f"{path}: no such file, so language {lang!r} is not in {pattern}"
                 + (f" (there are {', '.join(present)})" if present else "")
@@ -266,8 +281,8 @@ def _load_text_pair(pattern: str, source_lang: str, target_lang: str) -> dataset
     (source_path, source), (target_path, target) = sides[source_lang], sides[target_lang]
     if len(source) != len(target):
         raise CorpusError(
-            f"{source_path} has {len(source):,} lines and {target_path} {len(target):,}: aligned files must have "
-            "one line for each pair"
+            f"{source_path} has {len(source):,} lines and {target_path} {len(target):,}: "
+            "aligned files must have one line for each pair"
         )
     return datasets.concatenate_datasets(
         [source.rename_column("text", "source"), target.rename_column("text", "target")], axis=1
@@ -277,10 +292,12 @@ def _load_text_pair(pattern: str, source_lang: str, target_lang: str) -> dataset
 def _language_pair(
     pairs: datasets.Dataset, source_lang: str, target_lang: str, where: str, config_name: str | None = None
 ) -> datasets.Dataset:
-    """`pairs` (a `translation` column or one per language) as `source` and `target`, checked to be UTF-8 text."""
+    """`pairs` (a `translation` column or one per language) as `source` and `target`,
+    checked to be UTF-8 text."""
     language_columns = _language_columns(pairs)
+    languages = (source_lang, target_lang)
     # One line without a language makes datasets read the whole `translation` column as untyped JSON.
-    unreadable = not language_columns and _first_unreadable_line(where, config_name, (source_lang, target_lang))
+    unreadable = not language_columns and _first_unreadable_line(where, config_name, languages)
     if unreadable:
         raise CorpusError(unreadable)
     for lang in (source_lang, target_lang):
@@ -298,7 +315,7 @@ def _language_pair(
         pairs.data.table.validate(full=True)
     except pa.ArrowInvalid as err:
         raise CorpusError(
-            _first_unreadable_line(where, config_name, (source_lang, target_lang)) or f"dataset {where!r}: {err}"
+            _first_unreadable_line(where, config_name, languages) or f"dataset {where!r}: {err}"
         ) from err
     return pairs
 
@@ -307,9 +324,8 @@ def _language_columns(pairs: datasets.Dataset) -> dict[str, str]:
     """Map each language code to its column in `pairs.flatten()`."""
     if TRANSLATION_COLUMN in pairs.column_names:
         prefix = f"{TRANSLATION_COLUMN}."
-        return {
-            name.removeprefix(prefix): name for name in pairs.flatten().column_names if name.startswith(prefix)
-        }
+        names = pairs.flatten().column_names
+        return {name.removeprefix(prefix): name for name in names if name.startswith(prefix)}
     return {
         name: name
         for name, feature in pairs.features.items()
@@ -328,8 +344,9 @@ def _suggested_pattern(path: str) -> str:
 
 
 def raw_lines(path: str) -> Iterator[bytes]:
-    """The raw lines of a file, line ends kept, decompressed by its suffix as datasets decompresses it; a
-    compression whose library is missing (zstandard for .zst) is a CorpusError, not compressed bytes read raw."""
+    """The raw lines of a file, line ends kept, decompressed by its suffix as datasets decompresses
+    it; a compression whose library is missing (zstandard for .zst) is a CorpusError, not
+    compressed bytes read raw."""
     suffix = Path(path).suffix
     if suffix in COMPRESSION_SUFFIXES and fsspec.utils.infer_compression(path) is None:
         raise CorpusError(f"{path}: reading {suffix} files needs a library: pip install zstandard")
@@ -352,7 +369,8 @@ def _first_non_utf8_line(path: str) -> str | None:
 
 
 def _first_unreadable_line(where: str, config_name: str | None, languages: Sequence[str]) -> str | None:
-    """The first JSON line of `where` (a file, or a folder's JSON-lines files) that gives no pair of `languages`."""
+    """The first JSON line of `where` (a file, or a folder's JSON-lines files) that gives
+    no pair of `languages`."""
     if Path(where).is_file():
         return _first_unreadable_json_line(where, languages)
     return _first_unreadable_line_of_folder(where, config_name, languages)
@@ -361,8 +379,9 @@ def _first_unreadable_line(where: str, config_name: str | None, languages: Seque
 def _first_unreadable_line_of_folder(
     dataset: str, config_name: str | None, languages: Sequence[str] = ()
 ) -> str | None:
-    """The first line of a local dataset's JSON-lines files that is no UTF-8 JSON object with a text for each
-    of `languages`, as "FILE line N ...", or None when there is none (or the dataset is no local JSON lines)."""
+    """The first line of a local dataset's JSON-lines files that is no UTF-8 JSON object with a
+    text for each of `languages`, as "FILE line N ...", or None when there is none (or the dataset
+    is no local JSON lines)."""
     if not Path(dataset).is_dir():
         return None
     builder = datasets.load_dataset_builder(dataset, config_name)

@@ -76,15 +76,16 @@ def train_tokenizer(
 
 
 def _reported(texts: Iterable[str], length: int | None) -> Iterator[str]:
-    """`texts` with a progress bar of those read, then a log line: the BPE counts words as it reads, then merges."""
+    """`texts` with a progress bar of those read, then a log line:
+    the BPE counts words as it reads, then merges."""
     yield from tqdm(texts, total=length, desc="BPE: counting words", unit=" texts", mininterval=10)
     logger.info("BPE: words counted; learning the merges (no progress shown)")
 
 
 def check_tokenizer_languages(directory: str | os.PathLike, source_lang: str, target_lang: str) -> None:
-    """Raise a ValueError of one line when the tokenizer in `directory` learned from another language pair than
-    `source_lang` and `target_lang` (either direction: the vocabulary is joint); a tokenizer that records none
-    (saved before it was recorded, or by other tools) is taken with a warning."""
+    """Raise a ValueError of one line when the tokenizer in `directory` learned from another language pair
+    than `source_lang` and `target_lang` (either direction: the vocabulary is joint); a tokenizer that records
+    none (saved before it was recorded, or by other tools) is taken with a warning."""
     record = Path(directory) / LEARNED_FROM_FILE
     if not record.is_file():
         logger.warning(
@@ -104,7 +105,8 @@ def check_tokenizer_languages(directory: str | os.PathLike, source_lang: str, ta
         )
 
 
-# Pairs read from Arrow at a time while the BPE counts words: the texts never sit in memory as one Python list.
+# Pairs read from Arrow at a time while the BPE counts words:
+# the texts never sit in memory as one Python list.
 _TEXT_BATCH = 10_000
 
 

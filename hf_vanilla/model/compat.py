@@ -18,8 +18,8 @@ CACHE_NAME = "cache" if "cache" in inspect.signature(create_causal_mask).paramet
 def takes_cache_by_either_name(forward: Callable) -> Callable:
     """A forward that takes `cache`, also under the older name `past_key_values`.
 
-    Where `cache` is transformers' name, the older one warns as transformers' own models do (until 5.40); where
-    `past_key_values` still is (before 5.24), it is what `generate` passes, so it is taken silently.
+    Where `cache` is transformers' name, the older one warns as transformers' own models do (until 5.40);
+    where `past_key_values` still is (before 5.24), it is what `generate` passes, so it is taken silently.
     """
     if CACHE_NAME == "cache":
         return deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")(forward)

@@ -47,36 +47,39 @@ DROPOUT_FIELDS = (
 @strict
 class VanillaTransformerConfig(PreTrainedConfig):
     r"""
-    The paper's encoder-decoder with one embedding matrix shared by the encoder input, the decoder input and the
-    pre-softmax projection. Defaults are the base model (N=6, d_model=512, d_ff=2048, h=8, P_drop=0.1);
-    `VanillaTransformerConfig.from_preset("big")` gives table 3's big model. Label smoothing (5.4) is a training
-    setting (`hf_vanilla.training.settings.TrainingConfig.label_smoothing`); the model's own loss is plain cross-entropy.
+    The paper's encoder-decoder with one embedding matrix shared by the encoder input, the decoder input
+    and the pre-softmax projection. Defaults are the base model (N=6, d_model=512, d_ff=2048, h=8,
+    P_drop=0.1); `VanillaTransformerConfig.from_preset("big")` gives table 3's big model. Label smoothing
+    (5.4) is a training setting (`hf_vanilla.training.settings.TrainingConfig.label_smoothing`); the model's
+    own loss is plain cross-entropy.
 
     Departures from the paper are switches that are off by default:
-    - `tie_word_embeddings=False`: a pre-softmax projection of its own; the encoder and decoder inputs still share
-      one embedding matrix.
+    - `tie_word_embeddings=False`: a pre-softmax projection of its own; the encoder and decoder inputs still
+      share one embedding matrix.
     - `pre_layernorm`: LayerNorm before each sublayer (x + Sublayer(LayerNorm(x))) and after each stack, which
       trains more stably at depth (Xiong et al., 2020). The paper is post-LN: LayerNorm(x + Sublayer(x)).
-    - `attention_dropout` / `activation_dropout`: dropout on attention probabilities / after the ReLU, which the
-      paper does not describe (section 5.4 drops out sublayer outputs and embedding sums only) but small-data
-      recipes use.
-    - `layer_dropout`: LayerDrop (Fan et al., 2019), each encoder and decoder layer skipped with this probability
-      in training.
-    - `source_word_dropout` / `target_word_dropout`: each source / decoder-input token's embedding zeroed with this
-      probability in training, so the model cannot lean on any one word (Gal and Ghahramani, 2016; Sennrich et al.,
-      2016); the labels are untouched.
-    - `right_to_left`: the model was trained to write each translation's words last first (reversed target words,
-      `TrainingConfig.right_to_left`), to rerank a left-to-right model's n-best list (Sennrich et al., 2016;
-      `hf_vanilla.research.reranking`). The weights are the same; our translation helpers and pipeline put the words back in
-      reading order, and an ensemble refuses to mix the two orders.
+    - `attention_dropout` / `activation_dropout`: dropout on attention probabilities / after the ReLU, which
+      the paper does not describe (section 5.4 drops out sublayer outputs and embedding sums only) but
+      small-data recipes use.
+    - `layer_dropout`: LayerDrop (Fan et al., 2019), each encoder and decoder layer skipped with this
+      probability in training.
+    - `source_word_dropout` / `target_word_dropout`: each source / decoder-input token's embedding zeroed with
+      this probability in training, so the model cannot lean on any one word (Gal and Ghahramani, 2016;
+      Sennrich et al., 2016); the labels are untouched.
+    - `right_to_left`: the model was trained to write each translation's words last first (reversed target
+      words, `TrainingConfig.right_to_left`), to rerank a left-to-right model's n-best list (Sennrich et al.,
+      2016; `hf_vanilla.research.reranking`). The weights are the same; our translation helpers and pipeline
+      put the words back in reading order, and an ensemble refuses to mix the two orders.
 
     `tokenizer_fingerprint` records the vocabulary the model was trained with
-    (`hf_vanilla.model.decoding.tokenizer_fingerprint`, 16 hex digits); loading with our scripts or the pipeline refuses
-    a tokenizer whose vocabulary differs. None (configs saved before it was recorded): not checked.
+    (`hf_vanilla.model.decoding.tokenizer_fingerprint`, 16 hex digits); loading with our scripts or the
+    pipeline refuses a tokenizer whose vocabulary differs. None (configs saved before it was recorded): not
+    checked.
     """
 
     model_type = "vanilla_transformer"
-    keys_to_ignore_at_inference = ["cache", "past_key_values"]  # the output's cache: its name since 5.24, before
+    # The output's cache: its name since transformers 5.24, and the one before.
+    keys_to_ignore_at_inference = ["cache", "past_key_values"]
     attribute_map = {"hidden_size": "d_model", "num_hidden_layers": "encoder_layers"}
 
     vocab_size: int = 37000
@@ -95,7 +98,8 @@ class VanillaTransformerConfig(PreTrainedConfig):
     layer_norm_eps: float = 1e-6
     pre_layernorm: bool = False
     right_to_left: bool = False
-    # As PreTrainedConfig takes them: None where a token is absent, several end ids where generate stops at any.
+    # As PreTrainedConfig takes them: None where a token is absent,
+    # several end ids where generate stops at any.
     pad_token_id: int | None = 0
     bos_token_id: int | None = 1
     eos_token_id: int | list[int] | None = 2
@@ -116,7 +120,8 @@ class VanillaTransformerConfig(PreTrainedConfig):
                 raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
         if self.d_model % self.num_attention_heads:
             raise ValueError(
-                f"d_model ({self.d_model}) must be divisible by num_attention_heads ({self.num_attention_heads})"
+                f"d_model ({self.d_model}) must be divisible by "
+                f"num_attention_heads ({self.num_attention_heads})"
             )
         if self.d_model % 2:
             raise ValueError(
@@ -147,7 +152,8 @@ class VanillaTransformerConfig(PreTrainedConfig):
         task here lets `pipeline(task, model=checkpoint)` run the installed pipeline. The saved config keeps
         every entry.
         """
-        # Nothing is registered before transformers.pipelines is imported, and importing it here would be slow.
+        # Nothing is registered before transformers.pipelines is imported,
+        # and importing it here would be slow.
         pipelines = sys.modules.get("transformers.pipelines")
         registered = pipelines.PIPELINE_REGISTRY.supported_tasks if pipelines is not None else {}
         code_base = type(self).__module__.rpartition(".")[0]

@@ -1,10 +1,10 @@
 """Validation and test pairs held out of the training data when the dataset has none of its own.
 
-A user with one corpus needs both: validation to choose checkpoints on (section 6.1 chose on the development set)
-and a test set that no update saw. The pairs are drawn by seed (the same run, the same pairs), never overlap what
-trains (a training pair whose source is held out, a duplicate in the corpus, is dropped too), and are written into
-the run directory as `heldout/{split}.jsonl` in the Hub `translation` layout, which selection and evaluation read
-(`--dataset RUN/heldout`).
+A user with one corpus needs both: validation to choose checkpoints on (section 6.1 chose on the development
+set) and a test set that no update saw. The pairs are drawn by seed (the same run, the same pairs), never
+overlap what trains (a training pair whose source is held out, a duplicate in the corpus, is dropped too), and
+are written into the run directory as `heldout/{split}.jsonl` in the Hub `translation` layout, which selection
+and evaluation read (`--dataset RUN/heldout`).
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ DEFAULT_HELDOUT_PAIRS = 1000
 
 
 def heldout_size(setting: float | None, pairs: int) -> int:
-    """Pairs to hold out for one split: `setting` pairs (1 or more) or that share of `pairs` (below 1); None: 1,000
-    or a tenth of the pairs, whichever is fewer."""
+    """Pairs to hold out for one split: `setting` pairs (1 or more) or that share of `pairs` (below 1); None:
+    1,000 or a tenth of the pairs, whichever is fewer."""
     if setting is None:
         return min(DEFAULT_HELDOUT_PAIRS, pairs // 10)
     return round(setting * pairs) if setting < 1 else int(setting)
@@ -36,12 +36,14 @@ def heldout_size(setting: float | None, pairs: int) -> int:
 def hold_out(
     pairs: datasets.Dataset, splits: Sequence[str], setting: float | None, seed: int
 ) -> tuple[datasets.Dataset, dict[str, datasets.Dataset]]:
-    """(the pairs left to train on, {split: its held-out pairs}) for each of `splits`, `heldout_size` pairs each."""
+    """(the pairs left to train on, {split: its held-out pairs}) for each of `splits`,
+    `heldout_size` pairs each."""
     size = heldout_size(setting, len(pairs))
     if size < 1 or size * len(splits) >= len(pairs):
         raise TrainingError(
-            f"cannot hold out {size} pairs for each of {', '.join(splits)} from {len(pairs)} training pairs: set "
-            "holdout to a count or share that leaves pairs to train on, or give those splits as files (SPLIT=FILE)"
+            f"cannot hold out {size} pairs for each of {', '.join(splits)} from {len(pairs)} training pairs: "
+            "set holdout to a count or share that leaves pairs to train on, "
+            "or give those splits as files (SPLIT=FILE)"
         )
     parts = pairs.train_test_split(test_size=size * len(splits), shuffle=True, seed=seed)
     held, rest = parts["test"], parts["train"]
@@ -52,10 +54,12 @@ def hold_out(
         batched=True,
         desc="Dropping training pairs whose source is held out",
     )
-    heldout = {split: held.select(range(index * size, (index + 1) * size)) for index, split in enumerate(splits)}
+    heldout = {
+        split: held.select(range(index * size, (index + 1) * size)) for index, split in enumerate(splits)
+    }
     logger.info(
-        "Held out %d pairs each for %s (seed %d) from %d training pairs; %d more dropped as repeats of held-out "
-        "sources; %d left to train on",
+        "Held out %d pairs each for %s (seed %d) from %d training pairs; "
+        "%d more dropped as repeats of held-out sources; %d left to train on",
         size,
         " and ".join(splits),
         seed,
@@ -69,7 +73,8 @@ def hold_out(
 def write_heldout(
     run_dir: str | Path, heldout: Mapping[str, datasets.Dataset], source_lang: str, target_lang: str
 ) -> Path:
-    """`heldout/{split}.jsonl` in `run_dir` (one directory, written whole), in the Hub `translation` layout."""
+    """`heldout/{split}.jsonl` in `run_dir` (one directory, written whole),
+    in the Hub `translation` layout."""
     with atomic_directory(Path(run_dir) / HELDOUT_DIR) as staging:
         for split, pairs in heldout.items():
             split_pairs = zip(pairs["source"], pairs["target"], strict=True)

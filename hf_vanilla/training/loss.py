@@ -14,10 +14,12 @@ from transformers.utils import is_torchdynamo_compiling
 def label_smoothed_cross_entropy(
     logits: torch.Tensor, labels: torch.Tensor, smoothing: float, divisor: int | torch.Tensor
 ) -> torch.Tensor:
-    """5.4 label-smoothed (0: plain) cross-entropy of logits (N, V), labels (N,), -100 ignored: summed, / divisor.
+    """5.4 label-smoothed (0: plain) cross-entropy of logits (N, V), labels (N,),
+    -100 ignored: summed, / divisor.
 
     The target puts 1 - smoothing on the label and spreads `smoothing` evenly over the whole vocabulary (the
-    label included), as F.cross_entropy's label_smoothing does; it runs over the row blocks of `loss_block_rows`.
+    label included), as F.cross_entropy's label_smoothing does; it runs over the row blocks of
+    `loss_block_rows`.
     """
     rows = loss_block_rows(logits)
     total = sum(
@@ -31,8 +33,8 @@ def loss_block_rows(logits: torch.Tensor) -> int:
     """How many rows of logits (N, V) the loss over the vocabulary takes at once.
 
     On CPU, float32 blocks of 1 MiB, whose log-probabilities and gradients stay in cache (measured in
-    docs/training.md, "The loss in row blocks on a CPU"). Elsewhere, or compiled (inductor fuses it all), every
-    row at once.
+    docs/training.md, "The loss in row blocks on a CPU"). Elsewhere, or compiled (inductor fuses it all),
+    every row at once.
     """
     if logits.device.type == "cpu" and not is_torchdynamo_compiling():
         return max(1, (1 << 18) // logits.shape[-1])
@@ -60,12 +62,13 @@ def label_smoothed_loss(
         return label_smoothed_cross_entropy(logits, labels, smoothing, divisor)
     cross_entropy = label_smoothed_cross_entropy(logits, labels, smoothing, 2)
     first, second = logits.chunk(2)
-    return (cross_entropy + rdrop_alpha / 4 * symmetric_kl(first, second, labels.chunk(2)[0] != -100)) / divisor
+    kept = labels.chunk(2)[0] != -100
+    return (cross_entropy + rdrop_alpha / 4 * symmetric_kl(first, second, kept)) / divisor
 
 
 def symmetric_kl(first: torch.Tensor, second: torch.Tensor, kept: torch.Tensor) -> torch.Tensor:
-    """KL(p||q) + KL(q||p) between the predictions of logits (N, V) `first` and `second`, summed over the `kept`
-    rows (N,), in the row blocks of `loss_block_rows`."""
+    """KL(p||q) + KL(q||p) between the predictions of logits (N, V) `first` and `second`, summed over the
+    `kept` rows (N,), in the row blocks of `loss_block_rows`."""
     rows = loss_block_rows(first)
     total = 0
     for first_block, second_block, kept_block in zip(
@@ -81,7 +84,8 @@ def training_loss_function(compile_setting: str, rdrop_alpha: float = 0.0) -> tu
     """`label_smoothed_loss` (with `rdrop_alpha`) as the `compile` setting wants it, and how it runs.
 
     `yes`: torch.compile with dynamic shapes, so every batch shape shares one graph. `auto` runs eager: the
-    compiled step has not paid for its compilation where it was measured (docs/training.md, "A compiled step").
+    compiled step has not paid for its compilation where it was measured (docs/training.md, "A compiled
+    step").
     """
     loss = functools.partial(label_smoothed_loss, rdrop_alpha=rdrop_alpha)
     if compile_setting != "yes":

@@ -1,9 +1,10 @@
-"""Data preparation as a step of its own: the tokenizer, then the cleaned and tokenized corpus in datasets' cache.
+"""Data preparation as a step of its own: the tokenizer,
+then the cleaned and tokenized corpus in datasets' cache.
 
 `prepare_training_data` does what a training run does before its first update (`hf_vanilla.training.train.
-load_inputs`), with the same config and so the same cache fingerprints: a later run (every process of it, on every
-node that shares the cache) reads the prepared data instead of preparing it again. On several nodes each node's
-first process prepares while the node's other processes wait (accelerate's `local_main_process_first`).
+load_inputs`), with the same config and so the same cache fingerprints: a later run (every process of it, on
+every node that shares the cache) reads the prepared data instead of preparing it again. On several nodes each
+node's first process prepares while the node's other processes wait (accelerate's `local_main_process_first`).
 """
 
 from __future__ import annotations
@@ -23,9 +24,9 @@ from hf_vanilla.training.train import load_inputs, pairs_source, training_pairs,
 
 logger = logging.getLogger(__name__)
 
-# The TrainingConfig keys that decide what is prepared, and so scripts/prepare_data.py's flags: the data and its
-# cleaning, the tokenizer, the model's shape (its positions bound the pairs kept) and the seed that draws held-out
-# pairs. Their values must be the training run's for it to find the prepared cache.
+# The TrainingConfig keys that decide what is prepared, and so scripts/prepare_data.py's flags: the data and
+# its cleaning, the tokenizer, the model's shape (its positions bound the pairs kept) and the seed that draws
+# held-out pairs. Their values must be the training run's for it to find the prepared cache.
 PREPARATION_SETTINGS = frozenset(
     {field.name for field in dataclasses.fields(TrainingConfig) if field.metadata["group"] == "data"}
     | {"tokenizer", "tokenizer_vocab_size", "init_from", "model_preset", "model_overrides", "seed"}
@@ -45,7 +46,8 @@ def prepare_training_data(
         raise TrainingError("tokenizer is required: the directory to load it from, or to train it into")
     state = state or PartialState()
     started = time.perf_counter()
-    config = with_corpus_recipe(config)  # a tokenizer_vocab_size left auto is known before the tokenizer is trained
+    # A tokenizer_vocab_size left auto is known before the tokenizer is trained.
+    config = with_corpus_recipe(config)
     report: dict[str, Any] = {"dataset": config.dataset, "dataset_config": config.dataset_config}
     if not config.init_from and not Path(config.tokenizer).exists():
         with state.main_process_first():
@@ -62,6 +64,8 @@ def prepare_training_data(
     inputs = load_inputs(config, state)
     train_data = inputs.train_data
     source_tokens, target_tokens = (int(total) for total in example_lengths(train_data).sum(axis=0))
+    cache_files = train_data.cache_files
+    cache_directory = str(Path(cache_files[0]["filename"]).parent) if cache_files else None
     report.update(
         tokenizer=str(config.tokenizer or config.init_from),
         train_pairs=len(train_data),
@@ -70,7 +74,7 @@ def prepare_training_data(
         validation_pairs=0 if inputs.validation is None else len(inputs.validation.sources),
         heldout_pairs={split: len(pairs) for split, pairs in inputs.heldout.items()},
         cache_files=sorted({Path(file["filename"]).name for file in train_data.cache_files}),
-        cache_directory=str(Path(train_data.cache_files[0]["filename"]).parent) if train_data.cache_files else None,
+        cache_directory=cache_directory,
         seconds=round(time.perf_counter() - started, 1),
     )
     return report

@@ -1,17 +1,17 @@
-"""The recipe chosen by corpus size: one table of the settings that depend on how many training pairs a run has.
+"""The recipe chosen by corpus size: one table of the settings
+that depend on how many training pairs a run has.
 
-A small corpus wants a smaller model, a smaller batch, a higher learning rate and an earlier stop than the paper's
-4.5M pairs. A training config key set to `auto`
-(configs/your-pair.yaml) takes the value of the table's row for the run's training pairs, counted once the data
-is loaded and before a tokenizer is trained; a key with a value keeps it. The paper's and Multi30k's configs set
-every key, so the table never touches them.
+A small corpus wants a smaller model, a smaller batch, a higher learning rate and an earlier stop than the
+paper's 4.5M pairs. A training config key set to `auto` (configs/your-pair.yaml) takes the value of the
+table's row for the run's training pairs, counted once the data is loaded and before a tokenizer is trained; a
+key with a value keeps it. The paper's and Multi30k's configs set every key, so the table never touches them.
 
 The rows below 50,000 pairs were chosen by measurement (docs/research/small-corpus.md): on seeded 5,000- and
 10,000-pair subsets of Multi30k, the heavy regularisation of the low-resource literature (Sennrich and Zhang,
-2019; Araabi and Monz, 2020: dropout 0.3, word and layer dropout, label smoothing 0.2, a 2,000-token BPE) learned
-several times slower than configs/multi30k-small.yaml's recipe in the updates a CPU gives in 20-30 minutes, so
-those regularisers stay switches (0 in every row) for longer runs. The small-corpus row is that recipe with
-1,024-token batches (more updates a minute); the medium row is that recipe as it is.
+2019; Araabi and Monz, 2020: dropout 0.3, word and layer dropout, label smoothing 0.2, a 2,000-token BPE)
+learned several times slower than configs/multi30k-small.yaml's recipe in the updates a CPU gives in 20-30
+minutes, so those regularisers stay switches (0 in every row) for longer runs. The small-corpus row is that
+recipe with 1,024-token batches (more updates a minute); the medium row is that recipe as it is.
 """
 
 from __future__ import annotations
@@ -138,14 +138,16 @@ def keys_left_auto(config: TrainingConfig) -> list[str]:
 
 
 def apply_recipe(config: TrainingConfig, pairs: int) -> TrainingConfig:
-    """`config` with each key left auto taken from the row for `pairs`, and `corpus_recipe` saying what was chosen.
+    """`config` with each key left auto taken from the row for `pairs`,
+    and `corpus_recipe` saying what was chosen.
 
-    A run that cannot count validations (no validation split or save interval) gets no early stopping from the
-    table."""
+    A run that cannot count validations (no validation split or save interval) gets no early
+    stopping from the table."""
     auto = keys_left_auto(config)
     name, recipe = recipe_for(pairs)
     values = {key: getattr(recipe, key) for key in auto}
-    validates_at_saves = config.validation_split and (config.save_interval_updates or config.save_interval_minutes)
+    saves_in_run = config.save_interval_updates or config.save_interval_minutes
+    validates_at_saves = config.validation_split and saves_in_run
     if "early_stopping_patience" in values and not validates_at_saves:
         values["early_stopping_patience"] = None
     chosen = dataclasses.replace(config, **values)
@@ -153,7 +155,8 @@ def apply_recipe(config: TrainingConfig, pairs: int) -> TrainingConfig:
 
 
 def describe(config: TrainingConfig, pairs: int, name: str, auto: list[str]) -> str:
-    """One line: the corpus size, the row, the values the run trains with, and which of them the config set."""
+    """One line: the corpus size, the row, the values the run trains with,
+    and which of them the config set."""
 
     def shape(field: str):
         preset = PRESETS.get(config.model_preset, {})
@@ -161,17 +164,25 @@ def describe(config: TrainingConfig, pairs: int, name: str, auto: list[str]) -> 
 
     patience = config.early_stopping_patience
     learning_rate = "the paper's" if config.lr is None else config.lr
+    early_dropout = (
+        f" ({config.early_dropout} for the first {config.early_dropout_updates:,} updates)"
+        if config.early_dropout_updates
+        else ""
+    )
     parts = [
         f"BPE {config.tokenizer_vocab_size:,}",
-        f"d_model {shape('d_model')}, d_ff {shape('d_ff')}, {shape('encoder_layers')}+{shape('decoder_layers')} layers",
-        f"dropout {config.dropout}, attention {config.attention_dropout}, activation {config.activation_dropout}, "
+        f"d_model {shape('d_model')}, d_ff {shape('d_ff')}, "
+        f"{shape('encoder_layers')}+{shape('decoder_layers')} layers",
+        f"dropout {config.dropout}, attention {config.attention_dropout}, "
+        f"activation {config.activation_dropout}, "
         f"layer {config.layer_dropout}, source words {config.source_word_dropout}, "
-        f"target words {config.target_word_dropout}"
-        + (f" ({config.early_dropout} for the first {config.early_dropout_updates:,} updates)" if config.early_dropout_updates else ""),
+        f"target words {config.target_word_dropout}" + early_dropout,
         f"label smoothing {config.label_smoothing}",
         f"max_tokens {config.max_tokens:,}",
         f"lr {learning_rate}, warmup {config.warmup}",
-        f"early stopping after {patience} validations without improvement" if patience else "no early stopping",
+        f"early stopping after {patience} validations without improvement"
+        if patience
+        else "no early stopping",
     ]
     given = [key for key in RECIPE_KEYS if key not in auto]
     return f"{pairs:,} pairs: {name} recipe: {', '.join(parts)}" + (

@@ -1,6 +1,6 @@
-"""What changes with the update and the clock: the paper's learning rate (section 5.3) with an optional cooldown,
-and late dropout (section 5.4 with Liu et al., 2023). Pure functions of the update count and the budget spent,
-and set_dropout, which applies late dropout's rates to the model."""
+"""What changes with the update and the clock: the paper's learning rate (section 5.3) with an optional
+cooldown, and late dropout (section 5.4 with Liu et al., 2023). Pure functions of the update count and the
+budget spent, and set_dropout, which applies late dropout's rates to the model."""
 
 from __future__ import annotations
 
@@ -30,8 +30,9 @@ def peak_learning_rate(d_model: int, warmup: int, lr_scale: float = 1.0, lr: flo
 
 
 class LearningRateSchedule:
-    """The learning rate relative to its peak after `updates_done` updates: inverse_sqrt_factor, times a linear
-    cooldown to 0 over the last `cooldown` share of the budget (the training loop sets the updates and clock)."""
+    """The learning rate relative to its peak after `updates_done` updates: inverse_sqrt_factor,
+    times a linear cooldown to 0 over the last `cooldown` share of the budget (the training loop sets
+    the updates and clock)."""
 
     def __init__(self, warmup: int, cooldown: float = 0.0, total_updates: int | None = None):
         self.warmup = warmup
@@ -51,9 +52,11 @@ class LearningRateSchedule:
 
 
 def make_lr_scheduler(optimizer: torch.optim.Optimizer, schedule: LearningRateSchedule) -> LambdaLR:
-    """LambdaLR scaling the optimizer's learning rate (the peak): update s (counted from 1) uses peak * factor(s).
+    """LambdaLR scaling the optimizer's learning rate (the peak): update s (counted from 1) uses peak *
+    factor(s).
 
-    With the paper's peak and no cooldown this is lrate = lr_scale * d_model^-0.5 * min(s^-0.5, s * warmup^-1.5).
+    With the paper's peak and no cooldown this is lrate = lr_scale * d_model^-0.5 * min(s^-0.5, s *
+    warmup^-1.5).
     """
     # A plain function, not the schedule object: LambdaLR would save and restore the object's fields.
     return LambdaLR(optimizer, lambda updates_done: schedule(updates_done))
@@ -61,8 +64,8 @@ def make_lr_scheduler(optimizer: torch.optim.Optimizer, schedule: LearningRateSc
 
 @dataclass(frozen=True)
 class DropoutRates:
-    """5.4 The model's dropout probabilities: on sub-layer outputs and embeddings, on attention weights, and inside
-    the feed-forward networks."""
+    """5.4 The model's dropout probabilities: on sub-layer outputs and embeddings, on attention weights, and
+    inside the feed-forward networks."""
 
     dropout: float
     attention_dropout: float

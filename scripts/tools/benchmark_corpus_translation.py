@@ -72,9 +72,9 @@ def save_tiny_model(directory: Path, sentences: Path) -> Path:
 
 
 def translate_measured(model: Path, source: Path, output: Path, flags: list[str], threads: int) -> dict:
-    """scripts/translate.py on `source` in a process of its own: its seconds and peak resident bytes (the
-    kernel's high-water mark of that process, from os.wait4); a RuntimeError with its stderr's end if it
-    fails."""
+    """scripts/translate.py on `source` in a process of its own: its seconds and peak resident
+    bytes (the kernel's high-water mark of that process, from os.wait4); a RuntimeError with its
+    stderr's end if it fails."""
     command = [
         sys.executable, str(REPO / "scripts" / "translate.py"), str(model), "--input", str(source),
         "--output", str(output), "--device", "cpu", "--quiet", *flags,

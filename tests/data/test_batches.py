@@ -37,7 +37,8 @@ def tokenizer(validation):
 
 @pytest.fixture(scope="module")
 def tokenized_validation(validation, tokenizer):
-    return clean_and_tokenize(validation, tokenizer, CleaningRules())[0].select_columns(["input_ids", "labels"])
+    kept = clean_and_tokenize(validation, tokenizer, CleaningRules())[0]
+    return kept.select_columns(["input_ids", "labels"])
 
 
 @pytest.fixture
@@ -133,13 +134,15 @@ def test_cleaning_drops_and_counts_each_reason_in_tokens(caplog, tokenizer):
         {"source": "Zwei Katzen", "target": "Two cats"},
     ]
     assert kept["input_ids"][0] == tokenizer("Ein Hund.")["input_ids"]
-    assert f"kept 2 of 6 pairs; dropped 2 empty, 1 over {rules.max_tokens} tokens, 1 with length ratio over 9" in (
-        caplog.text
+    assert (
+        f"kept 2 of 6 pairs; dropped 2 empty, 1 over {rules.max_tokens} tokens, 1 with length ratio over 9"
+        in caplog.text
     )
 
 
 def test_cleaning_counts_tokens_so_that_a_script_without_spaces_is_kept():
-    """A Chinese sentence is one white-space "word": counted in words, its pairs fall foul of the length ratio."""
+    """A Chinese sentence is one white-space "word": counted in words,
+    its pairs fall foul of the length ratio."""
     from hf_vanilla.data.tokenization import train_tokenizer
 
     english = ["A man is riding a bicycle down the street.", "Two dogs are playing in the snow together."]
@@ -322,7 +325,9 @@ def test_shape_buckets_cover_every_example_once_in_a_few_fixed_shapes(random_len
         assert len(batch) <= samplers[0].rows_for(length)
 
 
-def test_shape_bucket_batches_pad_to_their_bucket_and_keep_padding_out_of_the_loss(tokenizer, tokenized_validation):
+def test_shape_bucket_batches_pad_to_their_bucket_and_keep_padding_out_of_the_loss(
+    tokenizer, tokenized_validation
+):
     """Every batch has its bucket's rows x length; the labelled tokens are exactly the real targets, and a
     model's summed loss over them equals the one over the same examples padded to their longest."""
     from hf_vanilla import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
@@ -363,9 +368,9 @@ def test_shape_bucket_batches_pad_to_their_bucket_and_keep_padding_out_of_the_lo
 def test_collator_makes_the_batches_of_transformers_seq2seq_collator(
     tokenizer, tokenized_validation, shape_buckets, with_model
 ):
-    """The numpy padding of Arrow rows gives, bit for bit, what DataCollatorForSeq2Seq gave on per-row lists (the
-    collation training used before): the same keys in the same order, dtypes, shapes, values, and in shape
-    buckets the same filler rows (one end-of-sentence token, no label), for random batches."""
+    """The numpy padding of Arrow rows gives, bit for bit, what DataCollatorForSeq2Seq gave on per-row lists
+    (the collation training used before): the same keys in the same order, dtypes, shapes, values, and in
+    shape buckets the same filler rows (one end-of-sentence token, no label), for random batches."""
     from transformers import DataCollatorForSeq2Seq
 
     from hf_vanilla import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration

@@ -70,9 +70,8 @@ def write_jsonl(path: Path, translation_column: bool = True, compress=None) -> s
 
 
 def write_parquet(path: Path) -> str:
-    datasets.Dataset.from_dict(
-        {lang: [pair[i] for pair in english_pairs()] for i, lang in enumerate(LANGS)}
-    ).to_parquet(str(path))
+    columns = {lang: [pair[i] for pair in english_pairs()] for i, lang in enumerate(LANGS)}
+    datasets.Dataset.from_dict(columns).to_parquet(str(path))
     return str(path)
 
 
@@ -110,9 +109,8 @@ def test_files_name_their_splits_beside_or_instead_of_a_folder(tmp_path, corpus_
     beside = f"{corpus_path} test={test_file}"
     assert parse_dataset(beside)[0] == corpus_path
     assert split_names(beside) == ["train", "validation", "test"]
-    with pytest.raises(
-        CorpusError, match=r"Language 'xx' not in dataset .*available languages: \['de', 'en'\]"
-    ):
+    missing_language = r"Language 'xx' not in dataset .*available languages: \['de', 'en'\]"
+    with pytest.raises(CorpusError, match=missing_language):
         load_translation_split(beside, "en", "xx", "validation")
 
 
@@ -159,14 +157,10 @@ BAD_INPUTS = {
     "missing file": (lambda d: str(d / "nothing.tsv"), ("en", "xx"), r"nothing.tsv: no such file"),
     "line counts differ": (_unequal, ("en", "xx"), r"corpus.en has 120 lines and .*corpus.xx 119"),
     "language not in the files": (
-        write_text_pair,
-        ("en", "cs"),
-        r"corpus.cs: no such file, .*'cs'.*corpus.en",
+        write_text_pair, ("en", "cs"), r"corpus.cs: no such file, .*'cs'.*corpus.en"
     ),
     "TSV line too short": (
-        _short_tsv_line,
-        ("en", "xx"),
-        r"corpus.tsv line 7 has 1 tab-separated fields, not 2",
+        _short_tsv_line, ("en", "xx"), r"corpus.tsv line 7 has 1 tab-separated fields, not 2"
     ),
     "headerless line too short": (_long_tsv_line, ("en", "xx"), r"t.tsv line 4 has 1 .*, not at least 4"),
     "not UTF-8": (_not_utf8, ("en", "xx"), r"corpus.xx line 10 is not UTF-8 \(byte 0xe9"),
@@ -182,10 +176,8 @@ BAD_INPUTS = {
     ),
     "bad column numbers": (lambda d: write_tsv(d / "c.tsv") + "#en=three", ("en", "xx"), r"counted from 1"),
     "JSON line broken": (
-        lambda d: (
-            (d / "c.jsonl").write_text('{"translation": {"en": "a", "xx": "b"}}\n{"en": \n')
-            and str(d / "c.jsonl")
-        ),
+        lambda d: (d / "c.jsonl").write_text('{"translation": {"en": "a", "xx": "b"}}\n{"en": \n')
+        and str(d / "c.jsonl"),
         ("en", "xx"),
         r"c.jsonl line 2 is not valid JSON",
     ),

@@ -115,8 +115,8 @@ def test_train_script_names_the_unreadable_line_in_one_line(tmp_path, tokenizer_
     corpus = write_corpus(tmp_path / "corpus")
     replace_line(corpus / "train.jsonl", 3, UNREADABLE_LINES["not_utf8"][0])
     finished = run_script(
-        "train.py", "--dataset", corpus, "--source-lang", "de", "--target-lang", "en", "--tokenizer", tokenizer_dir,
-        "--output-dir", tmp_path / "run", "--max-steps", 2,
+        "train.py", "--dataset", corpus, "--source-lang", "de", "--target-lang", "en",
+        "--tokenizer", tokenizer_dir, "--output-dir", tmp_path / "run", "--max-steps", 2,
     )  # fmt: skip
     assert_one_error_line(finished, f"{corpus / 'train.jsonl'} line 3 is not UTF-8")
     assert not (tmp_path / "run").exists()

@@ -1,7 +1,7 @@
 """A trained checkpoint stays whole wherever transformers takes it: saved again by transformers' own
 `save_pretrained`, pushed with `push_to_hub`, run through the pipeline with the package imported, decoded by a
-plain `generate`, exported to MarianMT; its card and its training log say what a reader needs. The user's paths
-run in a fresh process, importing hf_vanilla only where the user's would."""
+plain `generate`, exported to MarianMT; its card and its training log say what a reader needs. The user's
+paths run in a fresh process, importing hf_vanilla only where the user's would."""
 
 import json
 import logging
@@ -95,7 +95,8 @@ batch = AutoTokenizer.from_pretrained(directory, trust_remote_code=True)([source
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     output = model.generate(**batch)
-    model.generate(**batch, max_new_tokens=3)  # the README's call sets its own limit: no second limit to warn of
+    # The README's call sets its own limit: no second limit to warn of.
+    model.generate(**batch, max_new_tokens=3)
 print(json.dumps({"length": output.shape[-1], "warnings": [str(warning.message) for warning in caught]}))
 """
 
@@ -160,7 +161,8 @@ def test_push_to_hub_uploads_the_pipeline_code_and_the_checkpoints_card(trained_
 
 def test_the_installed_pipeline_runs_a_trained_checkpoint_without_trust_remote_code(trained_run, elsewhere):
     checkpoint = trained_run / "checkpoint_last"
-    installed = run_fresh(INSTALLED_PIPELINE, checkpoint, json.dumps(SOURCES), cwd=REPO)  # as installed: importable
+    # As installed: importable.
+    installed = run_fresh(INSTALLED_PIPELINE, checkpoint, json.dumps(SOURCES), cwd=REPO)
     remote = run_fresh(TRANSLATE, json.dumps(SOURCES), checkpoint, cwd=elsewhere)
     assert installed["pipeline_module"] == "hf_vanilla.model.pipeline"
     assert installed["translations"] == remote["translations"][str(checkpoint)]
@@ -170,8 +172,9 @@ def test_the_installed_pipeline_runs_a_trained_checkpoint_without_trust_remote_c
 def test_plain_generate_runs_to_the_decoders_positions_not_to_transformers_default_20_tokens(
     trained_run, tmp_path, elsewhere
 ):
-    """A model that never ends a sentence (its end token taken from the checkpoint's configs) shows the limit a
-    plain `generate` works to: the checkpoint's, the decoder's positions, not transformers' default of 20."""
+    """A model that never ends a sentence (its end token taken from the checkpoint's configs) shows
+    the limit a plain `generate` works to: the checkpoint's, the decoder's positions, not
+    transformers' default of 20."""
     never_ending = shutil.copytree(trained_run / "checkpoint_last", tmp_path / "never_ending")
     for name in ("config.json", "generation_config.json"):
         config = json.loads((never_ending / name).read_text())

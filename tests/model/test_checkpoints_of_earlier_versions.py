@@ -1,9 +1,11 @@
-"""Checkpoints saved by earlier versions still load and translate exactly as they did, whether or not the caller
-passes trust_remote_code: hf_vanilla 0.1.0, before the package took its present layout, and 0.2.0, before the
-model file followed the paper (the attention formula and the shared matrix moved, the training loss left).
+"""Checkpoints saved by earlier versions still load and translate exactly as they did, whether or not the
+caller passes trust_remote_code: hf_vanilla 0.1.0, before the package took its present layout, and 0.2.0,
+before the model file followed the paper (the attention formula and the shared matrix moved, the training loss
+left).
 
-Each checkpoint is written at test time by that version's own model code (the files its checkpoints carry, kept in
-tests/fixtures/hf_vanilla_<version>), in a process that never imports today's package; no weights are kept."""
+Each checkpoint is written at test time by that version's own model code (the files its checkpoints
+carry, kept in tests/fixtures/hf_vanilla_<version>), in a process that never imports today's
+package; no weights are kept."""
 
 import json
 import shutil
@@ -19,8 +21,8 @@ import hf_vanilla  # registers the Auto classes
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
-# Builds, saves and runs a tiny model of the earlier version: its greedy tokens and last-step logits go to stdout
-# as JSON.
+# Builds, saves and runs a tiny model of the earlier version:
+# its greedy tokens and last-step logits go to stdout as JSON.
 SAVE_WITH_LEGACY_CODE = """
 import json, sys
 import torch
@@ -79,7 +81,8 @@ def test_checkpoint_of_an_earlier_version_translates_as_it_did(
     model = AutoModelForSeq2SeqLM.from_pretrained(
         directory, trust_remote_code=trust_remote_code, attn_implementation=attn_implementation
     ).eval()
-    # With the package imported, both ways take today's classes (the registered model type wins over carried code).
+    # With the package imported, both ways take today's classes
+    # (the registered model type wins over carried code).
     assert isinstance(model, hf_vanilla.VanillaTransformerForConditionalGeneration)
     input_ids = torch.tensor(expected["input_ids"])
     expected = expected[attn_implementation]

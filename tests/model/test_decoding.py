@@ -67,10 +67,8 @@ def test_each_value_falls_back_on_its_own(tmp_path):
     "checkpoint, given",
     [
         ({"num_beams": 1}, {}),  # greedy saved (selection's choice)
-        (
-            {"num_beams": 4, "length_penalty": 0.6},
-            {"num_beams": 1, "length_penalty": 2.0},
-        ),  # greedy asked for
+        # Greedy asked for.
+        ({"num_beams": 4, "length_penalty": 0.6}, {"num_beams": 1, "length_penalty": 2.0}),
         ({}, {"do_sample": True}),  # sampling draws one hypothesis
     ],
 )

@@ -35,7 +35,8 @@ def test_task_name_builds_our_pipeline_and_returns_translation_text(translator):
 @pytest.mark.parametrize("cache", ["dynamic", "static"])
 @pytest.mark.parametrize("num_beams", [1, 2])
 def test_batched_list_matches_evaluation_translations_in_order(translator, num_beams, cache, monkeypatch):
-    """In order, as translate_sentences (dynamic cache) translates; the static cache (compiled on a GPU) too."""
+    """In order, as translate_sentences (dynamic cache) translates; the static cache
+    (compiled on a GPU) too."""
     static = {"cache_implementation": "static"} if cache == "static" else {}
     caches, generate = [], translator.model.generate
 
@@ -48,7 +49,12 @@ def test_batched_list_matches_evaluation_translations_in_order(translator, num_b
     monkeypatch.undo()
     assert set(caches) == {static.get("cache_implementation")}
     expected = translate_sentences(
-        translator.model, translator.tokenizer, SOURCES, show_progress=False, num_beams=num_beams, max_new_tokens=6
+        translator.model,
+        translator.tokenizer,
+        SOURCES,
+        show_progress=False,
+        num_beams=num_beams,
+        max_new_tokens=6,
     )
     assert [result["translation_text"] for result in results] == expected
     assert expected[1] == ""
@@ -94,7 +100,8 @@ def test_direct_construction_and_bad_input(tiny_model_dir):
 def test_an_input_longer_than_the_model_is_cut_with_a_warning(tiny_model_dir, caplog):
     model = AutoModelForSeq2SeqLM.from_pretrained(tiny_model_dir)
     model.config.max_position_embeddings = 24  # the limit the model checks its inputs against
-    translator = VanillaTranslationPipeline(model=model, tokenizer=AutoTokenizer.from_pretrained(tiny_model_dir))
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    translator = VanillaTranslationPipeline(model=model, tokenizer=tokenizer)
     long_input = " ".join(["Hund"] * 60)
     with caplog.at_level("WARNING"):
         results = translator(["Ein Hund.", long_input], num_beams=1)

@@ -112,8 +112,9 @@ def test_autotokenizer_without_remote_code_loads_the_runs_tokenizer(trained_run,
 
 @pytest.mark.xfail(
     strict=True,
-    reason="transformers 5 AutoTokenizer loads AutoConfig first, without trust_remote_code, and config.json's "
-    "auto_map (needed for AutoModel) makes that ask; answered no, the plain tokenizer still loads",
+    reason="transformers 5 AutoTokenizer loads AutoConfig first, without trust_remote_code, "
+    "and config.json's auto_map (needed for AutoModel) makes that ask; "
+    "answered no, the plain tokenizer still loads",
 )
 def test_autotokenizer_on_a_checkpoint_does_not_ask_to_run_custom_code(trained_run, tmp_path):
     checkpoint = trained_run / "checkpoint_last"
@@ -127,7 +128,8 @@ def test_pipeline_translate_script_and_evaluate_script_give_the_same_translation
     sources = validation_sources(tiny_dataset)
     (tmp_path / "input.de").write_text("".join(f"{source}\n" for source in sources))
     for command in (
-        ["translate.py", checkpoint, "--input", tmp_path / "input.de", "--output", tmp_path / "out.en", "--quiet"],
+        ["translate.py", checkpoint, "--input", tmp_path / "input.de", "--output", tmp_path / "out.en",
+         "--quiet"],
         ["evaluate_bleu.py", checkpoint, "--dataset", tiny_dataset, "--split", "validation", *DE_EN,
          "--output-dir", tmp_path / "evaluation"],
     ):  # fmt: skip

@@ -1,4 +1,5 @@
-"""transformers' own model tests (ModelTesterMixin, ConfigTester), the ones every model inside the library passes.
+"""transformers' own model tests (ModelTesterMixin, ConfigTester),
+the ones every model inside the library passes.
 
 They are not in the transformers wheel, so they are taken from the source distribution of the INSTALLED
 version: downloaded once with pip into ~/.cache/hf_vanilla (HF_VANILLA_CACHE overrides), never copied into
@@ -57,7 +58,9 @@ def _fetch_upstream_tests(version: str, directory: Path) -> None:
         result = subprocess.run(command, capture_output=True, text=True)
         if result.returncode:
             reason = (result.stderr.strip().splitlines() or ["no output"])[-1]
-            pytest.skip(f"pip cannot fetch the transformers {version} sdist: {reason}", allow_module_level=True)
+            pytest.skip(
+                f"pip cannot fetch the transformers {version} sdist: {reason}", allow_module_level=True
+            )
         (archive,) = Path(download).glob("transformers-*.tar.gz")
         with tarfile.open(archive) as tar:
             for name in UPSTREAM_FILES:
@@ -80,15 +83,17 @@ def stub_module(name: str, **attributes) -> None:
 
 
 def import_upstream_tests() -> tuple[types.ModuleType, types.ModuleType]:
-    """test_modeling_common and test_configuration_common, with what they import from outside the sdist stubbed."""
+    """test_modeling_common and test_configuration_common,
+    with what they import from outside the sdist stubbed."""
     package = types.ModuleType(PACKAGE)
     package.__path__ = [str(upstream_tests_directory())]
     sys.modules[PACKAGE] = package
     # tests/exporters/ is not in the sdist: its mixins (torch.export tests) are empty classes here.
     exporters = {name: type(name, (), {}) for name in ("ExportTesterMixin", "ExportGenerateTesterMixin")}
     stub_module(f"{PACKAGE}.exporters.test_export", **exporters)
-    # tests/generation/ is not in the sdist: the copy HF_VANILLA_GENERATION_TESTS names, or an empty
-    # GenerationTesterMixin (ModelTesterMixin checks that a model that can generate has a tester subclassing it).
+    # tests/generation/ is not in the sdist: the copy HF_VANILLA_GENERATION_TESTS names, or an
+    # empty GenerationTesterMixin (ModelTesterMixin checks that a model that can generate has a
+    # tester subclassing it).
     generation = f"{PACKAGE}.generation.test_utils"
     if GENERATION_TESTS:
         if not Path(GENERATION_TESTS).is_file():
@@ -171,9 +176,12 @@ class VanillaTransformerModelTester:
         config = self.get_config()
         input_ids = modeling_common.ids_tensor([self.batch_size, self.seq_length], self.vocab_size)
         input_ids[:, -1] = config.eos_token_id
-        # No padding id inside a target, as in a real batch: the generation test that continues from a returned
-        # cache hands back a mask one shorter than the decoder ids, which a padded position inside would shift.
-        decoder_input_ids = modeling_common.ids_tensor([self.batch_size, self.seq_length], self.vocab_size).clamp(3)
+        # No padding id inside a target, as in a real batch: the generation test that continues from
+        # a returned cache hands back a mask one shorter than the decoder ids, which a padded
+        # position inside would shift.
+        decoder_input_ids = modeling_common.ids_tensor(
+            [self.batch_size, self.seq_length], self.vocab_size
+        ).clamp(3)
         attention_mask = input_ids.ne(config.pad_token_id)
         inputs = {
             "input_ids": input_ids,
@@ -200,11 +208,12 @@ class VanillaTransformerModelTest(
         self.config_tester.run_common_tests()
 
     def test_transformers_generation_tests_are_included(self):
-        """With HF_VANILLA_GENERATION_TESTS, this class runs every test of transformers' GenerationTesterMixin;
-        without it, the skip says they did not run."""
+        """With HF_VANILLA_GENERATION_TESTS, this class runs every test of transformers'
+        GenerationTesterMixin; without it, the skip says they did not run."""
         if not GENERATION_TESTS:
             self.skipTest(
-                "transformers' GenerationTesterMixin did not run: set HF_VANILLA_GENERATION_TESTS to a copy of "
+                "transformers' GenerationTesterMixin did not run: "
+                "set HF_VANILLA_GENERATION_TESTS to a copy of "
                 "transformers' tests/generation/test_utils.py (docs/testing.md)"
             )
         mixin = sys.modules[f"{PACKAGE}.generation.test_utils"].GenerationTesterMixin

@@ -1,6 +1,6 @@
-"""A new pair from a user's own files, end to end as docs/your-data.md runs it: English-French from two plain-text
-files written from the real Multi30k copy, the tokenizer trained for the pair, validation and test held out of the
-training file, selection on the held-out validation, and the held-out test scored once."""
+"""A new pair from a user's own files, end to end as docs/your-data.md runs it: English-French from two
+plain-text files written from the real Multi30k copy, the tokenizer trained for the pair, validation and test
+held out of the training file, selection on the held-out validation, and the held-out test scored once."""
 
 import json
 import os
@@ -31,19 +31,21 @@ def test_english_french_from_two_text_files_to_a_scored_checkpoint(multi30k_path
     run_dir, pair = tmp_path / "run", ["--source-lang", "en", "--target-lang", "fr"]
     run(
         SCRIPTS / "train.py", "--config", REPO / "configs" / "your-pair.yaml", *pair,
-        "--dataset", tmp_path / "corpus.{lang}", "--tokenizer", tmp_path / "bpe-en-fr", "--output-dir", run_dir,
-        "--holdout", 100, "--model-preset", "tiny", "--tokenizer-vocab-size", 1000, "--max-minutes", "null",
-        "--max-steps", 60, "--save-interval-minutes", "null", "--save-interval-updates", 20, "--average-last", 2,
-        "--validation-max-sentences", 20, "--mixed-precision", "no", "--no-tensorboard",
+        "--dataset", tmp_path / "corpus.{lang}", "--tokenizer", tmp_path / "bpe-en-fr",
+        "--output-dir", run_dir, "--holdout", 100, "--model-preset", "tiny", "--tokenizer-vocab-size", 1000,
+        "--max-minutes", "null", "--max-steps", 60, "--save-interval-minutes", "null",
+        "--save-interval-updates", 20, "--average-last", 2, "--validation-max-sentences", 20,
+        "--mixed-precision", "no", "--no-tensorboard",
         environment=environment,
     )  # fmt: skip
     learned = json.loads((tmp_path / "bpe-en-fr" / "learned_from.json").read_text())
-    assert learned["languages"] == ["en", "fr"] and learned["pairs"] <= PAIRS - 200  # held-out pairs not learned
+    # The held-out pairs are not learned.
+    assert learned["languages"] == ["en", "fr"] and learned["pairs"] <= PAIRS - 200
     heldout = run_dir / "heldout"
-    assert [len((heldout / f"{split}.jsonl").read_text().splitlines()) for split in ("validation", "test")] == [
-        100,
-        100,
+    heldout_lines = [
+        len((heldout / f"{split}.jsonl").read_text().splitlines()) for split in ("validation", "test")
     ]
+    assert heldout_lines == [100, 100]
     run(
         SCRIPTS / "select_checkpoint.py", run_dir, "--dataset", heldout, *pair, "--num-beams", 1, 2,
         "--output-dir", run_dir / "selection", environment=environment,

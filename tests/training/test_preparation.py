@@ -1,4 +1,5 @@
-"""Data preparation as a step of its own (scripts/prepare_data.py): once into datasets' cache, then read from it."""
+"""Data preparation as a step of its own (scripts/prepare_data.py):
+once into datasets' cache, then read from it."""
 
 import dataclasses
 import json
@@ -44,9 +45,11 @@ def test_prepares_once_then_reads_the_cache(corpus_path, tmp_path):
     assert "BPE: counting words" in first.stderr and "Tokenizing" in first.stderr
     assert "learned from 200 pairs" in first.stderr and "the whole corpus would take about" in first.stderr
     report = json.loads(first.stdout[: first.stdout.rindex("}") + 1])
-    assert report["tokenizer_training"]["pairs"] == 200 and report["tokenizer_training"]["corpus_pairs"] == 800
+    tokenizer_training = report["tokenizer_training"]
+    assert tokenizer_training["pairs"] == 200 and tokenizer_training["corpus_pairs"] == 800
     assert report["train_pairs"] == 800 and report["validation_pairs"] == 50
-    assert report["train_source_tokens"] > 800 and report["cache_directory"].startswith(str(tmp_path / "cache"))
+    assert report["train_source_tokens"] > 800
+    assert report["cache_directory"].startswith(str(tmp_path / "cache"))
     assert len(AutoTokenizer.from_pretrained(tmp_path / "bpe")) == 300
 
     again = prepare(*flags, cache=tmp_path / "cache")
@@ -67,7 +70,9 @@ def test_prepares_once_then_reads_the_cache(corpus_path, tmp_path):
         ({"clean_max_tokens": 1}, "no train pairs left in .* after cleaning"),
     ],
 )
-def test_bad_input_is_one_line_and_leaves_no_tokenizer_half_written(corpus_path, tmp_path, overrides, message):
+def test_bad_input_is_one_line_and_leaves_no_tokenizer_half_written(
+    corpus_path, tmp_path, overrides, message
+):
     settings = {"source_lang": "en", "target_lang": "de", "tokenizer_vocab_size": 300, **overrides}
     config = tiny_config(corpus_path, tmp_path / "bpe", tmp_path / "run", **settings)
     with pytest.raises(TrainingError, match=message) as raised:
@@ -91,7 +96,9 @@ def test_sample_is_random_the_same_for_a_seed_and_the_whole_split_when_smaller(c
 
 def test_tokenizer_from_a_sample_estimates_the_whole_corpus_linearly(corpus_path, tmp_path):
     pairs = load_translation_split(corpus_path, "en", "de", "train")
-    report = train_tokenizer_on_pairs(pairs, tmp_path / "bpe", 300, PairsSource(("de", "en")), max_sentences=200)
+    report = train_tokenizer_on_pairs(
+        pairs, tmp_path / "bpe", 300, PairsSource(("de", "en")), max_sentences=200
+    )
     assert (report["pairs"], report["corpus_pairs"], report["vocabulary"]) == (200, 800, 300)
     assert report["whole_corpus_seconds_estimate"] == pytest.approx(4 * report["seconds"], abs=0.2)
     assert len(AutoTokenizer.from_pretrained(tmp_path / "bpe")) == 300
@@ -100,7 +107,8 @@ def test_tokenizer_from_a_sample_estimates_the_whole_corpus_linearly(corpus_path
 def test_train_tokenizer_script_learns_from_a_sample_and_estimates_the_whole(corpus_path, tmp_path):
     trained = subprocess.run(
         [sys.executable, str(SCRIPTS / "train_tokenizer.py"), f"--dataset={corpus_path}", "--source-lang=en",
-         "--target-lang=de", "--vocab-size=300", "--tokenizer-sample-pairs=100", f"--output-dir={tmp_path / 'bpe'}"],
+         "--target-lang=de", "--vocab-size=300", "--tokenizer-sample-pairs=100",
+         f"--output-dir={tmp_path / 'bpe'}"],
         capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=300,
     )  # fmt: skip
     assert trained.returncode == 0, trained.stderr[-3000:]
@@ -122,8 +130,8 @@ class ReadSettings(TrainingConfig):
 
 
 TRAINING_KEYS = {field.name for field in dataclasses.fields(TrainingConfig)}
-# The model's dropout goes into the model config that preparation builds for its positions, and changes no pair;
-# the keys the corpus-size table fills are each looked at to see whether the config leaves it auto.
+# The model's dropout goes into the model config that preparation builds for its positions, and changes no
+# pair; the keys the corpus-size table fills are each looked at to see whether the config leaves it auto.
 READ_FOR_THE_MODEL_CONFIG_ONLY = {*DROPOUT_FIELDS, *RECIPE_KEYS}
 
 
@@ -133,12 +141,15 @@ def test_preparation_reads_only_the_settings_prepare_data_takes_as_flags(corpus_
     ReadSettings.read.clear()
     prepare_training_data(recording, tokenizer_sample_pairs=200)
     assert ReadSettings.read - READ_FOR_THE_MODEL_CONFIG_ONLY <= PREPARATION_SETTINGS
-    assert {"dataset", "tokenizer", "model_preset", "clean_max_tokens"} <= ReadSettings.read  # it notes what is read
+    # It notes what is read.
+    assert {"dataset", "tokenizer", "model_preset", "clean_max_tokens"} <= ReadSettings.read
 
 
 def test_prepare_data_takes_the_data_settings_and_refuses_the_training_ones():
     parser = script_parser(SCRIPTS / "prepare_data.py")
-    parsed = parser.parse_args(["--config", "c.yaml", "--clean-max-tokens", "100", "--tokenizer-sample-pairs", "9"])
+    parsed = parser.parse_args(
+        ["--config", "c.yaml", "--clean-max-tokens", "100", "--tokenizer-sample-pairs", "9"]
+    )
     assert (parsed.clean_max_tokens, parsed.tokenizer_sample_pairs) == (100, 9)
     flags = {flag for action in parser._actions for flag in action.option_strings}
     assert {"--max-steps", "--lr", "--output-dir", "--num-beams", "--mixed-precision"}.isdisjoint(flags)

@@ -1,8 +1,8 @@
 """The WMT 2014 en-de reproduction (docs/wmt14.md) end to end, on a tiny synthetic corpus of WMT's shape.
 
 Each step as the document runs it, with configs/wmt14-en-de-base.yaml and flags only for the size: prepare the
-data, train two updates on two CPU processes (reading the prepared cache), average, and score the test split with
-sacreBLEU and the paper's BLEU.
+data, train two updates on two CPU processes (reading the prepared cache), average, and score the test split
+with sacreBLEU and the paper's BLEU.
 """
 
 import json
@@ -44,9 +44,11 @@ def test_prepare_train_on_two_processes_average_and_score_both_ways(corpus_path,
     ]  # fmt: skip
 
     prepared = run_in_session([sys.executable, str(SCRIPTS / "prepare_data.py"), *recipe], environment)
-    # The recipe's length ratio 1.5, counted in BPE tokens as fairseq's prepare-wmt14en2de.sh counts it, drops some.
+    # The recipe's length ratio 1.5, counted in BPE tokens as fairseq's
+    # prepare-wmt14en2de.sh counts it, drops some.
     kept = re.search(r"Cleaning kept (\d+) of 800 train pairs", prepared.stderr)
-    assert "Tokenizing" in prepared.stderr and kept and f"prepared {kept[1]} training pairs" in prepared.stdout
+    assert "Tokenizing" in prepared.stderr
+    assert kept and f"prepared {kept[1]} training pairs" in prepared.stdout
 
     trained = run_in_session(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
@@ -60,9 +62,9 @@ def test_prepare_train_on_two_processes_average_and_score_both_ways(corpus_path,
     run_in_session([sys.executable, str(SCRIPTS / "average_checkpoints.py"), str(run_dir), "-n", "2",
          "--output", str(tmp_path / "averaged")], environment)  # fmt: skip
     scored = run_in_session(
-        [sys.executable, str(SCRIPTS / "evaluate_bleu.py"), str(tmp_path / "averaged"), f"--dataset={corpus_path}",
-         "--source-lang=en", "--target-lang=de", "--split=test", "--first-pairs=8",
-         f"--output-dir={tmp_path / 'scores'}"],
+        [sys.executable, str(SCRIPTS / "evaluate_bleu.py"), str(tmp_path / "averaged"),
+         f"--dataset={corpus_path}", "--source-lang=en", "--target-lang=de", "--split=test",
+         "--first-pairs=8", f"--output-dir={tmp_path / 'scores'}"],
         environment,
     )  # fmt: skip
     report = json.loads((tmp_path / "scores" / "test.en-de.json").read_text())
