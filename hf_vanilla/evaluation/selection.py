@@ -12,6 +12,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from hf_vanilla.checkpoints.cards import CARD_FILE, record_results, set_decoding_defaults
+from hf_vanilla.checkpoints.run_model import publish_run_model
 from hf_vanilla.evaluation.paper_bleu import PAPER_BLEU_KEY, require_moses_tokenizer
 from hf_vanilla.evaluation.scoring import (
     BEAM_SEARCH,
@@ -29,7 +30,8 @@ from hf_vanilla.files import write_json
 from hf_vanilla.model.decoding import PAPER_GENERATION_KWARGS, resolve_decoding
 
 RUN_CANDIDATES = ("checkpoint_best", "checkpoint_last", "checkpoint_average")
-SCORE_KINDS = ("cased", "lowercased", "tokenized_lowercased", PAPER_BLEU_KEY)  # a report's scores in selection.json
+# A report's scores in selection.json
+SCORE_KINDS = ("cased", "lowercased", "tokenized_lowercased", PAPER_BLEU_KEY)
 
 
 def expand_candidates(paths: Sequence[str | os.PathLike]) -> list[Path]:
@@ -45,7 +47,8 @@ def expand_candidates(paths: Sequence[str | os.PathLike]) -> list[Path]:
             candidates.extend(path / name for name in RUN_CANDIDATES if (path / name).is_dir())
         else:
             raise FileNotFoundError(
-                f"{path} is neither a saved model directory nor a training run (with {', '.join(RUN_CANDIDATES)})"
+                f"{path} is neither a saved model directory nor a training run "
+                f"(with {', '.join(RUN_CANDIDATES)})"
             )
     if not candidates:
         raise ValueError("no models to choose from")
@@ -115,15 +118,16 @@ def select_on_validation(
 
     Every model of `models` (run directories expand to their best, last and average checkpoints) is decoded on
     the grid's validation split with each of its settings, by `decoder` (each of its variants is a row: a
-    reranking decoder's weights are chosen too). The winner alone is then evaluated on each of the grid's report
-    splits with `evaluate_bleu`, so a test set is reported, never tuned on. Where the winner is one model decoded
-    alone, its beam size and length penalty become its checkpoint's decoding defaults (generation_config.json,
-    `set_decoding_defaults`: what `pipeline` and `generate` then use) and the reports' scores go into its model
-    card (`record_results`), so the card's scores are what its users get; the selection's
-    "decoding_defaults_file" names the file written (None: none). `generate_kwargs`
-    (`cache_implementation="static"`, say) go to every decoding; `scoring` to the reports (validation is chosen
-    on sacreBLEU alone). Writes `selection.json` (every validation score and the choice) and the reports into
-    `output_dir`; returns the same dictionary.
+    reranking decoder's weights are chosen too). The winner alone is then evaluated on each of the grid's
+    report splits with `evaluate_bleu`, so a test set is reported, never tuned on. Where the winner is one
+    model decoded alone, its beam size and length penalty become its checkpoint's decoding defaults
+    (generation_config.json, `set_decoding_defaults`: what `pipeline` and `generate` then use) and the
+    reports' scores go into its model card (`record_results`), so the card's scores are what its users get;
+    the selection's "decoding_defaults_file" names the file written (None: none). `generate_kwargs`
+    (`cache_implementation="static"`, say) go to every decoding; `scoring` to the reports (validation is
+    chosen on sacreBLEU alone). Writes `selection.json` (every validation score and the choice) and the
+    reports into `output_dir`; returns the same dictionary. A run's checkpoint so chosen becomes its run's
+    `RUN/model` (`publish_run_model`), named in the selection's "run_model" (None: none).
     """
     if scoring.tokenized_bleu:
         require_moses_tokenizer()  # before the validation decodings, not after them
@@ -142,9 +146,12 @@ def select_on_validation(
         split: evaluate_bleu(chosen["model"], data, output_dir, split, runtime, scoring, decoder, **decoding)
         for split in grid.report_splits
     }
-    defaults_file = None
-    if not decoder.extra_models:  # an ensemble's or reranker's decoding and scores are not the checkpoint's own
+    defaults_file = run_model = None
+    # An ensemble's or reranker's decoding and scores are not the checkpoint's own
+    if not decoder.extra_models:
         defaults_file = str(_make_checkpoint_default(Path(chosen["model"]), decoding, data.dataset, reports))
+        if Path(chosen["model"]).name in RUN_CANDIDATES:
+            run_model = str(publish_run_model(chosen["model"]))
     selection = {
         "validation_split": grid.validation_split,
         "validation_sentences": len(pairs),
@@ -153,6 +160,7 @@ def select_on_validation(
         "validation": rows,
         "chosen": chosen,
         "decoding_defaults_file": defaults_file,
+        "run_model": run_model,
         "reports": {
             split: {case: report[case] for case in SCORE_KINDS if case in report}
             for split, report in reports.items()
