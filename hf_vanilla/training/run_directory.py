@@ -1,9 +1,11 @@
-"""Everything a run directory is: its checkpoints (fairseq-style names, averaging, section 6.1), its log, its config.
+"""Everything a run directory is: its checkpoints (fairseq-style names, averaging, section 6.1), its log, its
+config.
 
 A run directory holds `checkpoint_<step>` (numbered, one per save), `checkpoint_last` (also carrying the
-training state for `--resume`), `checkpoint_best` and, after averaging, `checkpoint_average`, each a standalone
-`save_pretrained` directory with its model card (`hf_vanilla.checkpoints.cards`); `train_log.jsonl`, one JSON record a
-line; and `training_config.yaml`. Every directory is written under a staging name and renamed into place, so a crash
+training state for `--resume`), `checkpoint_best` and, after averaging, `checkpoint_average`, each a
+standalone `save_pretrained` directory with its model card (`hf_vanilla.checkpoints.cards`); `model`, the one
+of them to use (`hf_vanilla.checkpoints.run_model`); `train_log.jsonl`, one JSON record a line; and
+`training_config.yaml`. Every directory is written under a staging name and renamed into place, so a crash
 never leaves one that looks complete but is not.
 """
 
@@ -25,6 +27,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from hf_vanilla.checkpoints.cards import CARD_FILE, RunRecord, directory_card, save_card
+from hf_vanilla.checkpoints.run_model import MODEL_NAME
 from hf_vanilla.files import STAGING_PREFIX, atomic_directory, publish_directory, write_text_atomic
 from hf_vanilla.training.settings import TrainingConfig, TrainingError, load_training_config
 
@@ -79,10 +82,10 @@ def average_checkpoints(
 ) -> Path:
     """Write a model directory whose weights are the element-wise mean of those in `checkpoint_dirs`.
 
-    The config, tokenizer, generation config and code are copied from the last directory; with `run` (what made
-    the checkpoints), a model card of the average too. Weights are read with safetensors only (never a pickle) and
-    summed in float64, then cast back to their dtype; tensors that are not floating point (none in this model)
-    are taken from the last checkpoint.
+    The config, tokenizer, generation config and code are copied from the last directory; with `run` (what
+    made the checkpoints), a model card of the average too. Weights are read with safetensors only (never a
+    pickle) and summed in float64, then cast back to their dtype; tensors that are not floating point (none in
+    this model) are taken from the last checkpoint.
     """
     checkpoint_dirs = [Path(path) for path in checkpoint_dirs]
     if not checkpoint_dirs:
@@ -135,7 +138,8 @@ def _mean_tensors(paths: Sequence[Path]) -> dict[str, torch.Tensor]:
                 tensor = weights.get_tensor(key)
                 if tensor.shape != sums[key].shape:
                     raise ValueError(
-                        f"{key} has shape {tuple(tensor.shape)} in {path} but {tuple(sums[key].shape)} in {paths[-1]}"
+                        f"{key} has shape {tuple(tensor.shape)} in {path} "
+                        f"but {tuple(sums[key].shape)} in {paths[-1]}"
                     )
                 sums[key] += tensor.double()
     return {
@@ -159,7 +163,8 @@ def remove_old_checkpoints(run_dir: str | os.PathLike, keep: int) -> None:
 
 
 def append_log(run_dir: str | os.PathLike, record: dict) -> None:
-    """Add one record to the run's log, the whole line in one write, flushed: a crash tears at most the last line."""
+    """Add one record to the run's log, the whole line in one write, flushed: a crash tears at most the last
+    line."""
     with open(Path(run_dir) / LOG_FILE, "a") as log:
         log.write(json.dumps(record) + "\n")
         log.flush()
@@ -202,14 +207,15 @@ def read_training_log(run_dir: str | os.PathLike) -> TrainingLog:
 
 
 def truncate_log(run_dir: str | os.PathLike, step: int) -> None:
-    """Keep the log records up to `step`: a resumed run rewrites what the stopped one logged after its checkpoint.
-    A last line a crash cut short is dropped (`log_records`)."""
+    """Keep the log records up to `step`: a resumed run rewrites what the stopped one logged after its
+    checkpoint. A last line a crash cut short is dropped (`log_records`)."""
     kept = [record for record in log_records(run_dir) if record["step"] <= step] if step else []
     write_text_atomic(Path(run_dir) / LOG_FILE, "".join(json.dumps(record) + "\n" for record in kept))
 
 
 def read_progress(state_dir: str | os.PathLike) -> dict:
-    """The saved progress of a run; refuses a training state that holds pickled objects (they could run code)."""
+    """The saved progress of a run; refuses a training state that holds pickled objects (they could run
+    code)."""
     state_dir = Path(state_dir)
     pickled = sorted(path.name for path in state_dir.glob("custom_checkpoint_*.pkl"))
     if pickled:
@@ -228,7 +234,8 @@ def run_traces(run_dir: str | os.PathLike) -> list[str]:
     return sorted(
         path.name
         for path in run_dir.iterdir()
-        if path.name in (LOG_FILE, CONFIG_FILE) or path.name.startswith(("checkpoint_", STAGING_PREFIX))
+        if path.name in (LOG_FILE, CONFIG_FILE, MODEL_NAME)
+        or path.name.startswith(("checkpoint_", STAGING_PREFIX))
     )
 
 
@@ -257,7 +264,8 @@ class RunDirectoryInUse(Exception):
 
 
 def acquire_lock(run_dir: str | os.PathLike) -> Path:
-    """Take the run directory's lock (a file naming this process); a lock whose process is gone is taken over."""
+    """Take the run directory's lock (a file naming this process); a lock whose process is gone is taken
+    over."""
     path = Path(run_dir) / LOCK_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     holder = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.strftime("%Y-%m-%d %H:%M:%S")}
@@ -268,7 +276,8 @@ def acquire_lock(run_dir: str | os.PathLike) -> Path:
             other = _lock_holder(path)
             if other is not None and _alive(other):
                 raise RunDirectoryInUse(
-                    f"{run_dir} is in use by process {other['pid']} on {other['host']} (since {other['since']}); "
+                    f"{run_dir} is in use by process {other['pid']} on {other['host']} "
+                    f"(since {other['since']}); "
                     f"wait for it, or delete {path} if that process is gone"
                 ) from None
             logger.warning(
@@ -309,9 +318,9 @@ def average_run_checkpoints(
     target=None,
     around_step: int | None = None,
 ) -> list[Path]:
-    """Average `count` of the run's numbered checkpoints into `target` (default checkpoint_average), with a model
-    card of its own; return the checkpoints averaged: the last ones, or those around update `around_step` (the
-    best, where the run stopped early). `config` defaults to the run's saved one."""
+    """Average `count` of the run's numbered checkpoints into `target` (default checkpoint_average), with a
+    model card of its own; return the checkpoints averaged: the last ones, or those around update
+    `around_step` (the best, where the run stopped early). `config` defaults to the run's saved one."""
     output_dir = Path(output_dir)
     checkpoints = numbered_checkpoints(output_dir)
     if len(checkpoints) < count:
@@ -320,7 +329,8 @@ def average_run_checkpoints(
     config = config or load_training_config(output_dir / CONFIG_FILE)
     summary = f"The average of the weights of {', '.join(path.name for path in checkpoints)} (section 6.1)."
     try:
-        average_checkpoints(checkpoints, target or output_dir / AVERAGE, run_record(config, summary, metrics=None))
+        record = run_record(config, summary, metrics=None)
+        average_checkpoints(checkpoints, target or output_dir / AVERAGE, record)
     except ValueError as err:
         raise TrainingError(str(err)) from err
     return checkpoints
@@ -336,19 +346,20 @@ def checkpoints_around(checkpoints: list[Path], step: int | None, count: int) ->
     return checkpoints[start : start + count]
 
 
-# The training settings a checkpoint's card lists: what the recipe chose where the paper gives a value or a range.
+# The training settings a checkpoint's card lists: what the recipe chose where the paper gives a value or a
+# range.
 CARD_SETTINGS = (
     "init_from", "max_steps", "max_minutes", "max_tokens", "tokens_per_update", "adam_beta1", "adam_beta2",
-    "adam_eps", "warmup", "lr", "lr_cooldown", "label_smoothing", "rdrop_alpha", "dropout", "early_dropout_updates",
-    "early_dropout", "attention_dropout", "activation_dropout", "layer_dropout", "source_word_dropout",
-    "target_word_dropout", "clip_grad_norm", "early_stopping_patience", "average_last", "mixed_precision", "seed",
-    "corpus_recipe",
+    "adam_eps", "warmup", "lr", "lr_cooldown", "label_smoothing", "rdrop_alpha", "dropout",
+    "early_dropout_updates", "early_dropout", "attention_dropout", "activation_dropout", "layer_dropout",
+    "source_word_dropout", "target_word_dropout", "clip_grad_norm", "early_stopping_patience", "average_last",
+    "mixed_precision", "seed", "corpus_recipe",
 )  # fmt: skip
 
 
 def run_record(config: TrainingConfig, summary: str, metrics: dict[str, float] | None) -> RunRecord:
-    """What a checkpoint's card says of this run: its data, `summary`, the settings that made it (`CARD_SETTINGS`,
-    those set) and the checkpoint's validation scores (`metrics`) when it was validated."""
+    """What a checkpoint's card says of this run: its data, `summary`, the settings that made it
+    (`CARD_SETTINGS`, those set) and the checkpoint's validation scores (`metrics`) when it was validated."""
     return RunRecord(
         config.source_lang,
         config.target_lang,

@@ -19,6 +19,7 @@ from hf_vanilla.checkpoints.run_model import MODEL_NAME, publish_run_model
 from hf_vanilla.evaluation.scoring import Runtime, TranslationData
 from hf_vanilla.evaluation.selection import SelectionGrid, select_on_validation
 from hf_vanilla.serving import create_app
+from hf_vanilla.training.run_directory import run_traces
 from hf_vanilla.translation.decoding import translate_sentences
 from hf_vanilla.translation.engines import EngineSettings
 
@@ -35,6 +36,7 @@ def test_training_leaves_the_model_to_use_as_its_best_checkpoint_hard_linked(tra
     model, best = trained_run / MODEL_NAME, trained_run / "checkpoint_best"
     assert model_files(model) == model_files(best)
     assert os.path.samefile(model / "model.safetensors", best / "model.safetensors")  # no second copy
+    assert MODEL_NAME in run_traces(trained_run)  # --overwrite-output-dir takes it away with the run
 
 
 @pytest.fixture
