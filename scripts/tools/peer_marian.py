@@ -9,18 +9,21 @@ Seq2SeqTrainer, on a run's joint BPE for the same minutes, on this machine; then
 
 import json
 
-from hf_vanilla.cli import ArgumentParser, add_logging_argument, configure_logging, exits_on_missing_extra
+from hf_vanilla.cli import (
+    ArgumentParser,
+    add_dataset_arguments,
+    add_logging_argument,
+    configure_logging,
+    exits_on_missing_extra,
+    translation_data,
+)
 from hf_vanilla.tools.peer_marian import PeerRun, train_peer
 
 
 def build_parser() -> ArgumentParser:
     parser = ArgumentParser(description=__doc__)
     parser.add_argument("output_dir", help="where the peer model, its tokenizer and peer_train.json go")
-    parser.add_argument(
-        "--dataset", required=True, help="the training data: a local Multi30k copy (Hub translation layout)"
-    )
-    parser.add_argument("--source-lang", required=True)
-    parser.add_argument("--target-lang", required=True)
+    add_dataset_arguments(parser)  # its training split is what the peer learns from
     parser.add_argument("--tokenizer", required=True, help="the joint BPE directory our run of the pair used")
     parser.add_argument("--minutes", type=float, default=30.0, help="wall-clock budget of training")
     add_logging_argument(parser)
@@ -30,7 +33,8 @@ def build_parser() -> ArgumentParser:
 def main() -> None:
     args = build_parser().parse_args()
     configure_logging(args.log_level)
-    run = PeerRun(args.dataset, args.source_lang, args.target_lang, args.tokenizer, args.minutes)
+    data = translation_data(args)
+    run = PeerRun(str(data.dataset), data.source_lang, data.target_lang, args.tokenizer, args.minutes)
     print(json.dumps(train_peer(run, args.output_dir)))
 
 
