@@ -10,9 +10,12 @@
 # Data: the Hub's bentrevett/multi30k; MULTI30K=PATH reads a local copy in the Hub translation layout instead
 # (offline machines). PyTorch: an installed one is kept; where none is, the CPU build is installed (TORCH_PIP
 # overrides what pip is asked for). Precision: chosen for the hardware (the log says which and why).
-# QUICKSTART_OUTPUTS=DIR writes the tokenizer and the run under DIR instead of outputs/; QUICKSTART_TRAIN_ARGS
-# adds flags to train.py (e.g. "--max-steps 5 --max-minutes null"); QUICKSTART_SKIP_INSTALL=1 keeps the
-# package installed as it is.
+# Install: the package with its tensorboard and tokenized extras, except offline: with MULTI30K set and the
+# package (and sacremoses) importable, nothing is installed; QUICKSTART_SKIP_INSTALL=1 keeps the package as
+# it is in any case. QUICKSTART_OUTPUTS=DIR writes the tokenizer and the run under DIR instead of outputs/;
+# QUICKSTART_TRAIN_ARGS adds flags to train.py (e.g. "--max-steps 5 --max-minutes null").
+# It ends with the three commands that use the run's model, RUN/model: translate a line, serve it, evaluate
+# it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source_lang=${1:-de}
@@ -50,7 +53,12 @@ if ! python3 -c "import torch" 2>/dev/null; then
     # shellcheck disable=SC2086  # TORCH_PIP is a list of pip arguments
     python3 -m pip install --quiet ${TORCH_PIP:-torch --index-url https://download.pytorch.org/whl/cpu}
 fi
-if [ "${QUICKSTART_SKIP_INSTALL:-}" != 1 ]; then
+# Imported from another directory, so that the clone's own folder does not pass for an installed package.
+if [ "${QUICKSTART_SKIP_INSTALL:-}" = 1 ]; then
+    :
+elif [ -n "${MULTI30K:-}" ] && (cd / && python3 -c "import hf_vanilla, sacremoses") 2>/dev/null; then
+    echo "quickstart: MULTI30K is set and hf_vanilla is importable: installing nothing"
+else
     python3 -m pip install --quiet -e ".[tensorboard,tokenized]"
 fi
 # An existing run directory is continued; train.py decides what in it can resume (and says so when nothing can).
@@ -70,3 +78,17 @@ if [ "$recipe" = smoke ]; then
     echo "quickstart: the smoke recipe trains for a minute, so its BLEU is low; the 30-minute recipe that" \
         "translates: bash scripts/quickstart.sh $source_lang $target_lang"
 fi
+case $source_lang in
+    de) sentence="Ein Hund rennt durch den Schnee." ;;
+    fr) sentence="Un chien court dans la neige." ;;
+    cs) sentence="Pes běží sněhem." ;;
+    *) sentence="A dog runs through the snow." ;;
+esac
+model=$run/model
+echo "quickstart: the model to use is $model (the chosen checkpoint, its decoding defaults and card):" \
+    "translate a line, serve it, evaluate it with"
+printf 'echo %q | python3 scripts/translate.py %q\n' "$sentence" "$model"
+printf 'python3 scripts/serve.py %q --port 8000\n' "$model"
+printf 'python3 scripts/evaluate_bleu.py %q --dataset %q --source-lang %q --target-lang %q' \
+    "$model" "$dataset" "$source_lang" "$target_lang"
+printf ' --output-dir %q\n' "$run/evaluation/model"

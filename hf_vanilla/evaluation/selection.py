@@ -12,6 +12,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from hf_vanilla.checkpoints.cards import CARD_FILE, record_results, set_decoding_defaults
+from hf_vanilla.checkpoints.run_model import publish_run_model
 from hf_vanilla.evaluation.paper_bleu import PAPER_BLEU_KEY, require_moses_tokenizer
 from hf_vanilla.evaluation.scoring import (
     BEAM_SEARCH,
@@ -34,12 +35,8 @@ from hf_vanilla.model.decoding import (
 )
 
 RUN_CANDIDATES = ("checkpoint_best", "checkpoint_last", "checkpoint_average")
-SCORE_KINDS = (
-    "cased",
-    "lowercased",
-    "tokenized_lowercased",
-    PAPER_BLEU_KEY,
-)  # a report's scores in selection.json
+# A report's scores in selection.json
+SCORE_KINDS = ("cased", "lowercased", "tokenized_lowercased", PAPER_BLEU_KEY)
 
 
 def expand_candidates(paths: Sequence[str | os.PathLike]) -> list[Path]:
@@ -55,8 +52,8 @@ def expand_candidates(paths: Sequence[str | os.PathLike]) -> list[Path]:
             candidates.extend(path / name for name in RUN_CANDIDATES if (path / name).is_dir())
         else:
             raise FileNotFoundError(
-                f"{path} is neither a saved model directory nor a training run (with "
-                f"{', '.join(RUN_CANDIDATES)})"
+                f"{path} is neither a saved model directory nor a training run "
+                f"(with {', '.join(RUN_CANDIDATES)})"
             )
     if not candidates:
         raise ValueError("no models to choose from")
@@ -134,7 +131,8 @@ def select_on_validation(
     the selection's "decoding_defaults_file" names the file written (None: none). `options`
     (`cache_implementation="static"`, say) go to every decoding; `scoring` to the reports (validation is
     chosen on sacreBLEU alone). Writes `selection.json` (every validation score and the choice) and the
-    reports into `output_dir`; returns the same dictionary.
+    reports into `output_dir`; returns the same dictionary. A run's checkpoint so chosen becomes its run's
+    `RUN/model` (`publish_run_model`), named in the selection's "run_model" (None: none).
     """
     if scoring.tokenized_bleu:
         require_moses_tokenizer()  # before the validation decodings, not after them
@@ -162,11 +160,12 @@ def select_on_validation(
         )
         for split in grid.report_splits
     }
-    defaults_file = None
-    if (
-        not decoder.extra_models
-    ):  # an ensemble's or reranker's decoding and scores are not the checkpoint's own
+    defaults_file = run_model = None
+    # An ensemble's or reranker's decoding and scores are not the checkpoint's own
+    if not decoder.extra_models:
         defaults_file = str(_make_checkpoint_default(Path(chosen["model"]), decoding, data.dataset, reports))
+        if Path(chosen["model"]).name in RUN_CANDIDATES:
+            run_model = str(publish_run_model(chosen["model"]))
     selection = {
         "validation_split": grid.validation_split,
         "validation_sentences": len(pairs),
@@ -175,6 +174,7 @@ def select_on_validation(
         "validation": rows,
         "chosen": chosen,
         "decoding_defaults_file": defaults_file,
+        "run_model": run_model,
         "reports": {
             split: {case: report[case] for case in SCORE_KINDS if case in report}
             for split, report in reports.items()

@@ -1,11 +1,12 @@
-"""Everything a run directory is: its checkpoints
-(fairseq-style names, averaging, section 6.1), its log, its config.
+"""Everything a run directory is: its checkpoints (fairseq-style names, averaging, section 6.1), its log, its
+config.
 
 A run directory holds `checkpoint_<step>` (numbered, one per save), `checkpoint_last` (also carrying the
 training state for `--resume`), `checkpoint_best` and, after averaging, `checkpoint_average`, each a
-standalone `save_pretrained` directory with its model card (`hf_vanilla.checkpoints.cards`);
-`train_log.jsonl`, one JSON record a line; and `training_config.yaml`. Every directory is written under a
-staging name and renamed into place, so a crash never leaves one that looks complete but is not.
+standalone `save_pretrained` directory with its model card (`hf_vanilla.checkpoints.cards`); `model`, the one
+of them to use (`hf_vanilla.checkpoints.run_model`); `train_log.jsonl`, one JSON record a line; and
+`training_config.yaml`. Every directory is written under a staging name and renamed into place, so a crash
+never leaves one that looks complete but is not.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from hf_vanilla.checkpoints.cards import CARD_FILE, RunRecord, directory_card, save_card
+from hf_vanilla.checkpoints.run_model import MODEL_NAME
 from hf_vanilla.files import STAGING_PREFIX, atomic_directory, publish_directory, write_text_atomic
 from hf_vanilla.training.settings import TrainingConfig, TrainingError, load_training_config
 
@@ -161,8 +163,8 @@ def remove_old_checkpoints(run_dir: str | os.PathLike, keep: int) -> None:
 
 
 def append_log(run_dir: str | os.PathLike, record: dict) -> None:
-    """Add one record to the run's log, the whole line in one write, flushed:
-    a crash tears at most the last line."""
+    """Add one record to the run's log, the whole line in one write, flushed: a crash tears at most the last
+    line."""
     with open(Path(run_dir) / LOG_FILE, "a") as log:
         log.write(json.dumps(record) + "\n")
         log.flush()
@@ -212,8 +214,8 @@ def truncate_log(run_dir: str | os.PathLike, step: int) -> None:
 
 
 def read_progress(state_dir: str | os.PathLike) -> dict:
-    """The saved progress of a run; refuses a training state that holds pickled objects
-    (they could run code)."""
+    """The saved progress of a run; refuses a training state that holds pickled objects (they could run
+    code)."""
     state_dir = Path(state_dir)
     pickled = sorted(path.name for path in state_dir.glob("custom_checkpoint_*.pkl"))
     if pickled:
@@ -232,7 +234,8 @@ def run_traces(run_dir: str | os.PathLike) -> list[str]:
     return sorted(
         path.name
         for path in run_dir.iterdir()
-        if path.name in (LOG_FILE, CONFIG_FILE) or path.name.startswith(("checkpoint_", STAGING_PREFIX))
+        if path.name in (LOG_FILE, CONFIG_FILE, MODEL_NAME)
+        or path.name.startswith(("checkpoint_", STAGING_PREFIX))
     )
 
 
@@ -261,8 +264,8 @@ class RunDirectoryInUse(Exception):
 
 
 def acquire_lock(run_dir: str | os.PathLike) -> Path:
-    """Take the run directory's lock (a file naming this process);
-    a lock whose process is gone is taken over."""
+    """Take the run directory's lock (a file naming this process); a lock whose process is gone is taken
+    over."""
     path = Path(run_dir) / LOCK_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     holder = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.strftime("%Y-%m-%d %H:%M:%S")}
@@ -274,7 +277,8 @@ def acquire_lock(run_dir: str | os.PathLike) -> Path:
             if other is not None and _alive(other):
                 raise RunDirectoryInUse(
                     f"{run_dir} is in use by process {other['pid']} on {other['host']} "
-                    f"(since {other['since']}); wait for it, or delete {path} if that process is gone"
+                    f"(since {other['since']}); "
+                    f"wait for it, or delete {path} if that process is gone"
                 ) from None
             logger.warning(
                 "%s: taking over the lock of process %s, which is gone", run_dir, (other or {}).get("pid")
@@ -342,8 +346,8 @@ def checkpoints_around(checkpoints: list[Path], step: int | None, count: int) ->
     return checkpoints[start : start + count]
 
 
-# The training settings a checkpoint's card lists:
-# what the recipe chose where the paper gives a value or a range.
+# The training settings a checkpoint's card lists: what the recipe chose where the paper gives a value or a
+# range.
 CARD_SETTINGS = (
     "init_from", "max_steps", "max_minutes", "max_tokens", "tokens_per_update", "adam_beta1", "adam_beta2",
     "adam_eps", "warmup", "lr", "lr_cooldown", "label_smoothing", "rdrop_alpha", "dropout",

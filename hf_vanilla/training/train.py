@@ -35,6 +35,7 @@ from torch.utils.data import DataLoader
 from transformers import GenerationConfig, PreTrainedTokenizerBase
 
 from hf_vanilla.checkpoints.loading import TOKENIZER_FILES, load_config, load_pretrained, load_tokenizer
+from hf_vanilla.checkpoints.run_model import publish_run_model
 from hf_vanilla.checkpoints.tokenizer_directory import PairsSource, train_tokenizer_on_pairs
 from hf_vanilla.data.batches import (
     CleaningRules,
@@ -63,6 +64,7 @@ from hf_vanilla.training.loss import training_loss_function
 from hf_vanilla.training.recipes import apply_recipe, keys_left_auto
 from hf_vanilla.training.run_directory import (
     AVERAGE,
+    BEST,
     CONFIG_FILE,
     LAST,
     LOG_FILE,
@@ -115,6 +117,8 @@ def train(config: TrainingConfig, resume: bool = False, overwrite_output_dir: bo
         trainer.run()
         if accelerator.is_main_process and config.average_last:
             _average_what_was_saved(config, output_dir, trainer.progress.best_step)
+        if accelerator.is_main_process:
+            _publish_run_model(output_dir)
         accelerator.wait_for_everyone()
         accelerator.end_training()
         logger.info("Checkpoints in %s", output_dir)
@@ -226,10 +230,17 @@ def _average_what_was_saved(config: TrainingConfig, output_dir: Path, best_step:
             saved,
         )
     around = best_step if config.early_stopping_patience else None
-    checkpoints = average_run_checkpoints(
-        output_dir, min(saved, config.average_last), config, around_step=around
-    )
+    count = min(saved, config.average_last)
+    checkpoints = average_run_checkpoints(output_dir, count, config, around_step=around)
     logger.info("Averaged %s into %s", ", ".join(path.name for path in checkpoints), output_dir / AVERAGE)
+
+
+def _publish_run_model(output_dir: Path) -> None:
+    """`RUN/model` is the run's best checkpoint until selection chooses (its last where it keeps no best)."""
+    chosen = output_dir / BEST if (output_dir / BEST).is_dir() else output_dir / LAST
+    if chosen.is_dir():
+        run_model = publish_run_model(chosen)
+        logger.info("The model to use: %s (%s until selection chooses)", run_model, chosen.name)
 
 
 def _log_plan(
@@ -241,8 +252,8 @@ def _log_plan(
 ) -> None:
     """The model's size, what one update and one epoch hold, and who makes the batches."""
     logger.info(
-        "%d parameters; %d updates an epoch of %d batches x %d processes x %d accumulation steps, <= %d "
-        "tokens each; %d data loader workers a process (dataloader_workers=%s on %s)",
+        "%d parameters; %d updates an epoch of %d batches x %d processes x %d accumulation steps, "
+        "<= %d tokens each; %d data loader workers a process (dataloader_workers=%s on %s)",
         sum(parameter.numel() for parameter in model.parameters()),
         sampler.updates_per_epoch,
         accelerator.gradient_accumulation_steps * accelerator.num_processes,
@@ -335,16 +346,19 @@ def _distributed_setup(accelerator: Accelerator) -> str:
         f"mixed precision {accelerator.mixed_precision}"
     )
     if (fsdp := getattr(accelerator.state, "fsdp_plugin", None)) is not None:
-        sharding = (
-            fsdp.sharding_strategy if fsdp.fsdp_version == 1 else f"reshard {fsdp.reshard_after_forward}"
-        )
+        if fsdp.fsdp_version == 1:
+            sharding = fsdp.sharding_strategy
+        else:
+            sharding = f"reshard {fsdp.reshard_after_forward}"
         setup += (
-            f", FSDP{fsdp.fsdp_version} ({sharding}, CPU offload {fsdp.cpu_offload}, {fsdp.state_dict_type})"
+            f", FSDP{fsdp.fsdp_version} ({sharding}, CPU offload {fsdp.cpu_offload}, "
+            f"{fsdp.state_dict_type})"
         )
     if (deepspeed := accelerator.state.deepspeed_plugin) is not None:
         setup += (
-            f", DeepSpeed ZeRO-{deepspeed.zero_stage} (offload optimizer "
-            f"{deepspeed.offload_optimizer_device}, parameters {deepspeed.offload_param_device})"
+            f", DeepSpeed ZeRO-{deepspeed.zero_stage} "
+            f"(offload optimizer {deepspeed.offload_optimizer_device}, "
+            f"parameters {deepspeed.offload_param_device})"
         )
     return setup
 
@@ -438,9 +452,8 @@ class RunInputs:
     model_config: VanillaTransformerConfig
     train_data: datasets.Dataset  # the cleaned training pairs, tokenized
     validation: ValidationSet | None
-    heldout: dict[
-        str, datasets.Dataset
-    ]  # {split: pairs held out of training}, for the splits the dataset lacks
+    # {split: pairs held out of training}, for the splits the dataset lacks
+    heldout: dict[str, datasets.Dataset]
 
 
 def load_inputs(config: TrainingConfig, state: PartialState | Accelerator) -> RunInputs:
@@ -495,9 +508,8 @@ def load_or_train_tokenizer(config: TrainingConfig) -> PreTrainedTokenizerBase:
         train_pairs, _ = training_pairs(config)
         train_tokenizer_on_pairs(train_pairs, path, config.tokenizer_vocab_size, pairs_source(config))
     else:
-        load_training_split(
-            config, config.train_split
-        )  # a language the data lacks is named before the tokenizer's
+        # A language the data lacks is named before the tokenizer's
+        load_training_split(config, config.train_split)
     try:
         check_tokenizer_languages(path, config.source_lang, config.target_lang)
     except ValueError as err:
@@ -575,9 +587,8 @@ def _load_data(
     reading order, in which its model's translations come back (`config.right_to_left`)."""
     max_length = model_config.max_position_embeddings
     train_pairs, heldout = training_pairs(config)
-    train_data = _cleaned(
-        config, train_pairs, tokenizer, f"{config.train_split} pairs", max_length, keep_text=False
-    )
+    train_name = f"{config.train_split} pairs"
+    train_data = _cleaned(config, train_pairs, tokenizer, train_name, max_length, keep_text=False)
     validation = _validation_set(config, tokenizer, heldout, max_length)
     return RunInputs(config, tokenizer, model_config, train_data, validation, heldout)
 
@@ -598,9 +609,8 @@ def _validation_set(
         pairs = load_training_split(config, config.validation_split)
     if config.validation_max_sentences:
         pairs = pairs.select(range(min(config.validation_max_sentences, len(pairs))))
-    tokenized = _cleaned(
-        config, pairs, tokenizer, f"{config.validation_split} pairs", max_length, keep_text=True
-    )
+    name = f"{config.validation_split} pairs"
+    tokenized = _cleaned(config, pairs, tokenizer, name, max_length, keep_text=True)
     return ValidationSet(
         tokenized, example_lengths(tokenized), list(tokenized["source"]), list(tokenized["target"])
     )
@@ -710,8 +720,8 @@ def _prepare_output_dir(
         accelerator.wait_for_everyone()
         if traces and not overwrite:
             raise TrainingError(
-                f"{output_dir} already holds a run ({', '.join(traces[:4])}); pass --resume to continue it "
-                f"or --overwrite-output-dir to replace it"
+                f"{output_dir} already holds a run ({', '.join(traces[:4])}); "
+                "pass --resume to continue it or --overwrite-output-dir to replace it"
             )
         if overwrite and accelerator.is_main_process:
             remove_run(output_dir)

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The best Multi30k results, both directions, with one command: every model they need, then each direction's
-# ensemble, its n-best list reranked, beam, length penalty and reranking weights chosen on validation, test2016
-# decoded once (model_card.md, "The best recipe"). Departures from the paper, each a switch used only here: data
-# diversification, ensembles, reranking with the reverse direction, right-to-left models, a language model and a
-# word bonus.
+# ensemble, its n-best list reranked, beam, length penalty and reranking weights chosen on validation,
+# test2016 decoded once (docs/results.md, "The best recipe"). Departures from the paper, each a switch used
+# only here: data diversification, ensembles, reranking with the reverse direction, right-to-left models, a
+# language model and a word bonus.
 #   bash scripts/research/best_recipe.sh                    # 8 runs of configs/multi30k-best.yaml one after another
 #   PARALLEL=4 bash scripts/research/best_recipe.sh         # on one GPU: runs side by side (four fit an H200)
 #   SEED_OFFSET=10 OUT=outputs/multi30k-best-recipe-seed12 bash scripts/research/best_recipe.sh   # another seed of it all
@@ -74,8 +74,8 @@ declare -A right_to_left_run=([en-de]=en-de-r2l-seed$(seed 6) [de-en]=de-en-r2l-
 # The students at the paper's base width over the config's 3+3 layers (24.6M parameters against 6.8M): on the
 # same data and seeds, +1.43 (en->de) and +1.22 to +1.69 (de->en) validation BLEU over the config's width. The
 # teachers (the config's width) stay out of the ensembles: en->de's wide pair alone scored above the same pair with
-# its teacher and narrow students added (measured for en->de only; model_card.md, "The paper's base width for
-# en->de's students" and "... for de->en's students too").
+# its teacher and narrow students added (measured for en->de only; docs/research/diary.md, "The paper's base
+# width for en->de's students" and "... for de->en's students too").
 student_flags="--model-overrides '{\"d_model\": 512, \"d_ff\": 2048, \"num_attention_heads\": 8}'"
 
 # Stage files name every run's flags, so that each stage's record says what it ran.
