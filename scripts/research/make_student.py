@@ -5,7 +5,7 @@ recipe, is selected on validation, and gets a vocabulary shortlist of the traini
 `--engine ctranslate2 --vocab-map`. Stopped, the same command goes on where it stopped; the student is
 OUTPUT_DIR/student.
 
-    python scripts/research/make_student.py --teacher outputs/multi30k-small-de-en/checkpoint_average \\
+    python scripts/research/make_student.py --teacher outputs/multi30k-small-de-en/model \\
         --source-lang de --target-lang en --engine ctranslate2 --compute-type int8 \\
         --output-dir outputs/multi30k-student-de-en
 """

@@ -13,7 +13,7 @@ all timed on the wall clock, as a client sees it; the ratios between them are wh
 disturbs least (every run here takes its turn on the same cores).
 
     python scripts/tools/benchmark_serving.py outputs/multi30k-small-de-en/checkpoint_best \\
-        --dataset ../shared/datasets/multi30k --source-lang de --target-lang en \\
+        --dataset bentrevett/multi30k --source-lang de --target-lang en \\
         --engine ctranslate2 --compute-type int8 --thread-counts 1 2 --clients 1 32 128
 
 A checkpoint whose model card records no validation BLEU (an untrained or random model, which decodes every

@@ -9,8 +9,8 @@ frontier (sentences/s against BLEU) to --plot.
 The shortlist is the student's vocab_map.txt (scripts/research/make_student.py): the teacher shares its
 vocabulary, and decodes with it from a scratch copy.
 
-    python scripts/tools/benchmark_student.py --teacher outputs/multi30k-small-de-en/checkpoint_average \\
-        --student outputs/multi30k-student-de-en/student --dataset ../shared/datasets/multi30k \\
+    python scripts/tools/benchmark_student.py --teacher outputs/multi30k-small-de-en/model \\
+        --student outputs/multi30k-student-de-en/student --dataset bentrevett/multi30k \\
         --source-lang de --target-lang en --num-beams 4 --threads 1 --clients 32 \\
         --output docs/benchmarks/student-int8-epyc-2core.json --plot docs/images/student-frontier.png
 """
