@@ -1,9 +1,9 @@
-"""The command-line option groups every script builds its parser from, spelled as Hugging Face users type them.
+"""The command-line option groups every script builds its parser from, spelled as Hugging Face users type
+them.
 
 Each `add_*_arguments` adds one group of flags (a section of --help), and each `add_*_argument` one flag that
-several groups or scripts share; a reader beside each turns the parsed flags into the package's settings. Every
-`--a-b` flag also answers to `--a_b` (as `HfArgumentParser` does), and every flag shows its default.
-"""
+several groups or scripts share; a reader beside each turns the parsed flags into the package's settings.
+Every `--a-b` flag also answers to `--a_b` (as `HfArgumentParser` does), and every flag shows its default. """
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from collections.abc import Collection, Sequence
 from typing import Any
 
 import yaml
+from accelerate.utils import clean_state_dict_for_safetensors
 
 from hf_vanilla.data.corpus import ACCEPTED_FORMS, COMPRESSION_SUFFIXES, dataset_spec
 from hf_vanilla.evaluation.scoring import TranslationData
@@ -44,20 +45,61 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescript
         return super()._get_help_string(action)
 
 
+@dataclasses.dataclass
+class HelpSection:
+    """A section of --help: its title, its description and its arguments, in the order they were added."""
+
+    title: str | None
+    description: str | None
+    actions: list[argparse.Action] = dataclasses.field(default_factory=list)
+
+
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse whose dashed long flags also take underscores: `--source_lang` is read as `--source-lang`."""
+    """argparse whose dashed long flags also take underscores: `--source_lang` is read as `--source-lang`.
+
+    It records its --help sections as they are built (`sections`: argparse keeps them in private fields only),
+    the positional arguments' and the options' first, as argparse shows them."""
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("formatter_class", HelpFormatter)
+        self.sections: list[HelpSection] = []
         super().__init__(*args, **kwargs)
 
-    def parse_known_args(self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None):
+    def add_argument_group(self, *args, **kwargs) -> _RecordedGroup:
+        group = super().add_argument_group(*args, **kwargs)
+        self.sections.append(HelpSection(group.title, group.description))
+        return _RecordedGroup(group, self.sections[-1])
+
+    def add_argument(self, *args, **kwargs) -> argparse.Action:
+        action = super().add_argument(*args, **kwargs)
+        positionals, options = self.sections[:2]  # the two sections argparse opens first
+        (options if action.option_strings else positionals).actions.append(action)
+        return action
+
+    def parse_known_args(
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ):
         return super().parse_known_args(dashed_flags(sys.argv[1:] if args is None else args), namespace)
 
 
+class _RecordedGroup:
+    """An argument group that also records each argument added to it in its --help section."""
+
+    def __init__(self, group, section: HelpSection):
+        self._group, self._section = group, section
+
+    def add_argument(self, *args, **kwargs) -> argparse.Action:
+        action = self._group.add_argument(*args, **kwargs)
+        self._section.actions.append(action)
+        return action
+
+    def __getattr__(self, name: str):
+        return getattr(self._group, name)
+
+
 def dashed_flags(arguments: Sequence[str]) -> list[str]:
-    """`arguments` with each long flag's underscores as dashes (`--max_steps=3` -> `--max-steps=3`), up to a `--`,
-    after which nothing is a flag."""
+    """`arguments` with each long flag's underscores as dashes (`--max_steps=3` -> `--max-steps=3`), up to a
+    `--`, after which nothing is a flag."""
     arguments = list(arguments)
     end = arguments.index("--") if "--" in arguments else len(arguments)
     return [_dashed(argument) for argument in arguments[:end]] + arguments[end:]
@@ -76,8 +118,8 @@ def add_logging_argument(parser: argparse.ArgumentParser) -> None:
         "--log-level",
         choices=LOG_LEVELS,
         default="info",
-        help="the least severe log lines written to stderr: info includes progress (training, evaluation, the "
-        "precision and engine chosen); warning only what needs attention",
+        help="the least severe log lines written to stderr: info includes progress (training, evaluation, "
+        "the precision and engine chosen); warning only what needs attention",
     )
 
 
@@ -88,7 +130,8 @@ def configure_logging(level: str = "info") -> None:
     """
     logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("accelerate").setLevel(logging.WARNING)
-    logging.getLogger("accelerate.utils.other").setLevel(logging.ERROR)
+    # The shared-tensor note comes from the module of this public function, by its module's logger.
+    logging.getLogger(clean_state_dict_for_safetensors.__module__).setLevel(logging.ERROR)
 
 
 MISSING_EXTRA_STATUS = 2  # as argparse exits for a bad command line: the command cannot run as installed
@@ -105,20 +148,23 @@ def exits_on_missing_extra():
         sys.exit(MISSING_EXTRA_STATUS)
 
 
-def add_training_config_arguments(parser: argparse.ArgumentParser, settings: Collection[str] | None = None) -> None:
-    """`--config FILE` and a flag for every `TrainingConfig` field (or only those named in `settings`), with the
-    field's help, that overrides the file's value, in a --help section a group of `SETTING_GROUPS`; read them back
-    with `training_config`.
+def add_training_config_arguments(
+    parser: argparse.ArgumentParser, settings: Collection[str] | None = None
+) -> None:
+    """`--config FILE` and a flag for every `TrainingConfig` field (or only those named in `settings`), with
+    the field's help, that overrides the file's value, in a --help section a group of `SETTING_GROUPS`; read
+    them back with `training_config`.
 
-    A flag left out is absent from the parsed namespace (not set to the field's default), so that the file's value
-    stands; values are read as YAML ("null", "1e-3", "{d_model: 128}"), which `load_training_config` checks. A
-    yes/no field's flag alone means yes (`--right-to-left`, or `--right-to-left false`); `--no-FIELD` turns off
-    one that is on by default.
-    """
+    A flag left out is absent from the parsed namespace (not set to the field's default), so that the file's
+    value stands; values are read as YAML ("null", "1e-3", "{d_model: 128}"), which `load_training_config`
+    checks. A yes/no field's flag alone means yes (`--right-to-left`, or `--right-to-left false`);
+    `--no-FIELD` turns off one that is on by default."""
     parser.add_argument_group("training config (TrainingConfig keys, configs/*.yaml)").add_argument(
         "--config", help="YAML file of TrainingConfig keys; the flags below override its values"
     )
-    fields = [field for field in dataclasses.fields(TrainingConfig) if settings is None or field.name in settings]
+    fields = [
+        field for field in dataclasses.fields(TrainingConfig) if settings is None or field.name in settings
+    ]
     for name, description in SETTING_GROUPS.items():
         in_group = [field for field in fields if field.metadata["group"] == name]
         if in_group:
@@ -132,7 +178,9 @@ def _add_setting_flag(group, field: dataclasses.Field) -> None:
     default = field.default_factory() if field.default is dataclasses.MISSING else field.default
     described = f"{field.metadata['help']} (default: {default!r})"
     if kind is bool:
-        group.add_argument(flag, nargs="?", const=True, type=yaml.safe_load, default=argparse.SUPPRESS, help=described)
+        group.add_argument(
+            flag, nargs="?", const=True, type=yaml.safe_load, default=argparse.SUPPRESS, help=described
+        )
         if default:
             off = f"--no-{flag[2:]}"
             group.add_argument(
@@ -156,8 +204,8 @@ def training_config_overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def training_config(args: argparse.Namespace, **overrides) -> TrainingConfig:
-    """The `TrainingConfig` of `--config` with the flags of `add_training_config_arguments` over its values, and
-    `overrides` over theirs (TrainingError for a bad file, key or value)."""
+    """The `TrainingConfig` of `--config` with the flags of `add_training_config_arguments` over its values,
+    and `overrides` over theirs (TrainingError for a bad file, key or value)."""
     return load_training_config(args.config, **{**training_config_overrides(args), **overrides})
 
 
@@ -209,8 +257,8 @@ def beam_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
-    """How translations are searched: beam size, length penalty, output limit and lines too long for the model;
-    read them back with `decoding_kwargs`."""
+    """How translations are searched: beam size, length penalty, output limit and lines too long for the
+    model; read them back with `decoding_kwargs`."""
     group = parser.add_argument_group(
         "decoding (what is not given: the checkpoint's generation_config.json, else the paper's, section 6.1)"
     )
@@ -225,7 +273,8 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def decoding_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """`translate_sentences` keywords (`generate` kwargs and skip_long_lines) from `add_decoding_arguments`."""
+    """`translate_sentences` keywords (`generate` kwargs and skip_long_lines) from
+    `add_decoding_arguments`."""
     kwargs = beam_kwargs(args)
     if args.max_new_tokens is not None:
         kwargs["max_new_tokens"] = args.max_new_tokens
@@ -281,8 +330,8 @@ def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
         "--engine",
         choices=engine_names(),
         default=DEFAULT_ENGINE.engine,
-        help="transformers: generate, the reference; ctranslate2: the same decoding, faster (converted from the "
-        "checkpoint on first use; pip install 'hf_vanilla[ct2]'; docs/speed.md says what it cannot do)",
+        help="transformers: generate, the reference; ctranslate2: the same decoding, faster (converted from "
+        "the checkpoint on first use; pip install 'hf_vanilla[ct2]'; docs/speed.md says what it cannot do)",
     )
     add_device_argument(group)
     add_dtype_argument(group)
@@ -309,15 +358,16 @@ def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
         "--inter-threads",
         type=positive_int,
         default=None,
-        help="the ctranslate2 engine on a CPU: batches decoded at once, a model replica each, sharing --threads "
-        "(default: one a thread, each on one thread), logged",
+        help="the ctranslate2 engine on a CPU: batches decoded at once, a model replica each, sharing "
+        "--threads (default: one a thread, each on one thread), logged",
     )
     group.add_argument(
         "--cache-implementation",
         choices=["dynamic", "static"],
         default="dynamic",
         help="generate's key/value cache; static preallocates it, and on a GPU generate then compiles the "
-        "decoding step once per batch shape (docs/speed.md: faster greedy, slower beam search); the same tokens",
+        "decoding step once per batch shape (docs/speed.md: faster greedy, slower beam search); the same "
+        "tokens",
     )
 
 
@@ -329,7 +379,13 @@ def runtime_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 def engine_settings(args: argparse.Namespace) -> EngineSettings:
     """The `EngineSettings` of the options of `add_runtime_arguments`."""
     return EngineSettings(
-        args.engine, args.device, args.dtype, args.compute_type, args.ctranslate2_dir, args.threads, args.inter_threads
+        args.engine,
+        args.device,
+        args.dtype,
+        args.compute_type,
+        args.ctranslate2_dir,
+        args.threads,
+        args.inter_threads,
     )
 
 
@@ -372,8 +428,8 @@ def add_dtype_argument(parser, several: bool = False) -> None:
         nargs="+" if several else None,
         default=["float32"] if several else "float32",
         choices=["auto", *DTYPE_NAMES],
-        help="weights and activations (the ctranslate2 engine takes --compute-type); auto: bfloat16 where the GPU "
-        "or CPU runs it natively, float16 on a GPU without bfloat16, float32 otherwise"
+        help="weights and activations (the ctranslate2 engine takes --compute-type); auto: bfloat16 where "
+        "the GPU or CPU runs it natively, float16 on a GPU without bfloat16, float32 otherwise"
         + ("; each is measured" if several else ""),
     )
 
@@ -449,10 +505,15 @@ def add_dataset_arguments(parser: argparse.ArgumentParser) -> None:
         help="the data: " + ACCEPTED_FORMS + " (e.g. corpus.{lang}.gz validation=dev.tsv test=test.jsonl)",
     )
     group.add_argument("--dataset-config", default=None, help="Hub dataset config, e.g. de-en for wmt14")
-    group.add_argument("--source-lang", required=True, help="source language code (a column or translation key)")
+    group.add_argument(
+        "--source-lang", required=True, help="source language code (a column or translation key)"
+    )
     group.add_argument("--target-lang", required=True, help="target language code")
     group.add_argument(
-        "--first-pairs", type=positive_int, default=None, help="the first N pairs of each split only (default: all)"
+        "--first-pairs",
+        type=positive_int,
+        default=None,
+        help="the first N pairs of each split only (default: all)",
     )
 
 
@@ -479,8 +540,8 @@ def add_tokenizer_sample_argument(parser: argparse.ArgumentParser) -> None:
         "--tokenizer-sample-pairs",
         type=positive_int,
         default=None,
-        help="a tokenizer trained here learns from this many random training pairs, and the log says how long "
-        "all would take (default: all)",
+        help="a tokenizer trained here learns from this many random training pairs, and the log says how "
+        "long all would take (default: all)",
     )
 
 

@@ -3,12 +3,11 @@ model card, generated from what the checkpoint is.
 
 `save_pretrained` alone copies the modeling code and maps one Auto class. A checkpoint written with
 `save_model_directory` also maps `AutoModel`, registers the `vanilla-translation` pipeline in its config (as
-transformers' `Pipeline.save_pretrained` does; the model's `save_pretrained` then copies the pipeline's code, here
-and wherever transformers saves the model again), and holds a README.md model card with Hub metadata, so that
-`push_to_hub` of the directory publishes a usable model. The card's facts come from the checkpoint's own files
-(architecture from config.json, decoding defaults from generation_config.json) and from what its run recorded
-(`RunRecord`); `set_decoding_defaults` and `record_results` change checkpoint and card together.
-"""
+transformers' `Pipeline.save_pretrained` does; the model's `save_pretrained` then copies the pipeline's code,
+here and wherever transformers saves the model again), and holds a README.md model card with Hub metadata, so
+that `push_to_hub` of the directory publishes a usable model. The card's facts come from the checkpoint's own
+files (architecture from config.json, decoding defaults from generation_config.json) and from what its run
+recorded (`RunRecord`); `set_decoding_defaults` and `record_results` change checkpoint and card together. """
 
 from __future__ import annotations
 
@@ -21,6 +20,7 @@ from typing import Any
 import torch
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase
+from transformers.pipelines import PIPELINE_REGISTRY
 from transformers.utils import GENERATION_CONFIG_NAME
 
 from hf_vanilla.data.corpus import TRAIN_SPLIT, parse_dataset
@@ -49,7 +49,7 @@ AUTO_MAP = {
 
 def custom_pipeline_entry() -> dict:
     """The `custom_pipelines` entry of config.json, as `Pipeline.save_pretrained` writes it."""
-    registered = dict(VanillaTranslationPipeline._registered_impl[TASK])
+    registered = dict(PIPELINE_REGISTRY.check_task(TASK)[1])
     registered["impl"] = _code_reference(VanillaTranslationPipeline)
     registered["pt"] = tuple(model_class.__name__ for model_class in registered["pt"])
     return {TASK: registered}
@@ -62,8 +62,8 @@ def save_model_directory(
     run: RunRecord,
     state_dict: dict[str, torch.Tensor] | None = None,
 ) -> Path:
-    """`save_pretrained` of model (with the pipeline's code) and tokenizer into `directory`, and the model card
-    of what was saved and the `run` that made it."""
+    """`save_pretrained` of model (with the pipeline's code) and tokenizer into `directory`, and the model
+    card of what was saved and the `run` that made it."""
     directory = Path(directory)
     model.config.auto_map = dict(AUTO_MAP)
     model.config.custom_pipelines = custom_pipeline_entry()
@@ -88,8 +88,8 @@ def dataset_name(dataset: str) -> str:
 
 
 def dataset_label(dataset: str) -> str:
-    """How a card names the training data: a Hub id as given, a local copy by its folder's or file's name only (a
-    card is published; the training machine's paths are nobody's business)."""
+    """How a card names the training data: a Hub id as given, a local copy by its folder's or file's name only
+    (a card is published; the training machine's paths are nobody's business)."""
     return f"a local copy of {dataset_name(dataset)}" if is_local_dataset(dataset) else dataset
 
 
@@ -114,9 +114,9 @@ TOKENIZED_BLEUS = ("tokenized_lowercased", "bleu_paper")  # report keys of the B
 
 @dataclass(frozen=True)
 class RunRecord:
-    """What a card says of the run that made a checkpoint, beside what the checkpoint's own files say: its languages
-    and data, a one-line summary, the training settings the run recorded (config key -> value; none: the card says
-    they were not recorded) and the checkpoint's validation scores while training."""
+    """What a card says of the run that made a checkpoint, beside what the checkpoint's own files say: its
+    languages and data, a one-line summary, the training settings the run recorded (config key -> value; none:
+    the card says they were not recorded) and the checkpoint's validation scores while training."""
 
     source_lang: str
     target_lang: str
@@ -128,8 +128,8 @@ class RunRecord:
 
 
 def _results(dataset: str, name: str, split: str, scores) -> list[EvalResult]:
-    """Model-index rows of `dataset`'s `split` (named `name` in the card): one for each (metric type, metric name,
-    value, sacreBLEU signature or None) of `scores`."""
+    """Model-index rows of `dataset`'s `split` (named `name` in the card): one for each (metric type, metric
+    name, value, sacreBLEU signature or None) of `scores`."""
     return [
         EvalResult(
             task_type="translation",
@@ -176,23 +176,24 @@ def _card_metadata(run: RunRecord, results: list[EvalResult]) -> ModelCardData:
 def architecture(config: VanillaTransformerConfig) -> str:
     """What the config makes of the paper's encoder-decoder: LayerNorm placement, embedding sharing, sizes."""
     layer_norm = (
-        "pre-LayerNorm, x + Sublayer(LayerNorm(x)) with a LayerNorm after each stack (a departure from the paper's "
-        "post-LayerNorm)"
+        "pre-LayerNorm, x + Sublayer(LayerNorm(x)) with a LayerNorm after each stack (a departure from the "
+        "paper's post-LayerNorm)"
         if config.pre_layernorm
         else "post-LayerNorm, LayerNorm(x + Sublayer(x)), as in the paper"
     )
     embeddings = (
-        "one embedding matrix shared by the encoder input, the decoder input and the pre-softmax projection, as in "
-        "the paper"
+        "one embedding matrix shared by the encoder input, the decoder input and the pre-softmax projection, "
+        "as in the paper"
         if config.tie_word_embeddings
-        else "one embedding matrix shared by the encoder and decoder inputs, and a pre-softmax projection of its "
+        else "one embedding matrix shared by the encoder and decoder inputs, and a pre-softmax projection of "
+            "its "
         "own (a departure: the paper shares that matrix too)"
     )
     return (
         f"the paper's encoder-decoder with sinusoidal positions and ReLU feed-forward layers; {layer_norm}; "
         f"{embeddings}. d_model {config.d_model}, d_ff {config.d_ff}, {config.num_attention_heads} heads, "
-        f"{config.encoder_layers}+{config.decoder_layers} layers, a joint BPE vocabulary of {config.vocab_size} "
-        "tokens"
+        f"{config.encoder_layers}+{config.decoder_layers} layers, a joint BPE vocabulary of "
+        f"{config.vocab_size} tokens"
     )
 
 
@@ -229,8 +230,8 @@ def model_details(config: VanillaTransformerConfig, generation: GenerationConfig
         else ""
     )
     return (
-        f"{MODEL_DETAILS_HEADING}\n\n- Architecture: {architecture(config)}.\n{reversed_words}"
-        f"- Decoding defaults (generation_config.json, what `pipeline` and `generate` use unless told otherwise): "
+        f"{MODEL_DETAILS_HEADING}\n\n- Architecture: {architecture(config)}.\n{reversed_words}- Decoding "
+        "defaults (generation_config.json, what `pipeline` and `generate` use unless told otherwise): "
         f"{decoding_defaults(generation)}. The pipeline stops each translation at its source length + "
         f"{PAPER_EXTRA_OUTPUT_TOKENS} tokens (section 6.1), a plain `generate` at the decoder's "
         f"{config.max_position_embeddings} positions.\n- License: Apache-2.0.\n"
@@ -243,23 +244,30 @@ def training_procedure(settings: Mapping[str, Any]) -> str:
         return "Not recorded with this checkpoint.\n"
     listed = "".join(f"- {name}: {value}\n" for name, value in settings.items() if name != "corpus_recipe")
     chosen = settings.get("corpus_recipe")
-    by_size = f"\nSettings the config left to the corpus size (hf_vanilla's size table): {chosen}.\n" if chosen else ""
+    by_size = ""
+    if chosen:
+        by_size = f"\nSettings the config left to the corpus size (hf_vanilla's size table): {chosen}.\n"
     return (
-        "hf_vanilla's training loop (section 5: Adam, the learning rate warmed up, then decayed with the inverse "
-        f"square root of the update), with these settings of its training config:\n{listed}{by_size}"
+        "hf_vanilla's training loop (section 5: Adam, the learning rate warmed up, then decayed with the "
+        f"inverse square root of the update), with these settings of its training config:\n{listed}{by_size}"
     )
 
 
 def evaluation_section(results: list[EvalResult] | None) -> str:
     """The card's results table, one row a score, with sacreBLEU's signature where it has one."""
     if not results:
-        return f"{EVALUATION_HEADING}\n\nNot evaluated yet: `scripts/select_checkpoint.py` records test scores here.\n"
+        return (
+            f"{EVALUATION_HEADING}\n\nNot evaluated yet: `scripts/select_checkpoint.py` records test scores "
+            "here.\n"
+        )
     rows = "\n".join(
         f"| {result.dataset_name} | {result.metric_name} | {result.metric_value} | "
-        f"{(result.metric_config or '').replace('|', chr(92) + '|')} |"  # a signature's bars escaped for the table
+        # a signature's bars escaped for the table
+        f"{(result.metric_config or '').replace('|', chr(92) + '|')} |"
         for result in results
     )
-    return f"{EVALUATION_HEADING}\n\n| data | metric | score | sacreBLEU signature |\n|---|---|---|---|\n{rows}\n"
+    table_head = "| data | metric | score | sacreBLEU signature |\n|---|---|---|---|"
+    return f"{EVALUATION_HEADING}\n\n{table_head}\n{rows}\n"
 
 
 CARD_TEXT = """
@@ -271,7 +279,8 @@ translate {source_lang} -> {target_lang} on {data}. {summary}
 {details}
 ## Intended uses and limitations
 
-Translation of single sentences {source_lang} -> {target_lang} in the domain of its training data, and research on
+Translation of single sentences {source_lang} -> {target_lang} in the domain of its training data, and \
+research on
 the paper's model. {domain} It inherits the data's biases and has no safety filtering; do not use its output
 unchecked where errors matter.
 
@@ -301,21 +310,22 @@ model = AutoModelForSeq2SeqLM.from_pretrained("PATH_OR_HUB_ID", trust_remote_cod
 
 {citations}"""
 MULTI30K_DOMAIN = (
-    "Trained on image descriptions (Multi30k): short, literal sentences; expect poor output on news, dialogue or "
-    "long documents."
+    "Trained on image descriptions (Multi30k): short, literal sentences; expect poor output on news, "
+    "dialogue or long documents."
 )
 
 
 def card_of(metadata: ModelCardData, text: str) -> ModelCard:
-    """A card (a model's or a tokenizer's README.md): `metadata`, the YAML block the Hub reads, then `text`."""
+    """A card (a model's or a tokenizer's README.md): `metadata`, the YAML block the Hub reads, then
+    `text`."""
     return ModelCard(f"---\n{metadata.to_yaml()}\n---\n{text}")
 
 
 def model_card(config: VanillaTransformerConfig, generation: GenerationConfig, run: RunRecord) -> ModelCard:
-    """A checkpoint's model card, by the Hub's conventions, generated from what the checkpoint is: metadata with
-    model-index; model details from its config and generation config; intended use and limitations; how to use;
-    training data and procedure from `run`; evaluation (validation scores while training, test scores once
-    `record_results` adds them); citation."""
+    """A checkpoint's model card, by the Hub's conventions, generated from what the checkpoint is: metadata
+    with model-index; model details from its config and generation config; intended use and limitations; how
+    to use; training data and procedure from `run`; evaluation (validation scores while training, test scores
+    once `record_results` adds them); citation."""
     multi30k = "multi30k" in dataset_name(run.dataset).lower()
     citations = [CITATION, MULTI30K_CITATION] if multi30k else [CITATION]
     validation = _validation_results(run)
@@ -339,7 +349,8 @@ def model_card(config: VanillaTransformerConfig, generation: GenerationConfig, r
 
 
 def directory_card(directory: str | os.PathLike, run: RunRecord) -> ModelCard:
-    """`model_card` of the checkpoint saved in `directory`, from its config.json and generation_config.json."""
+    """`model_card` of the checkpoint saved in `directory`, from its config.json and
+    generation_config.json."""
     return model_card(
         VanillaTransformerConfig.from_pretrained(directory), GenerationConfig.from_pretrained(directory), run
     )
@@ -359,9 +370,9 @@ def _replace_section(text: str, section: str) -> str:
 
 
 def set_decoding_defaults(directory: str | os.PathLike, num_beams: int, length_penalty: float | None) -> Path:
-    """Make `num_beams` and `length_penalty` (None: none, as greedy search takes) the decoding that `pipeline` and
-    `generate` use by default for the checkpoint in `directory`: its generation_config.json, written atomically,
-    and its card's model details, where it has a card. Returns the generation config's path."""
+    """Make `num_beams` and `length_penalty` (None: none, as greedy search takes) the decoding that `pipeline`
+    and `generate` use by default for the checkpoint in `directory`: its generation_config.json, written
+    atomically, and its card's model details, where it has a card. Returns the generation config's path."""
     directory = Path(directory)
     generation = GenerationConfig.from_pretrained(directory)
     generation.update(num_beams=num_beams, length_penalty=length_penalty)
@@ -377,25 +388,41 @@ def set_decoding_defaults(directory: str | os.PathLike, num_beams: int, length_p
     return path
 
 
-def record_results(directory: str | os.PathLike, dataset: str, split: str, report: Mapping[str, Any]) -> ModelCard:
-    """Write a split's scores (an evaluation report) into the card of the checkpoint in `directory`: model-index
-    rows and the Evaluation table, replacing that split's earlier rows, so a pushed model shows them."""
+def record_results(
+    directory: str | os.PathLike, dataset: str, split: str, report: Mapping[str, Any]
+) -> ModelCard:
+    """Write a split's scores (an evaluation report) into the card of the checkpoint in `directory`:
+    model-index rows and the Evaluation table, replacing that split's earlier rows, so a pushed model shows
+    them."""
     card = ModelCard.load(Path(directory) / CARD_FILE)
     setting = decoding_label(report.get("generation", {}))
     name = f"{dataset_name(dataset)} {split} ({report.get('sentences', 'all')} sentences; {setting})"
     scores = [
         ("bleu", "sacreBLEU", report["cased"]["bleu"], report["cased"].get("bleu_signature")),
-        ("bleu", "sacreBLEU, lowercased", report["lowercased"]["bleu"], report["lowercased"].get("bleu_signature")),
+        (
+            "bleu",
+            "sacreBLEU, lowercased",
+            report["lowercased"]["bleu"],
+            report["lowercased"].get("bleu_signature"),
+        ),
         ("chrf", "chrF", report["cased"]["chrf"], report["cased"].get("chrf_signature")),
     ]
     scores += [  # the tokenized BLEUs printed beside sacreBLEU, where the report has them
-        ("bleu", report[key].get("name", key.replace("_", " ")), report[key]["bleu"], report[key].get("bleu_signature"))
+        (
+            "bleu",
+            report[key].get("name", key.replace("_", " ")),
+            report[key]["bleu"],
+            report[key].get("bleu_signature"),
+        )
         for key in TOKENIZED_BLEUS
         if key in report
     ]
     kept = [result for result in card.data.eval_results or [] if result.dataset_split != split]
     card.data.eval_results = kept + _results(
-        dataset, name, split, [(metric, label, round(value, 2), signature) for metric, label, value, signature in scores]
+        dataset,
+        name,
+        split,
+        [(metric, label, round(value, 2), signature) for metric, label, value, signature in scores],
     )
     card.text = _replace_section(card.text, evaluation_section(card.data.eval_results))
     save_card(card, directory)

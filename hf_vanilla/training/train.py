@@ -30,7 +30,7 @@ from accelerate.utils import (
     parse_flag_from_env,
     set_seed,
 )
-from accelerate.utils.other import load as load_tensors
+from accelerate.utils import load as load_tensors
 from torch.utils.data import DataLoader
 from transformers import GenerationConfig, PreTrainedTokenizerBase
 
@@ -129,8 +129,8 @@ def _prepare_run(
     overwrite_output_dir: bool,
     run_started: float,
 ) -> Trainer:
-    """The run directory made ready (`_prepare_output_dir`) and a Trainer over the model, Adam and its schedule,
-    the training batches and the run's progress, new or resumed."""
+    """The run directory made ready (`_prepare_output_dir`) and a Trainer over the model, Adam and its
+    schedule, the training batches and the run's progress, new or resumed."""
     output_dir = Path(config.output_dir)
     sampler = _update_sampler(config, inputs.train_data, accelerator)
     planned_updates = _planned_updates(config, sampler)
@@ -205,7 +205,8 @@ def _training_loader(
 
 
 def _check_bleu_available(target_lang: str) -> None:
-    """Fail before training, not at the first validation, where the target's BLEU needs a package missing here."""
+    """Fail before training, not at the first validation, where the target's BLEU needs a package missing
+    here."""
     try:
         bleu_metric(target_lang)
     except ValueError as err:
@@ -213,8 +214,9 @@ def _check_bleu_available(target_lang: str) -> None:
 
 
 def _average_what_was_saved(config: TrainingConfig, output_dir: Path, best_step: int | None) -> None:
-    """Average `average_last` numbered checkpoints, or all there are when the run saved fewer (a small corpus, a
-    short run), saying so: the last ones, or with early stopping those around the best (update `best_step`)."""
+    """Average `average_last` numbered checkpoints, or all there are when the run saved fewer (a small corpus,
+    a short run), saying so: the last ones, or with early stopping those around the best (update
+    `best_step`)."""
     saved = len(numbered_checkpoints(output_dir))
     if saved < config.average_last:
         logger.warning(
@@ -224,7 +226,9 @@ def _average_what_was_saved(config: TrainingConfig, output_dir: Path, best_step:
             saved,
         )
     around = best_step if config.early_stopping_patience else None
-    checkpoints = average_run_checkpoints(output_dir, min(saved, config.average_last), config, around_step=around)
+    checkpoints = average_run_checkpoints(
+        output_dir, min(saved, config.average_last), config, around_step=around
+    )
     logger.info("Averaged %s into %s", ", ".join(path.name for path in checkpoints), output_dir / AVERAGE)
 
 
@@ -237,8 +241,8 @@ def _log_plan(
 ) -> None:
     """The model's size, what one update and one epoch hold, and who makes the batches."""
     logger.info(
-        "%d parameters; %d updates an epoch of %d batches x %d processes x %d accumulation steps, <= %d tokens "
-        "each; %d data loader workers a process (dataloader_workers=%s on %s)",
+        "%d parameters; %d updates an epoch of %d batches x %d processes x %d accumulation steps, <= %d "
+        "tokens each; %d data loader workers a process (dataloader_workers=%s on %s)",
         sum(parameter.numel() for parameter in model.parameters()),
         sampler.updates_per_epoch,
         accelerator.gradient_accumulation_steps * accelerator.num_processes,
@@ -252,9 +256,9 @@ def _log_plan(
 
 
 def _loader_workers(config: TrainingConfig, accelerator: Accelerator) -> int:
-    """The DataLoader worker processes of each training process: `config.dataloader_workers`, or for auto none on
-    a CPU (they would take the cores the model trains on) and on a GPU up to 4 within this process's share of the
-    machine's cores, one of which the process itself keeps."""
+    """The DataLoader worker processes of each training process: `config.dataloader_workers`, or for auto none
+    on a CPU (they would take the cores the model trains on) and on a GPU up to 4 within this process's share
+    of the machine's cores, one of which the process itself keeps."""
     if config.dataloader_workers != "auto":
         return int(config.dataloader_workers)
     if accelerator.device.type == "cpu":
@@ -265,7 +269,8 @@ def _loader_workers(config: TrainingConfig, accelerator: Accelerator) -> int:
 
 @contextlib.contextmanager
 def _run_lock(output_dir: Path, accelerator: Accelerator):
-    """The run directory's lock, taken by the main process for the whole run; every process stops if it is held."""
+    """The run directory's lock, taken by the main process for the whole run; every process stops if it is
+    held."""
     lock, refusal = None, None
     if accelerator.is_main_process:
         try:
@@ -295,18 +300,21 @@ def _tensorboard_installed(output_dir: Path) -> bool:
 
 
 def _make_accelerator(config: TrainingConfig, output_dir: Path) -> Accelerator:
-    """accelerate's Accelerator in the precision chosen for the device (`train` sets its accumulation steps once
-    the config's keys left auto are filled)."""
-    # The device accelerate will train on (ACCELERATE_USE_CPU, as Accelerator reads it, keeps a GPU machine on CPU).
+    """accelerate's Accelerator in the precision chosen for the device (`train` sets its accumulation steps
+    once the config's keys left auto are filled)."""
+    # The device accelerate will train on (ACCELERATE_USE_CPU, as Accelerator reads it, keeps a GPU machine on
+    # CPU).
     device_type = PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU")).device.type
     precision = resolve_precision(config.mixed_precision, device_type)
     accelerator = Accelerator(
         mixed_precision=precision.mixed_precision,
-        # Our batches are already global per update: one scheduler step per optimizer step, not one per process.
+        # Our batches are already global per update: one scheduler step per optimizer step, not one per
+        # process.
         dataloader_config=DataLoaderConfiguration(split_batches=True),
         log_with="tensorboard" if config.tensorboard and _tensorboard_installed(output_dir) else None,
         project_dir=str(output_dir),
-        # A layer LayerDrop skips has no gradient, which DDP must be told to expect (auto may turn LayerDrop on).
+        # A layer LayerDrop skips has no gradient, which DDP must be told to expect (auto may turn LayerDrop
+        # on).
         kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=config.layer_dropout != 0)],
     )
     logger.info(
@@ -320,18 +328,23 @@ def _make_accelerator(config: TrainingConfig, output_dir: Path) -> Accelerator:
 
 
 def _distributed_setup(accelerator: Accelerator) -> str:
-    """accelerate's distributed type, processes and mixed precision, with the FSDP or DeepSpeed settings when on."""
+    """accelerate's distributed type, processes and mixed precision, with the FSDP or DeepSpeed settings when
+    on."""
     setup = (
         f"accelerate {accelerator.distributed_type.value}, {accelerator.num_processes} process(es), "
         f"mixed precision {accelerator.mixed_precision}"
     )
     if (fsdp := getattr(accelerator.state, "fsdp_plugin", None)) is not None:
-        sharding = fsdp.sharding_strategy if fsdp.fsdp_version == 1 else f"reshard {fsdp.reshard_after_forward}"
-        setup += f", FSDP{fsdp.fsdp_version} ({sharding}, CPU offload {fsdp.cpu_offload}, {fsdp.state_dict_type})"
+        sharding = (
+            fsdp.sharding_strategy if fsdp.fsdp_version == 1 else f"reshard {fsdp.reshard_after_forward}"
+        )
+        setup += (
+            f", FSDP{fsdp.fsdp_version} ({sharding}, CPU offload {fsdp.cpu_offload}, {fsdp.state_dict_type})"
+        )
     if (deepspeed := accelerator.state.deepspeed_plugin) is not None:
         setup += (
-            f", DeepSpeed ZeRO-{deepspeed.zero_stage} (offload optimizer {deepspeed.offload_optimizer_device}, "
-            f"parameters {deepspeed.offload_param_device})"
+            f", DeepSpeed ZeRO-{deepspeed.zero_stage} (offload optimizer "
+            f"{deepspeed.offload_optimizer_device}, parameters {deepspeed.offload_param_device})"
         )
     return setup
 
@@ -339,8 +352,8 @@ def _distributed_setup(accelerator: Accelerator) -> str:
 def _adam(config: TrainingConfig, model: torch.nn.Module, fused: bool) -> torch.optim.Adam:
     """Adam(0.9, 0.98, 1e-9) at the schedule's peak learning rate (section 5.3), which the scheduler scales.
 
-    `fused` (on a GPU): one kernel for every parameter's step, which keeps its step count on the device; the CPU
-    keeps the plain foreach Adam, whose arithmetic the CPU runs and tests were made with."""
+    `fused` (on a GPU): one kernel for every parameter's step, which keeps its step count on the device; the
+    CPU keeps the plain foreach Adam, whose arithmetic the CPU runs and tests were made with."""
     return torch.optim.Adam(
         model.parameters(),
         lr=peak_learning_rate(model.config.d_model, config.warmup, config.lr_scale, config.lr),
@@ -392,8 +405,9 @@ def _start_or_resume(config: TrainingConfig, accelerator: Accelerator, output_di
         state_dir = output_dir / LAST / TRAINING_STATE
         try:
             progress.load_state_dict(read_progress(state_dir))
-            # accelerate loads with torch.load(weights_only=True), which refuses pickled code, but skips random
-            # states it cannot load without a word: load them first, so that a bad file stops the resume.
+            # accelerate loads with torch.load(weights_only=True), which refuses pickled code, but skips
+            # random states it cannot load without a word: load them first, so that a bad file stops the
+            # resume.
             load_tensors(state_dir / f"{RNG_STATE_NAME}_{accelerator.process_index}.pkl")
             accelerator.load_state(str(state_dir))
         except (ValueError, OSError, RuntimeError, pickle.UnpicklingError) as err:
@@ -424,14 +438,15 @@ class RunInputs:
     model_config: VanillaTransformerConfig
     train_data: datasets.Dataset  # the cleaned training pairs, tokenized
     validation: ValidationSet | None
-    heldout: dict[str, datasets.Dataset]  # {split: pairs held out of training}, for the splits the dataset lacks
+    # {split: pairs held out of training}, for the splits the dataset lacks
+    heldout: dict[str, datasets.Dataset]
 
 
 def load_inputs(config: TrainingConfig, state: PartialState | Accelerator) -> RunInputs:
-    """The tokenizer, model config and data of a run, each process's `state` saying which process does the work:
-    the main process trains the tokenizer if it is missing (one vocabulary for all), and each node's first process
-    cleans and tokenizes into its datasets cache while the node's other processes wait, then read that cache;
-    nodes without a shared file system thus prepare at once, not one after another."""
+    """The tokenizer, model config and data of a run, each process's `state` saying which process does the
+    work: the main process trains the tokenizer if it is missing (one vocabulary for all), and each node's
+    first process cleans and tokenizes into its datasets cache while the node's other processes wait, then
+    read that cache; nodes without a shared file system thus prepare at once, not one after another."""
     with state.main_process_first():
         config = with_corpus_recipe(config)
         tokenizer = load_or_train_tokenizer(config)
@@ -441,8 +456,9 @@ def load_inputs(config: TrainingConfig, state: PartialState | Accelerator) -> Ru
 
 
 def with_corpus_recipe(config: TrainingConfig) -> TrainingConfig:
-    """`config` with the keys it leaves auto taken from the corpus-size table (recipes.py) by its training pairs,
-    counted before any tokenizer is trained, since the table picks the vocabulary size; logged in one line."""
+    """`config` with the keys it leaves auto taken from the corpus-size table (recipes.py) by its training
+    pairs, counted before any tokenizer is trained, since the table picks the vocabulary size; logged in one
+    line."""
     if not keys_left_auto(config):
         return config
     train_pairs, _ = training_pairs(config)
@@ -453,8 +469,8 @@ def with_corpus_recipe(config: TrainingConfig) -> TrainingConfig:
 
 
 def load_or_train_tokenizer(config: TrainingConfig) -> PreTrainedTokenizerBase:
-    """The tokenizer of `init_from`, else the one at `tokenizer`, trained on the training pairs if missing; one
-    learned from another language pair is refused (`check_tokenizer_languages`)."""
+    """The tokenizer of `init_from`, else the one at `tokenizer`, trained on the training pairs if missing;
+    one learned from another language pair is refused (`check_tokenizer_languages`)."""
     if config.init_from:
         try:
             tokenizer = load_tokenizer(config.init_from)
@@ -478,7 +494,8 @@ def load_or_train_tokenizer(config: TrainingConfig) -> PreTrainedTokenizerBase:
         train_pairs, _ = training_pairs(config)
         train_tokenizer_on_pairs(train_pairs, path, config.tokenizer_vocab_size, pairs_source(config))
     else:
-        load_training_split(config, config.train_split)  # a language the data lacks is named before the tokenizer's
+        # a language the data lacks is named before the tokenizer's
+        load_training_split(config, config.train_split)
     try:
         check_tokenizer_languages(path, config.source_lang, config.target_lang)
     except ValueError as err:
@@ -509,8 +526,8 @@ def load_training_split(config: TrainingConfig, split: str) -> datasets.Dataset:
 
 
 def heldout_splits(config: TrainingConfig) -> list[str]:
-    """The validation and test splits the dataset lacks, which the run holds out of its training pairs (none with
-    `holdout: 0`)."""
+    """The validation and test splits the dataset lacks, which the run holds out of its training pairs (none
+    with `holdout: 0`)."""
     if config.holdout == 0:
         return []
     try:
@@ -528,11 +545,17 @@ def training_pairs(config: TrainingConfig) -> tuple[datasets.Dataset, dict[str, 
 
 
 def _cleaned(
-    config: TrainingConfig, pairs, tokenizer: PreTrainedTokenizerBase, name: str, max_length: int, keep_text: bool
+    config: TrainingConfig,
+    pairs,
+    tokenizer: PreTrainedTokenizerBase,
+    name: str,
+    max_length: int,
+    keep_text: bool,
 ):
-    """`pairs` tokenized and cleaned (`clean_and_tokenize`), no side longer than the model's `max_length` positions:
-    the same rule for every split a run reads, so that validation, like training, never takes a pair of thousands
-    of tokens. A right-to-left run learns on reversed target words (`config.right_to_left`)."""
+    """`pairs` tokenized and cleaned (`clean_and_tokenize`), no side longer than the model's `max_length`
+    positions: the same rule for every split a run reads, so that validation, like training, never takes a
+    pair of thousands of tokens. A right-to-left run learns on reversed target words
+    (`config.right_to_left`)."""
     rules = CleaningRules(min(config.clean_max_tokens, max_length - 1), config.clean_max_length_ratio)
     cleaned, _ = clean_and_tokenize(
         pairs, tokenizer, rules, name, config.right_to_left, config.preprocessing_workers, keep_text
@@ -545,21 +568,26 @@ def _cleaned(
 def _load_data(
     config: TrainingConfig, tokenizer: PreTrainedTokenizerBase, model_config: VanillaTransformerConfig
 ) -> RunInputs:
-    """The run's inputs: its training pairs and validation set (if any) cleaned for `model_config`'s positions.
-    A right-to-left run learns and is validated on reversed target words, and scores BLEU in reading order, in
-    which its model's translations come back (`config.right_to_left`)."""
+    """The run's inputs: its training pairs and validation set (if any) cleaned for `model_config`'s
+    positions. A right-to-left run learns and is validated on reversed target words, and scores BLEU in
+    reading order, in which its model's translations come back (`config.right_to_left`)."""
     max_length = model_config.max_position_embeddings
     train_pairs, heldout = training_pairs(config)
-    train_data = _cleaned(config, train_pairs, tokenizer, f"{config.train_split} pairs", max_length, keep_text=False)
+    train_data = _cleaned(
+        config, train_pairs, tokenizer, f"{config.train_split} pairs", max_length, keep_text=False
+    )
     validation = _validation_set(config, tokenizer, heldout, max_length)
     return RunInputs(config, tokenizer, model_config, train_data, validation, heldout)
 
 
 def _validation_set(
-    config: TrainingConfig, tokenizer: PreTrainedTokenizerBase, heldout: dict[str, datasets.Dataset], max_length: int
+    config: TrainingConfig,
+    tokenizer: PreTrainedTokenizerBase,
+    heldout: dict[str, datasets.Dataset],
+    max_length: int,
 ) -> ValidationSet | None:
-    """The first `validation_max_sentences` pairs of the validation split (held out of training where the dataset
-    lacks it), cleaned; None without a validation split."""
+    """The first `validation_max_sentences` pairs of the validation split (held out of training where the
+    dataset lacks it), cleaned; None without a validation split."""
     if config.validation_split is None:
         return None
     if config.validation_split in heldout:
@@ -568,8 +596,12 @@ def _validation_set(
         pairs = load_training_split(config, config.validation_split)
     if config.validation_max_sentences:
         pairs = pairs.select(range(min(config.validation_max_sentences, len(pairs))))
-    tokenized = _cleaned(config, pairs, tokenizer, f"{config.validation_split} pairs", max_length, keep_text=True)
-    return ValidationSet(tokenized, example_lengths(tokenized), list(tokenized["source"]), list(tokenized["target"]))
+    tokenized = _cleaned(
+        config, pairs, tokenizer, f"{config.validation_split} pairs", max_length, keep_text=True
+    )
+    return ValidationSet(
+        tokenized, example_lengths(tokenized), list(tokenized["source"]), list(tokenized["target"])
+    )
 
 
 def _model_config(config: TrainingConfig, tokenizer: PreTrainedTokenizerBase) -> VanillaTransformerConfig:
@@ -601,9 +633,8 @@ def generation_config(config: TrainingConfig, model_config: VanillaTransformerCo
 
     No output limit: the decoders stop each sentence at its source length + 50 (section 6.1), which one fixed
     number here would override (and beside which generate would warn of a max_new_tokens set by the caller); a
-    plain `generate` runs to the decoder's positions (the model's `generate`). Checked now, so that a bad setting
-    fails before training, not at the first save.
-    """
+    plain `generate` runs to the decoder's positions (the model's `generate`). Checked now, so that a bad
+    setting fails before training, not at the first save."""
     beam = resolve_decoding(None, {"num_beams": config.num_beams, "length_penalty": config.length_penalty})
     generation = GenerationConfig(
         **beam.generate_kwargs(),
@@ -655,7 +686,8 @@ def _check_same_shape(saved: VanillaTransformerConfig, configured: VanillaTransf
 def _prepare_output_dir(
     config, output_dir: Path, resume: bool, overwrite: bool, model_config, tokenizer, accelerator
 ) -> None:
-    """Check the output directory against `resume` / `overwrite` and make it; raise TrainingError when it cannot serve."""
+    """Check the output directory against `resume` / `overwrite` and make it; raise TrainingError when it
+    cannot serve."""
     last = output_dir / LAST
     if resume:
         if accelerator.is_main_process:
@@ -675,8 +707,8 @@ def _prepare_output_dir(
         accelerator.wait_for_everyone()
         if traces and not overwrite:
             raise TrainingError(
-                f"{output_dir} already holds a run ({', '.join(traces[:4])}); pass --resume to continue it or "
-                "--overwrite-output-dir to replace it"
+                f"{output_dir} already holds a run ({', '.join(traces[:4])}); pass --resume to continue it "
+                "or --overwrite-output-dir to replace it"
             )
         if overwrite and accelerator.is_main_process:
             remove_run(output_dir)
