@@ -1,9 +1,8 @@
-"""Training data from trained models, a departure from the paper, off unless asked for: sequence-level knowledge
-distillation (Kim and Rush, 2016), where forward teachers translate the training sources into new targets, and
-data diversification (Nguyen et al., 2020), which adds backward models' translations of the training targets as
-new sources. The result is a dataset in the Hub `translation` layout that train.py and select_checkpoint.py read
-with `--dataset DIR` like any other.
-"""
+"""Training data from trained models, a departure from the paper, off unless asked for: sequence-level
+knowledge distillation (Kim and Rush, 2016), where forward teachers translate the training sources into new
+targets, and data diversification (Nguyen et al., 2020), which adds backward models' translations of the
+training targets as new sources. The result is a dataset in the Hub `translation` layout that train.py and
+select_checkpoint.py read with `--dataset DIR` like any other. """
 
 from __future__ import annotations
 
@@ -42,8 +41,8 @@ TRANSLATION_CHUNK = 2000
 
 @dataclass(frozen=True)
 class Teachers:
-    """The models a distilled dataset is made with: `forward` ones (source -> target) translate the training sources
-    into new targets, `backward` ones (target -> source) the training targets into new sources; with
+    """The models a distilled dataset is made with: `forward` ones (source -> target) translate the training
+    sources into new targets, `backward` ones (target -> source) the training targets into new sources; with
     `keep_original`, the original pairs come first. Saved model directories or Hub ids."""
 
     forward: Sequence[str | os.PathLike] = ()
@@ -53,16 +52,17 @@ class Teachers:
 
 @dataclass(frozen=True)
 class SavedTranslations:
-    """Where each teacher's translations are saved as they are made, every `chunk_size` sentences: `directory`, kept,
-    or by default a hidden directory beside the output, removed once the dataset is written."""
+    """Where each teacher's translations are saved as they are made, every `chunk_size` sentences:
+    `directory`, kept, or by default a hidden directory beside the output, removed once the dataset is
+    written."""
 
     directory: str | os.PathLike | None = None
     chunk_size: int = TRANSLATION_CHUNK
 
 
 def _check_request(teachers: Teachers, saved: SavedTranslations, output_dir: Path, overwrite: bool) -> None:
-    """Raise before anything is decoded: no teacher, a chunk size below 1, a model whose config does not load, an
-    output directory that is not empty (unless `overwrite`)."""
+    """Raise before anything is decoded: no teacher, a chunk size below 1, a model whose config does not load,
+    an output directory that is not empty (unless `overwrite`)."""
     if not teachers.forward and not teachers.backward:
         raise ValueError("no teacher: name at least one forward or backward model")
     if saved.chunk_size < 1:
@@ -74,7 +74,8 @@ def _check_request(teachers: Teachers, saved: SavedTranslations, output_dir: Pat
 
 
 def _load_splits(data: TranslationData, train_split: str) -> dict[str, datasets.Dataset]:
-    """Every split's pairs, the training split first: its loading names a missing dataset, split or language."""
+    """Every split's pairs, the training split first: its loading names a missing dataset, split or
+    language."""
     pairs = {train_split: data.pairs(train_split)}
     for split in split_names(data.dataset, data.config_name):
         if split != train_split:
@@ -92,51 +93,34 @@ def distill_dataset(
     train_split: str = "train",
     **generate_kwargs: Any,
 ) -> dict[str, Any]:
-    """Write `output_dir`: `data`'s `train_split` made of the original pairs (with `teachers.keep_original`), then
-    each forward teacher's translations of the sources paired with those sources, then each backward teacher's
-    translations of the targets paired with those targets; every other split as it was; and `distillation.json`
-    saying how it was made, with each teacher's sacreBLEU against the training split's own references (a model of
-    the wrong direction scores near 0), returned. Only the two languages are kept.
+    """Write `output_dir`: `data`'s `train_split` made of the original pairs (with `teachers.keep_original`),
+    then each forward teacher's translations of the sources paired with those sources, then each backward
+    teacher's translations of the targets paired with those targets; every other split as it was; and
+    `distillation.json` saying how it was made, with each teacher's sacreBLEU against the training split's own
+    references (a model of the wrong direction scores near 0), returned. Only the two languages are kept.
 
     The teachers are loaded one at a time on the engine `runtime` names; `generate_kwargs` (num_beams,
-    length_penalty...) are the decoding options (what they leave open: each teacher's generation config's, else
-    the paper's). An `output_dir` that exists and is not empty is refused unless `overwrite`; the directory
-    appears only once it is whole. Every teacher's config is read before any decoding, so a wrong name fails at
-    once, not after the models before it have decoded.
+    length_penalty...) are the decoding options (what they leave open: each teacher's generation config's,
+    else the paper's). An `output_dir` that exists and is not empty is refused unless `overwrite`; the
+    directory appears only once it is whole. Every teacher's config is read before any decoding, so a wrong
+    name fails at once, not after the models before it have decoded.
 
     Each teacher's translations are saved as `saved` says, keyed by the model's digest (weights, configs,
-    tokenizer), the sentences, the engine and the decoding settings: a stopped run given again goes on where it stopped, and another run that
-    asks the same model for the same sentences (the other direction's diversification: its backward model is this
-    one's forward model) reads them instead of decoding.
-    """
+    tokenizer), the sentences, the engine and the decoding settings: a stopped run given again goes on where
+    it stopped, and another run that asks the same model for the same sentences (the other direction's
+    diversification: its backward model is this one's forward model) reads them instead of decoding. """
     output_dir = Path(output_dir)
     _check_request(teachers, saved, output_dir, overwrite)
     pairs = _load_splits(data, train_split)
-    sources, targets = pairs[train_split]["source"], pairs[train_split]["target"]
-    training_pairs = list(zip(sources, targets, strict=True)) if teachers.keep_original else []
     own_directory = saved.directory is None
-    directory = output_dir.parent / f".{output_dir.name}.translations" if own_directory else Path(saved.directory)
+    if own_directory:
+        directory = output_dir.parent / f".{output_dir.name}.translations"
+    else:
+        directory = Path(saved.directory)
     options = DecodingOptions(max_tokens=runtime.max_tokens, show_progress=False).replace(**generate_kwargs)
-    records = []
-    for side, models, inputs, references, output_lang in (
-        ("forward", teachers.forward, sources, targets, data.target_lang),
-        ("backward", teachers.backward, targets, sources, data.source_lang),
-    ):
-        for model_name in models:
-            engine = load_engine(model_name, runtime.engine)
-            translations = _saved_translations(
-                Teacher(engine, model_digest(model_name), f"{side} {model_name}"),
-                inputs,
-                directory,
-                saved.chunk_size,
-                options,
-                runtime.show_progress,
-            )
-            del engine  # one teacher in memory at a time
-            new_pairs = zip(inputs, translations, strict=True)
-            training_pairs += new_pairs if side == "forward" else ((new, old) for old, new in new_pairs)
-            scores = score_translations(translations, references, target_lang=output_lang)
-            records.append({"model": str(model_name), "side": side, "train_bleu": scores["bleu"]})
+    training_pairs, records = _distilled_pairs(
+        teachers, data, pairs[train_split], TeacherRun(runtime, options, directory, saved.chunk_size)
+    )
     provenance = {
         "dataset": data.dataset,
         "config_name": data.config_name,
@@ -157,6 +141,48 @@ def distill_dataset(
     return provenance
 
 
+@dataclass(frozen=True)
+class TeacherRun:
+    """How every teacher decodes: the engine settings, the decoding options, and where and in what chunks the
+    translations are saved."""
+
+    runtime: Runtime
+    options: DecodingOptions
+    translations_dir: Path
+    chunk_size: int
+
+
+def _distilled_pairs(
+    teachers: Teachers, data: TranslationData, train_pairs: datasets.Dataset, run: TeacherRun
+) -> tuple[list[tuple[str, str]], list[dict[str, Any]]]:
+    """The distilled training pairs (the original ones with `teachers.keep_original`, then each forward
+    teacher's, then each backward teacher's) and a record a teacher, with its sacreBLEU against the training
+    split's own references."""
+    sources, targets = train_pairs["source"], train_pairs["target"]
+    training_pairs = list(zip(sources, targets, strict=True)) if teachers.keep_original else []
+    records = []
+    for side, models, inputs, references, output_lang in (
+        ("forward", teachers.forward, sources, targets, data.target_lang),
+        ("backward", teachers.backward, targets, sources, data.source_lang),
+    ):
+        for model_name in models:
+            engine = load_engine(model_name, run.runtime.engine)
+            translations = _saved_translations(
+                Teacher(engine, model_digest(model_name), f"{side} {model_name}"),
+                inputs,
+                run.translations_dir,
+                run.chunk_size,
+                run.options,
+                run.runtime.show_progress,
+            )
+            del engine  # one teacher in memory at a time
+            new_pairs = zip(inputs, translations, strict=True)
+            training_pairs += new_pairs if side == "forward" else ((new, old) for old, new in new_pairs)
+            scores = score_translations(translations, references, target_lang=output_lang)
+            records.append({"model": str(model_name), "side": side, "train_bleu": scores["bleu"]})
+    return training_pairs, records
+
+
 def _write_dataset(
     output_dir: Path, pairs: dict[str, Any], data: TranslationData, provenance: dict[str, Any]
 ) -> None:
@@ -165,7 +191,9 @@ def _write_dataset(
     with atomic_directory(output_dir) as staging:
         for split, rows in pairs.items():
             split_pairs = rows if isinstance(rows, list) else zip(rows["source"], rows["target"], strict=True)
-            write_translation_jsonl(staging / f"{split}.jsonl", split_pairs, data.source_lang, data.target_lang)
+            write_translation_jsonl(
+                staging / f"{split}.jsonl", split_pairs, data.source_lang, data.target_lang
+            )
         write_json(staging / PROVENANCE_FILE, provenance)
 
 
@@ -187,9 +215,10 @@ def _saved_translations(
     options: DecodingOptions,
     show_progress: bool,
 ) -> list[str]:
-    """`teacher.engine.translate(inputs, options)` a chunk at a time through `translation.corpus.translate_corpus`
-    (a stopped run continues after the chunks committed), one translation a line in a file of `translations_dir`
-    named by everything the translations depend on; translations already there are read, not decoded."""
+    """`teacher.engine.translate(inputs, options)` a chunk at a time through
+    `translation.corpus.translate_corpus` (a stopped run continues after the chunks committed), one
+    translation a line in a file of `translations_dir` named by everything the translations depend on;
+    translations already there are read, not decoded."""
     job = _translations_job(teacher, inputs, translations_dir, chunk_size, options)
     if not Path(job.output).is_file():
         broken = next((number for number, text in enumerate(inputs, 1) if "\n" in text), None)
@@ -198,7 +227,8 @@ def _saved_translations(
         write_lines_atomic(job.source, inputs)
         logger.info("translating %d sentences with %s", len(inputs), teacher.description)
         translate_corpus(engine_translator(teacher.engine, options, job.settings), job, show_progress)
-        Path(job.source).unlink(missing_ok=True)  # a run beside this one, on the same inputs, may have done it
+        # a run beside this one, on the same inputs, may have done it
+        Path(job.source).unlink(missing_ok=True)
     translations = read_lines(job.output)
     if len(translations) != len(inputs):
         raise ValueError(f"{job.output} holds {len(translations)} translations, not {len(inputs)}: remove it")
@@ -220,8 +250,8 @@ def _translations_job(
     name = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
     if (translations_dir / name).is_dir():  # an earlier version's chunks, chunk-NNNNN.txt in a directory
         raise ValueError(
-            f"{translations_dir / name} holds translations saved by an earlier version: delete it to translate "
-            "them again"
+            f"{translations_dir / name} holds translations saved by an earlier version: delete it to "
+            "translate them again"
         )
     if not (translations_dir / f"{name}.json").is_file():  # the first run's words
         write_json(translations_dir / f"{name}.json", {"made_by": teacher.description} | key)

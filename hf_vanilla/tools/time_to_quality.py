@@ -68,8 +68,8 @@ def minutes_to_reach(points: Sequence[dict[str, Any]], bleu: float) -> dict[str,
 
 @dataclass(frozen=True)
 class QualityTarget:
-    """The cased BLEU to reach: `bleu` as given, or that of `peer` (a saved model) decoded the same way; neither:
-    no target, the checkpoints are scored only."""
+    """The cased BLEU to reach: `bleu` as given, or that of `peer` (a saved model) decoded the same way;
+    neither: no target, the checkpoints are scored only."""
 
     peer: str | os.PathLike | None = None
     bleu: float | None = None
@@ -79,7 +79,8 @@ class QualityTarget:
             raise ValueError("give a peer model or a target BLEU, not both")
 
     def score(self, scoring: dict[str, Any]) -> dict[str, Any] | None:
-        """The target's BLEU and where it comes from, the peer decoded with `score_model`'s `scoring` kwargs."""
+        """The target's BLEU and where it comes from, the peer decoded with `score_model`'s `scoring`
+        kwargs."""
         if self.peer is not None:
             (peer_row,) = score_model(self.peer, **scoring)
             return {"bleu": peer_row["bleu"], "source": f"peer {self.peer}", "peer": peer_row}

@@ -1,9 +1,10 @@
-"""Training data from trained models (a departure from the paper): sequence-level knowledge distillation (Kim and
-Rush, 2016) and data diversification (Nguyen et al., 2020). Each --forward model translates the training sources
-into new targets; each --backward model (target -> source) translates the training targets into new sources. The
-training split written holds the original pairs (--keep-original), then the forward models' pairs, then the
-backward models'; the other splits are copied as they are. Train a student on it with `train.py --dataset DIR`.
-Stopped, the same command goes on where it stopped: each model's translations are saved every 2,000 sentences.
+"""Training data from trained models (a departure from the paper): sequence-level knowledge distillation (Kim
+and Rush, 2016) and data diversification (Nguyen et al., 2020). Each --forward model translates the training
+sources into new targets; each --backward model (target -> source) translates the training targets into new
+sources. The training split written holds the original pairs (--keep-original), then the forward models'
+pairs, then the backward models'; the other splits are copied as they are. Train a student on it with
+`train.py --dataset DIR`. Stopped, the same command goes on where it stopped: each model's translations are
+saved every 2,000 sentences.
 
     python scripts/research/distill.py --forward outputs/multi30k-best-en-de/checkpoint_average \\
         --backward outputs/multi30k-best-de-en/checkpoint_average --source-lang en --target-lang de \\
@@ -45,9 +46,10 @@ def build_parser() -> ArgumentParser:
     )
     parser.add_argument(
         "--translations-dir",
-        help="where each model's translations are saved as they are made, so that a stopped run given again goes "
-        "on where it stopped and a run asking the same model for the same sentences with the same settings reads "
-        "them (default: a hidden directory beside --output-dir, removed once the dataset is written)",
+        help="where each model's translations are saved as they are made, so that a stopped run given again "
+            "goes "
+        "on where it stopped and a run asking the same model for the same sentences with the same settings "
+        "reads them (default: a hidden directory beside --output-dir, removed once the dataset is written)",
     )
     add_decoding_arguments(parser)
     add_runtime_arguments(parser)
@@ -75,7 +77,8 @@ def main() -> None:
     except (ValueError, FileNotFoundError, FileExistsError) as err:
         sys.exit(f"error: {err}")
     teachers = ", ".join(
-        f"{teacher['side']} {teacher['model']} (BLEU {teacher['train_bleu']:.2f} against the training references)"
+        f"{teacher['side']} {teacher['model']} (BLEU {teacher['train_bleu']:.2f} against the training "
+        "references)"
         for teacher in provenance["teachers"]
     )
     print(f"wrote {args.output_dir}: {provenance['rows'][args.train_split]} training pairs; {teachers}")

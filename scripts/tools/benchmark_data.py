@@ -1,20 +1,22 @@
-"""How data preparation's cost grows with the corpus: a synthetic WMT-shaped corpus of N pairs, made at run time.
+"""How data preparation's cost grows with the corpus: a synthetic WMT-shaped corpus of N pairs, made at run
+time.
 
-For each N: trains the tokenizer and prepares the corpus (scripts/prepare_data.py with a training config, first
-on an empty cache, then again on the filled one), recording wall-clock seconds and the peak resident memory of
-the whole process tree; then times the training data loader (sampler, collator, worker processes) as a training
-run builds it.
-Writes JSON with the machine. The corpus is written under --work-dir and deleted unless --keep; never commit it.
+For each N: trains the tokenizer and prepares the corpus (scripts/prepare_data.py with a training config,
+first on an empty cache, then again on the filled one), recording wall-clock seconds and the peak resident
+memory of the whole process tree; then times the training data loader (sampler, collator, worker processes) as
+a training run builds it. Writes JSON with the machine. The corpus is written under --work-dir and deleted
+unless --keep; never commit it.
 
-The corpus imitates WMT 2014 en-de's shape, not its text: Zipf-distributed pseudo-words from a 300k-word lexicon
-a language (German's longer, with umlauts), lognormal sentence lengths around 23 words, a hyphenated compound now
-and then, 3,000 validation and test pairs, in the Hub's Parquet `translation` layout.
+The corpus imitates WMT 2014 en-de's shape, not its text: Zipf-distributed pseudo-words from a 300k-word
+lexicon a language (German's longer, with umlauts), lognormal sentence lengths around 23 words, a hyphenated
+compound now and then, 3,000 validation and test pairs, in the Hub's Parquet `translation` layout.
 
-    python scripts/tools/benchmark_data.py --pairs 500000 1000000 4500000 --output docs/benchmarks/data-scale.json
+    python scripts/tools/benchmark_data.py --pairs 500000 1000000 4500000 --output
+    docs/benchmarks/data-scale.json
 
-The loader is timed side by side in one process: the former collation (transformers' DataCollatorForSeq2Seq) and
-the current one (`hf_vanilla.data.batches.BatchCollator`), each with every `--loader-workers` count of worker processes.
-"""
+The loader is timed side by side in one process: the former collation (transformers' DataCollatorForSeq2Seq)
+and the current one (`hf_vanilla.data.batches.BatchCollator`), each with every `--loader-workers` count of
+worker processes. """
 
 from __future__ import annotations
 
@@ -49,9 +51,11 @@ HELD_OUT_PAIRS = 3_000  # newstest2013 has 3,000 sentences, newstest2014 3,003
 CHUNK_PAIRS = 250_000
 MEASURES = ("seconds", "peak_memory_bytes", "peak_resident_bytes")
 SYLLABLES = {
-    "en": "ba be bi bo bu ca ce co da de di do fa fe fi ga ge go ha he hi ho la le li lo ma me mi mo na ne ni no "
+    "en": "ba be bi bo bu ca ce co da de di do fa fe fi ga ge go ha he hi ho la le li lo ma me mi mo na ne "
+        "ni no "
     "pa pe pi po ra re ri ro sa se si so ta te ti to th sh st tr ng er an in on".split(),
-    "de": "ba be bi bo bu da de di do fa fe ga ge ha he hi la le li lo ma me mi mo na ne ni no pa pe ra re ri "
+    "de": "ba be bi bo bu da de di do fa fe ga ge ha he hi la le li lo ma me mi mo na ne ni no pa pe ra re "
+        "ri "
     "sa se si ta te ti tu ä ö ü ei au ch sch st ng er en ung keit ß".split(),
 }
 
@@ -132,8 +136,8 @@ def _proportional_memory(process: psutil.Process) -> tuple[int, int]:
 
 
 def run_measured(command: list[str], env: dict[str, str]) -> dict:
-    """Run `command`; its wall-clock seconds, output and peak memory over its process tree (sampled every 0.1 s):
-    "peak_memory_bytes" sums the processes' proportional anonymous memory (what the machine must hold),
+    """Run `command`; its wall-clock seconds, output and peak memory over its process tree (sampled every 0.1
+    s): "peak_memory_bytes" sums the processes' proportional anonymous memory (what the machine must hold),
     "peak_resident_bytes" adds their proportional file-backed pages (the memory-mapped Arrow files, which the
     kernel can drop). RuntimeError with the end of its stderr if it fails."""
     started = time.perf_counter()
@@ -169,15 +173,19 @@ def _report(stdout: str) -> dict:
 
 
 def loader_pace(config, max_tokens: int, batches: int, workers: list[int]) -> list[dict]:
-    """Batches and target tokens a second of the training loader over its first `batches` batches of `max_tokens`
-    after one to start on, on the prepared data, side by side in this process: the former collation
-    (transformers' DataCollatorForSeq2Seq on a dict of Python lists a row) and the current one (Arrow rows padded
-    with numpy, as train.py builds it), each with every number of DataLoader worker processes in `workers`."""
+    """Batches and target tokens a second of the training loader over its first `batches` batches of
+    `max_tokens` after one to start on, on the prepared data, side by side in this process: the former
+    collation (transformers' DataCollatorForSeq2Seq on a dict of Python lists a row) and the current one
+    (Arrow rows padded with numpy, as train.py builds it), each with every number of DataLoader worker
+    processes in `workers`."""
     inputs = load_inputs(config, PartialState())
     tokenizer, train_data = inputs.tokenizer, inputs.train_data
     sampler = UpdateBatchSampler(example_lengths(train_data), max_tokens, 1, 1, 0, seed=1)
     collations = {
-        "former": (train_data, DataCollatorForSeq2Seq(tokenizer, label_pad_token_id=-100, return_tensors="pt")),
+        "former": (
+            train_data,
+            DataCollatorForSeq2Seq(tokenizer, label_pad_token_id=-100, return_tensors="pt"),
+        ),
         "numpy": (TokenizedRows(train_data), make_collator(tokenizer)),
     }
     return [
@@ -193,7 +201,8 @@ def loader_pace(config, max_tokens: int, batches: int, workers: list[int]) -> li
 
 
 def _pace(loader: DataLoader, batches: int) -> dict:
-    """`loader`'s batches and target tokens a second over `batches` batches, its first (workers starting) untimed."""
+    """`loader`'s batches and target tokens a second over `batches` batches, its first (workers starting)
+    untimed."""
     loaded = iter(loader)
     next(loaded)
     started, count, target_tokens = time.perf_counter(), 0, 0
@@ -221,10 +230,12 @@ def measure(pairs: int, args, work_dir: Path) -> dict:
         "preprocessing_workers": args.workers,
         "output_dir": str(work_dir / "run"),
     }
-    command = [
-        sys.executable, str(REPO / "scripts" / "prepare_data.py"), "--config", str(args.config),
-        *(f"--{name.replace('_', '-')}={'null' if value is None else value}" for name, value in overrides.items()),
-    ]  # fmt: skip
+    flags = [
+        f"--{name.replace('_', '-')}={'null' if value is None else value}"
+        for name, value in overrides.items()
+    ]
+    script = REPO / "scripts" / "prepare_data.py"
+    command = [sys.executable, str(script), "--config", str(args.config), *flags]
     env = {**os.environ, "HF_DATASETS_CACHE": str(cache), "HF_HUB_OFFLINE": "1"}
     first, cached = run_measured(command, env), run_measured(command, env)
     report = _report(first.pop("stdout"))
@@ -254,7 +265,10 @@ def measure(pairs: int, args, work_dir: Path) -> dict:
 def build_parser() -> ArgumentParser:
     parser = ArgumentParser(description=__doc__)
     parser.add_argument(
-        "--pairs", type=positive_int, nargs="+", default=[500_000, 1_000_000, 4_500_000],
+        "--pairs",
+        type=positive_int,
+        nargs="+",
+        default=[500_000, 1_000_000, 4_500_000],
         help="corpus sizes to measure, in sentence pairs",
     )
     parser.add_argument(
@@ -268,7 +282,10 @@ def build_parser() -> ArgumentParser:
     )
     parser.add_argument("--loader-batches", type=positive_int, default=300, help="batches timed a batch size")
     parser.add_argument(
-        "--loader-workers", type=non_negative_int, nargs="+", default=[0, 2],
+        "--loader-workers",
+        type=non_negative_int,
+        nargs="+",
+        default=[0, 2],
         help="DataLoader worker processes to time each collation with (training's dataloader_workers)",
     )
     parser.add_argument("--work-dir", help="where the corpora and cache go (default: a temporary directory)")

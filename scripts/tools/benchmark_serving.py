@@ -1,10 +1,10 @@
-"""Load benchmark of the translation service on a trained checkpoint, beside the engine's ceilings, in one run: at
-each thread count, for one engine,
+"""Load benchmark of the translation service on a trained checkpoint, beside the engine's ceilings, in one
+run: at each thread count, for one engine,
 
   (a) CTranslate2's own `translate_batch` on the converted model (the ctranslate2 engine's ceiling),
-  (b) offline decoding by the engine (`translate`), in length-sorted batches (the service's ceiling), and the same
-      given N sentences a call in their order, for each N of --clients above 1 (the most N clients waiting each
-      for its answer can have decoded at once: the service's ceiling at that load),
+  (b) offline decoding by the engine (`translate`), in length-sorted batches (the service's ceiling), and the
+      same given N sentences a call in their order, for each N of --clients above 1 (the most N clients
+      waiting each for its answer can have decoded at once: the service's ceiling at that load),
   (c) the service under 1, 32 and 128 concurrent clients on 127.0.0.1, one sentence a request:
       sentences/s, p50/p95/p99 latency, errors and lost requests, and the CPU time a request of the clients
       (this process, on the standard library's HTTP client) and of the server (which includes decoding),
@@ -71,8 +71,8 @@ def decoding(args) -> dict:
 
 def engine_settings(args, threads: int | None = None, workdir: Path | None = None) -> EngineSettings:
     return EngineSettings(
-        args.engine, "cpu", compute_type=args.compute_type or "auto", ctranslate2_dir=workdir, threads=threads,
-        inter_threads=args.inter_threads,
+        args.engine, "cpu", compute_type=args.compute_type or "auto", ctranslate2_dir=workdir,
+        threads=threads, inter_threads=args.inter_threads,
     )  # fmt: skip
 
 
@@ -81,7 +81,8 @@ def server_flags(args, settings: EngineSettings) -> tuple[str, ...]:
     inter_threads = ("--inter-threads", str(settings.inter_threads)) if settings.inter_threads else ()
     return (
         "--engine", settings.engine, "--compute-type", settings.compute_type,
-        "--ctranslate2-dir", str(settings.ctranslate2_dir), "--threads", str(settings.threads), *inter_threads,
+        "--ctranslate2-dir", str(settings.ctranslate2_dir), "--threads", str(settings.threads),
+        *inter_threads,
         "--max-tokens", str(args.max_tokens), "--max-wait-ms", str(args.max_wait_ms),
     )  # fmt: skip
 
@@ -96,16 +97,24 @@ def build_parser() -> ArgumentParser:
         "--compute-type",
         choices=COMPUTE_TYPES,
         default=None,
-        help="the ctranslate2 engine's weights_activations; given, CTranslate2's own translate_batch is measured too",
+        help="the ctranslate2 engine's weights_activations; given, CTranslate2's own translate_batch is "
+        "measured too",
     )
     parser.add_argument(
         "--thread-counts", nargs="+", type=positive_int, default=[1, 2], help="CPU threads, a run each"
     )
     parser.add_argument(
-        "--inter-threads", type=positive_int, default=None, help="the ctranslate2 engine's (default: its rule)"
+        "--inter-threads",
+        type=positive_int,
+        default=None,
+        help="the ctranslate2 engine's (default: its rule)",
     )
     parser.add_argument(
-        "--clients", nargs="+", type=positive_int, default=[1, 32, 128], help="concurrent clients, a load each"
+        "--clients",
+        nargs="+",
+        type=positive_int,
+        default=[1, 32, 128],
+        help="concurrent clients, a load each",
     )
     parser.add_argument(
         "--requests", type=positive_int, default=10_000, help="requests of each load of more than one client"
@@ -126,7 +135,9 @@ def build_parser() -> ArgumentParser:
     parser.add_argument(
         "--allow-untrained", action="store_true", help="measure a checkpoint that records no validation BLEU"
     )
-    parser.add_argument("--output", default="docs/benchmarks/serving.json", help="the JSON report (the CPU named in it)")
+    parser.add_argument(
+        "--output", default="docs/benchmarks/serving.json", help="the JSON report (the CPU named in it)"
+    )
     add_logging_argument(parser)
     return parser
 
@@ -141,8 +152,8 @@ def latency_summary(seconds: list[float], wall: float, sentences: int) -> dict:
 
 
 class Client:
-    """One keep-alive connection that posts JSON: the standard library's, the lightest a Python client has, so that
-    the load costs the shared cores little (its CPU time is reported beside the server's)."""
+    """One keep-alive connection that posts JSON: the standard library's, the lightest a Python client has, so
+    that the load costs the shared cores little (its CPU time is reported beside the server's)."""
 
     def __init__(self, url: str):
         host, port = url.removeprefix("http://").split(":")
@@ -158,10 +169,13 @@ class Client:
             raise
 
 
-def load(server: ServerProcess, sentences: list[str], requests_count: int, clients: int, parameters: dict) -> dict:
+def load(
+    server: ServerProcess, sentences: list[str], requests_count: int, clients: int, parameters: dict
+) -> dict:
     """`clients` threads, each with its own keep-alive connection, send request i = sentence i mod len until
     `requests_count` are sent: errors (a status other than 200 or an answer not of one translation) and lost
-    requests (no HTTP answer at all) counted apart; the CPU time the clients (this process) and the server spent."""
+    requests (no HTTP answer at all) counted apart; the CPU time the clients (this process) and the server
+    spent."""
     counter, lock = iter(range(requests_count)), threading.Lock()
     latencies: list[float] = []
     errors, lost = [], []
@@ -173,7 +187,10 @@ def load(server: ServerProcess, sentences: list[str], requests_count: int, clien
                 index = next(counter, None)
             if index is None:
                 return
-            payload = {"inputs": sentences[index % len(sentences)], "parameters": {"generate_parameters": parameters}}
+            payload = {
+                "inputs": sentences[index % len(sentences)],
+                "parameters": {"generate_parameters": parameters},
+            }
             started = time.perf_counter()
             try:
                 status, body = connection.post(payload)
@@ -198,14 +215,18 @@ def load(server: ServerProcess, sentences: list[str], requests_count: int, clien
         "lost": len(lost),
         "first_problems": (errors + lost)[:5],
         "client_cpu_ms_a_request": round(1000 * client_cpu / requests_count, 3),
-        "server_cpu_ms_a_request": None if server_cpu is None else round(1000 * server_cpu / requests_count, 3),
+        "server_cpu_ms_a_request": None
+        if server_cpu is None
+        else round(1000 * server_cpu / requests_count, 3),
     }
 
 
 def service_runs(args, sentences: list[str], settings: EngineSettings, workdir: Path) -> dict:
     """Start the service on `settings`, load it with each client count in turn, stop it with SIGTERM."""
     log = workdir / f"serve-{settings.threads}.log"
-    server = ServerProcess(args.model, log, ("--device", "cpu", *server_flags(args, settings)), settings.threads)
+    server = ServerProcess(
+        args.model, log, ("--device", "cpu", *server_flags(args, settings)), settings.threads
+    )
     runs = {}
     try:
         server.wait_until_ready(STARTUP_SECONDS)
@@ -213,14 +234,22 @@ def service_runs(args, sentences: list[str], settings: EngineSettings, workdir: 
             count = args.requests if clients > 1 else args.requests_alone
             batches_before = len(server.batch_lines())
             run = load(server, sentences, count, clients, decoding(args))
-            sizes = [int(line.split("batch: ")[1].split()[0]) for line in server.batch_lines()[batches_before:]]
+            sizes = [
+                int(line.split("batch: ")[1].split()[0]) for line in server.batch_lines()[batches_before:]
+            ]
             runs[f"service, {clients} clients"] = {
-                **run, "batches": len(sizes), "mean_batch_sentences": round(float(np.mean(sizes)), 2)
+                **run,
+                "batches": len(sizes),
+                "mean_batch_sentences": round(float(np.mean(sizes)), 2),
             }
     finally:
         exit_status = server.stop()
-    engine_lines = [line for line in server.log.read_text().splitlines() if "engine:" in line or "batches decoded" in line]
-    return {name: {**run, "server_exit_status": exit_status} for name, run in runs.items()} | {"server_log": engine_lines}
+    engine_lines = [
+        line for line in server.log.read_text().splitlines() if "engine:" in line or "batches decoded" in line
+    ]
+    return {name: {**run, "server_exit_status": exit_status} for name, run in runs.items()} | {
+        "server_log": engine_lines
+    }
 
 
 def offline_decoding(args, settings: EngineSettings) -> Callable[[list], object]:
@@ -232,8 +261,8 @@ def offline_decoding(args, settings: EngineSettings) -> Callable[[list], object]
 
 def raw_translate_batch(args, settings: EngineSettings) -> Callable[[list], object]:
     """CTranslate2's `translate_batch` alone on the converted model, with the engine's threads: sentences
-    tokenized as token strings and batched by it in the same token budget, one limit for all (256, its default),
-    none of our batching or texts."""
+    tokenized as token strings and batched by it in the same token budget, one limit for all (256, its
+    default), none of our batching or texts."""
     from hf_vanilla.translation.engines.ctranslate2_engine import cached_conversion
 
     ctranslate2 = require("ctranslate2", extra="ct2")
@@ -261,14 +290,16 @@ def raw_translate_batch(args, settings: EngineSettings) -> Callable[[list], obje
 def in_calls_of(size: int, translate: Callable[[list], object]) -> Callable[[list], object]:
     """`translate` given `size` sentences a call, in the order they come: as many as that many clients, each
     waiting for its answer, can have in the service at once (the service's ceiling at that load)."""
-    return lambda sentences: [translate(sentences[start : start + size]) for start in range(0, len(sentences), size)]
+    return lambda sentences: [
+        translate(sentences[start : start + size]) for start in range(0, len(sentences), size)
+    ]
 
 
 def offline(args, sentences: list[str], decoders: dict[str, Callable[[list], object]]) -> dict:
-    """Each decoder warmed on 8 sentences (as the service warms up before it is ready), then timed on all of them,
-    the decoders in turn `--repeats` times (A B A B ...), on the wall clock (as the service is timed) and in this
-    process's CPU time (which other processes on a shared machine barely disturb): the median rates and every
-    sample."""
+    """Each decoder warmed on 8 sentences (as the service warms up before it is ready), then timed on all of
+    them, the decoders in turn `--repeats` times (A B A B ...), on the wall clock (as the service is timed)
+    and in this process's CPU time (which other processes on a shared machine barely disturb): the median
+    rates and every sample."""
     for translate in decoders.values():
         translate(sentences[:8])
     samples = {name: {"wall": [], "cpu": []} for name in decoders}
@@ -314,24 +345,29 @@ def thread_count_runs(args, sentences: list[str], threads: int, workdir: Path) -
             ratios[f"service, {clients} clients / offline, {clients} a call"] = round(
                 rate[f"service, {clients} clients"] / rate[f"offline, {clients} a call"], 3
             )
-    if len(ceilings) == 2:  # the engine's cost beside CTranslate2's own, on the clock the other jobs disturb least
+    # the engine's cost beside CTranslate2's own, on the clock the other jobs disturb least
+    if len(ceilings) == 2:
         cpu_rate = [runs[name]["sentences_per_cpu_second"] for name in ("offline", "translate_batch")]
         ratios["offline / translate_batch, CPU time"] = round(cpu_rate[0] / cpu_rate[1], 3)
     offline_cpu_ms = 1000 / runs["offline"]["sentences_per_cpu_second"]
     for name, run in runs.items():  # what serving a sentence costs the server beyond decoding it
         if name.startswith("service") and run.get("server_cpu_ms_a_request"):
-            ratios[f"{name}: server CPU a sentence / offline"] = round(run["server_cpu_ms_a_request"] / offline_cpu_ms, 3)
+            ratios[f"{name}: server CPU a sentence / offline"] = round(
+                run["server_cpu_ms_a_request"] / offline_cpu_ms, 3
+            )
     return {"inter_threads": inter_threads, "intra_threads": intra_threads, "ratios": ratios, **runs}
 
 
 def checked_bleu(args) -> float | None:
-    """The validation BLEU the checkpoint's card records; exits with one line where there is none (an untrained
-    model's speed is no trained model's: it decodes every sentence to its limit), unless --allow-untrained."""
+    """The validation BLEU the checkpoint's card records; exits with one line where there is none (an
+    untrained model's speed is no trained model's: it decodes every sentence to its limit), unless
+    --allow-untrained."""
     bleu = recorded_validation_bleu(args.model)
     if bleu is None and not args.allow_untrained:
         sys.exit(
-            f"error: {args.model} records no validation BLEU in its model card: benchmark a trained checkpoint "
-            "(an untrained one decodes every sentence to its length limit), or pass --allow-untrained"
+            f"error: {args.model} records no validation BLEU in its model card: benchmark a trained "
+            "checkpoint (an untrained one decodes every sentence to its length limit), or pass "
+            "--allow-untrained"
         )
     return bleu
 
@@ -370,7 +406,10 @@ def main() -> None:
 
 def scaling(args, by_threads: dict) -> dict:
     """Each run's rate at the most threads over its rate at the fewest."""
-    fewest, most = by_threads[f"{min(args.thread_counts)} threads"], by_threads[f"{max(args.thread_counts)} threads"]
+    fewest, most = (
+        by_threads[f"{min(args.thread_counts)} threads"],
+        by_threads[f"{max(args.thread_counts)} threads"],
+    )
     return {
         f"{name}: {max(args.thread_counts)} / {min(args.thread_counts)} threads": round(
             most[name]["sentences_per_second"] / run["sentences_per_second"], 3

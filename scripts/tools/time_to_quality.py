@@ -5,7 +5,8 @@ says, else the paper's beam 4, length penalty 0.6) and takes each one's minutes 
 time_to_quality.json and time_to_quality.png. Compare only runs made side by side on one machine:
 
     python scripts/train.py --config configs/multi30k-small.yaml --output-dir RUN
-    # PEER: the saved model to compare with, e.g. a MarianMTModel of the same shape trained for the same minutes
+    # PEER: the saved model to compare with, e.g. a MarianMTModel of the same shape trained for the same
+    # minutes
     python scripts/tools/time_to_quality.py RUN --peer PEER --source-lang de --target-lang en
 """
 

@@ -200,7 +200,8 @@ def test_lowercase_ignores_case():
 
 
 def test_tokenized_bleu_scores_lowercased_moses_tokens():
-    """The papers' tokenized BLEU: lowercase, Moses tokens (English clitics split, hyphens kept), then BLEU."""
+    """The papers' tokenized BLEU: lowercase, Moses tokens (English clitics split, hyphens kept), then
+    BLEU."""
     hypotheses = ["A man's T-shirt, isn't it?", "Two dogs run."]
     references = ["The man's T-shirt, isn't it?", "Two dogs are running."]
     by_hand = (
@@ -270,7 +271,11 @@ def test_evaluate_bleu_writes_hypotheses_and_report_with_paper_beam_search(
 def test_blank_sources_become_blank_hypotheses_and_are_counted(tiny_model_and_tokenizer, caplog):
     model, tokenizer = tiny_model_and_tokenizer
     (evaluated,) = evaluate_translation(
-        TransformersEngine(model, tokenizer), ["Ein Hund.", " "], ["A dog.", "Nothing."], runtime=QUIET, max_new_tokens=3
+        TransformersEngine(model, tokenizer),
+        ["Ein Hund.", " "],
+        ["A dog.", "Nothing."],
+        runtime=QUIET,
+        max_new_tokens=3,
     )
     hypotheses, report = evaluated.translations, evaluated.report
     assert hypotheses[1] == "" and report["blank_sources"] == 1
@@ -340,8 +345,8 @@ def test_translate_script_keeps_lines_in_order(tiny_model_dir, tiny_model_and_to
     """With either cache (static: the one generate compiles on a GPU), the dynamic cache's translations."""
     lines = ["Ein Hund rennt.", "", "Zwei Katzen schlafen auf dem Sofa.", "Kinder."]
     completed = run_script(
-        "translate.py", tiny_model_dir, "--num-beams", "2", "--max-new-tokens", "4", "--device", "cpu", "--quiet",
-        "--cache-implementation", cache, stdin="\n".join(lines) + "\n", check=True,
+        "translate.py", tiny_model_dir, "--num-beams", "2", "--max-new-tokens", "4", "--device", "cpu",
+        "--quiet", "--cache-implementation", cache, stdin="\n".join(lines) + "\n", check=True,
     )  # fmt: skip
     model, tokenizer = tiny_model_and_tokenizer
     expected = translate_sentences(
@@ -351,7 +356,9 @@ def test_translate_script_keeps_lines_in_order(tiny_model_dir, tiny_model_and_to
     assert expected[1] == ""
 
 
-def test_translate_script_decodes_with_the_checkpoints_saved_beam_unless_told(tiny_model_copy, tiny_model_and_tokenizer):
+def test_translate_script_decodes_with_the_checkpoints_saved_beam_unless_told(
+    tiny_model_copy, tiny_model_and_tokenizer
+):
     set_decoding_defaults(tiny_model_copy, 3, 1.0)
     lines = ["Ein Hund rennt.", "Zwei Katzen schlafen auf dem Sofa.", "Kinder."]
     flags = ("--max-new-tokens", "4", "--device", "cpu", "--quiet")
@@ -361,23 +368,32 @@ def test_translate_script_decodes_with_the_checkpoints_saved_beam_unless_told(ti
         model, tokenizer, lines, show_progress=False, num_beams=3, length_penalty=1.0, max_new_tokens=4
     )
     assert completed.stdout.splitlines() == chosen
-    assert "num_beams 3 (checkpoint), length_penalty 1.0 (checkpoint), max_new_tokens 4 (given)" in completed.stderr
+    assert (
+        "num_beams 3 (checkpoint), length_penalty 1.0 (checkpoint), max_new_tokens 4 (given)"
+        in completed.stderr
+    )
     refused = run_script("translate.py", tiny_model_copy, *flags, "--nbest", "4", stdin="Ein Hund.\n")
     assert refused.returncode != 0 and "give --num-beams 4 or more" in refused.stderr
-    told = run_script("translate.py", tiny_model_copy, *flags, "--num-beams", "1", stdin="Ein Hund.\n", check=True)
+    told = run_script(
+        "translate.py", tiny_model_copy, *flags, "--num-beams", "1", stdin="Ein Hund.\n", check=True
+    )
     assert "num_beams 1 (given), no length_penalty (greedy)" in told.stderr
 
 
-def test_evaluate_bleu_script_decodes_a_selected_checkpoint_as_selection_did(tiny_model_copy, corpus_path, tmp_path):
-    """Selection saves its choice (greedy here, not the paper's 4 / 0.6) into the checkpoint; evaluate_bleu.py on
-    it without decoding flags decodes the test split as selection did and reports the same score."""
+def test_evaluate_bleu_script_decodes_a_selected_checkpoint_as_selection_did(
+    tiny_model_copy, corpus_path, tmp_path
+):
+    """Selection saves its choice (greedy here, not the paper's 4 / 0.6) into the checkpoint; evaluate_bleu.py
+    on it without decoding flags decodes the test split as selection did and reports the same score."""
     data = ("--dataset", corpus_path, *DE_EN, "--first-pairs", "4", "--device", "cpu")
     run_script(
         "select_checkpoint.py", tiny_model_copy, *data, "--num-beams", "1", "2", "--length-penalty", "1.0",
         "--output-dir", tmp_path / "selection", check=True,
     )  # fmt: skip
     selection = json.loads((tmp_path / "selection" / "selection.json").read_text())
-    completed = run_script("evaluate_bleu.py", tiny_model_copy, *data, "--output-dir", tmp_path / "again", check=True)
+    completed = run_script(
+        "evaluate_bleu.py", tiny_model_copy, *data, "--output-dir", tmp_path / "again", check=True
+    )
     report = json.loads((tmp_path / "again" / "test.de-en.json").read_text())
     chosen = selection["chosen"]
     assert (report["generation"]["num_beams"], report["generation"].get("length_penalty")) == (
@@ -386,7 +402,9 @@ def test_evaluate_bleu_script_decodes_a_selected_checkpoint_as_selection_did(tin
     )
     assert report["generation"]["sources"]["num_beams"] == "checkpoint"
     assert f"num_beams {chosen['num_beams']} (checkpoint)" in completed.stderr
-    assert read_lines(tmp_path / "again" / "test.de-en.hyp") == read_lines(tmp_path / "selection" / "test.de-en.hyp")
+    assert read_lines(tmp_path / "again" / "test.de-en.hyp") == read_lines(
+        tmp_path / "selection" / "test.de-en.hyp"
+    )
     assert report["cased"] == selection["reports"]["test"]["cased"]
     assert f"cased BLEU {report['cased']['bleu']:.2f}" in completed.stdout
 
@@ -416,7 +434,9 @@ def test_selection_takes_the_best_validation_setting_and_decodes_test_with_it_on
         decoded.append(settings)
         is_last = "checkpoint_last" in engine.model.name_or_path
         for scored in evaluated:
-            scored.report["cased"]["bleu"] = 10 * is_last + settings["num_beams"] - settings.get("length_penalty", 0)
+            scored.report["cased"]["bleu"] = (
+                10 * is_last + settings["num_beams"] - settings.get("length_penalty", 0)
+            )
         return evaluated
 
     # Validation decodes (scoring.score_model) and the test decode (scoring.evaluate_bleu) both go through it.
@@ -448,7 +468,8 @@ def test_selection_takes_the_best_validation_setting_and_decodes_test_with_it_on
     assert selection["reports"]["test"]["cased"] == test_report["cased"]
     assert json.loads((output_dir / "selection.json").read_text()) == selection
     saved = {
-        name: GenerationConfig.from_pretrained(run_dir / name) for name in ("checkpoint_best", "checkpoint_last")
+        name: GenerationConfig.from_pretrained(run_dir / name)
+        for name in ("checkpoint_best", "checkpoint_last")
     }
     assert (saved["checkpoint_last"].num_beams, saved["checkpoint_last"].length_penalty) == (2, 0.6)
     assert saved["checkpoint_best"].num_beams is None  # only the chosen checkpoint changes
@@ -466,7 +487,8 @@ def test_selection_makes_its_choice_what_generate_decodes_with(tiny_model_copy, 
     chosen = model.generate(**batch, max_new_tokens=6, num_beams=3, length_penalty=1.3, output_scores=True,
                             return_dict_in_generate=True)  # fmt: skip
     default = model.generate(**batch, max_new_tokens=6, output_scores=True, return_dict_in_generate=True)
-    assert torch.equal(default.sequences_scores, chosen.sequences_scores)  # beam search's scores, with its penalty
+    # beam search's scores, with its penalty
+    assert torch.equal(default.sequences_scores, chosen.sequences_scores)
 
     greedy = SelectionGrid(num_beams=[1], report_splits=())
     select_on_validation([tiny_model_copy], data, tmp_path / "out", greedy, QUIET)
@@ -483,15 +505,23 @@ def test_selection_on_the_first_validation_pairs_still_reports_the_whole_test_sp
     assert (selection["validation_sentences"], test_report["sentences"]) == (2, SPLIT_SIZES["test"])
 
 
-def test_selection_writes_the_test_scores_into_the_chosen_checkpoints_card(tiny_model_copy, corpus_path, tmp_path):
+def test_selection_writes_the_test_scores_into_the_chosen_checkpoints_card(
+    tiny_model_copy, corpus_path, tmp_path
+):
     model = AutoModelForSeq2SeqLM.from_pretrained(tiny_model_copy)
     run = RunRecord("de", "en", corpus_path, "Trained.", validation={"val_bleu": 1.5})
-    save_card(model_card(model.config, GenerationConfig(num_beams=4, length_penalty=0.6), run), tiny_model_copy)
+    save_card(
+        model_card(model.config, GenerationConfig(num_beams=4, length_penalty=0.6), run), tiny_model_copy
+    )
     data = TranslationData(corpus_path, "de", "en", max_sentences=3)
     select_on_validation([tiny_model_copy], data, tmp_path / "out", SelectionGrid(num_beams=[1]))
     report = json.loads((tmp_path / "out" / "test.de-en.json").read_text())
     card = ModelCard.load(tiny_model_copy / CARD_FILE)
-    test = {result.metric_name: result.metric_value for result in card.data.eval_results if result.dataset_split == "test"}
+    test = {
+        result.metric_name: result.metric_value
+        for result in card.data.eval_results
+        if result.dataset_split == "test"
+    }
     assert test == {
         "sacreBLEU": round(report["cased"]["bleu"], 2),
         "sacreBLEU, lowercased": round(report["lowercased"]["bleu"], 2),
@@ -503,7 +533,8 @@ def test_selection_writes_the_test_scores_into_the_chosen_checkpoints_card(tiny_
 
 
 def test_selection_with_the_static_cache_scores_what_the_dynamic_cache_does(run_dir, corpus_path, tmp_path):
-    """`--cache-implementation static` (compiled decoding on a GPU) reaches every decoding, with the same scores."""
+    """`--cache-implementation static` (compiled decoding on a GPU) reaches every decoding, with the same
+    scores."""
     selections = {
         cache: select_on_validation(
             [run_dir],
@@ -516,9 +547,7 @@ def test_selection_with_the_static_cache_scores_what_the_dynamic_cache_does(run_
     }
     assert all(row["cache_implementation"] == "static" for row in selections["static"]["validation"])
     scores = {
-        cache: [
-            (row["model"], row["num_beams"], row["bleu"], row["chrf"]) for row in selection["validation"]
-        ]
+        cache: [(row["model"], row["num_beams"], row["bleu"], row["chrf"]) for row in selection["validation"]]
         + [selection["reports"]["test"]["cased"]["bleu"]]
         for cache, selection in selections.items()
     }
@@ -580,7 +609,9 @@ def test_select_checkpoint_script_prints_the_validation_table(tiny_model_copy, c
     assert json.loads((tmp_path / "selection.json").read_text())["reports"] == {}
 
 
-def test_select_checkpoint_script_prints_tokenized_bleu_beside_sacrebleu(tiny_model_copy, corpus_path, tmp_path):
+def test_select_checkpoint_script_prints_tokenized_bleu_beside_sacrebleu(
+    tiny_model_copy, corpus_path, tmp_path
+):
     completed = run_script(
         "select_checkpoint.py", tiny_model_copy, "--dataset", corpus_path, *DE_EN, "--num-beams", "1",
         "--first-pairs", "3", "--device", "cpu", "--tokenized-bleu", "--output-dir", tmp_path, check=True,
@@ -589,8 +620,8 @@ def test_select_checkpoint_script_prints_tokenized_bleu_beside_sacrebleu(tiny_mo
     assert completed.stdout.splitlines()[-2] == (
         f"test: cased BLEU {report['cased']['bleu']:.2f}, lowercased {report['lowercased']['bleu']:.2f}, "
         f"chrF {report['cased']['chrf']:.2f}; tokenized lowercased BLEU "
-        f"{report['tokenized_lowercased']['bleu']:.2f}; {PAPER_BLEU_NAME} {report[PAPER_BLEU_KEY]['bleu']:.2f} "
-        "(beside, not instead)"
+        f"{report['tokenized_lowercased']['bleu']:.2f}; {PAPER_BLEU_NAME} "
+        f"{report[PAPER_BLEU_KEY]['bleu']:.2f} (beside, not instead)"
     )
 
 
@@ -619,7 +650,8 @@ def test_a_line_longer_than_the_model_is_cut_or_left_blank_and_named_once(short_
     assert skipped[1] == skipped[2] == skipped[4] == ""
     warnings = [record.getMessage() for record in caplog.records if "positions" in record.getMessage()]
     assert warnings == [
-        "2 of 5 lines are longer than the model's 24 positions and were cut to their first 24 tokens: line 2, 5",
+        "2 of 5 lines are longer than the model's 24 positions and were cut to their first 24 tokens: line "
+        "2, 5",
         "2 of 5 lines are longer than the model's 24 positions and were left blank: line 2, 5",
     ]
 

@@ -145,7 +145,10 @@ class CountingTranslations:
 
 
 def count_translations(monkeypatch, counting: CountingTranslations) -> None:
-    monkeypatch.setattr(TransformersEngine, "translate", lambda engine, sentences, options: counting(engine, sentences, options))
+    def translate(engine, sentences, options):
+        return counting(engine, sentences, options)
+
+    monkeypatch.setattr(TransformersEngine, "translate", translate)
 
 
 def test_a_teacher_that_fails_leaves_no_directory_and_a_second_try_goes_on_where_it_stopped(
@@ -204,15 +207,20 @@ def test_damaged_saved_translations_are_named(tiny_model_dir, tiny_dataset, tmp_
     assert not (tmp_path / "again").exists()
 
 
-def test_translations_saved_by_an_earlier_version_are_named_in_one_line(tiny_model_dir, tiny_dataset, tmp_path):
+def test_translations_saved_by_an_earlier_version_are_named_in_one_line(
+    tiny_model_dir, tiny_dataset, tmp_path
+):
     options = (Teachers([tiny_model_dir]), QUIET, SavedTranslations(tmp_path / "saved"))
     distill_dataset(pairs_of(tiny_dataset), tmp_path / "out", *options, **GREEDY)
     (translations,) = (tmp_path / "saved").glob("*.txt")
     translations.unlink()
     (tmp_path / "saved" / translations.stem).mkdir()  # the earlier layout: a directory of chunk-NNNNN.txt
-    with pytest.raises(ValueError, match=rf"{translations.stem} holds translations saved by an earlier version: "):
+    with pytest.raises(
+        ValueError,
+        match=rf"{translations.stem} holds translations saved by an earlier "
+        r"version: ",
+    ):
         distill_dataset(pairs_of(tiny_dataset), tmp_path / "again", *options, **GREEDY)
-
 
 
 def test_a_training_sentence_with_a_line_break_is_named_before_any_decoding(
@@ -222,14 +230,17 @@ def test_a_training_sentence_with_a_line_break_is_named_before_any_decoding(
     rows = [{"translation": {"de": source, "en": "a cat"}} for source in ("eine katze", "zwei\nkatzen")]
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "train.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
-    with pytest.raises(ValueError, match="training sentence 2 holds a line break: make each sentence one line"):
+    with pytest.raises(
+        ValueError, match="training sentence 2 holds a line break: make each sentence one line"
+    ):
         distill_dataset(pairs_of(str(tmp_path / "data")), tmp_path / "out", Teachers([tiny_model_dir]), QUIET)
     assert not (tmp_path / "out").exists()
 
+
 def run_distill_script(model_dir, dataset, output_dir, *options):
     return run_script(
-        "research/distill.py", "--forward", model_dir, "--dataset", dataset, *DE_EN, "--output-dir", output_dir,
-        "--device", "cpu", *options,
+        "research/distill.py", "--forward", model_dir, "--dataset", dataset, *DE_EN,
+        "--output-dir", output_dir, "--device", "cpu", *options,
     )  # fmt: skip
 
 

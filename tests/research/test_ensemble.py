@@ -1,4 +1,5 @@
-"""Ensemble decoding: several models translate as one through generate, their next-token probabilities averaged."""
+"""Ensemble decoding: several models translate as one through generate, their next-token probabilities
+averaged."""
 
 import json
 import math
@@ -25,7 +26,8 @@ def as_one(model, tokenizer, *members):
 
 
 def mixture_log_probs(models, encoded, decoder_ids):
-    """log of the models' mean next-token probabilities at every position, from whole-prefix forward passes."""
+    """log of the models' mean next-token probabilities at every position, from whole-prefix forward
+    passes."""
     log_probs = [
         torch.log_softmax(model(**encoded, decoder_input_ids=decoder_ids).logits.float(), dim=-1)
         for model in models
@@ -73,8 +75,9 @@ def test_greedy_ensemble_takes_the_argmax_of_the_averaged_probabilities(first, s
 
 
 def test_beam_scores_are_the_averaged_probabilities_of_the_hypotheses_found(first, second, tokenizer):
-    """The other model's cache follows beam search's reordering: each final hypothesis scores what a whole-prefix
-    pass of both models gives it (length penalty 0: the score is the sum of its tokens' log-probabilities)."""
+    """The other model's cache follows beam search's reordering: each final hypothesis scores what a
+    whole-prefix pass of both models gives it (length penalty 0: the score is the sum of its tokens'
+    log-probabilities)."""
     encoded = tokenizer(SOURCES[:2], padding=True, return_tensors="pt")
     processor = EnsembleLogitsProcessor([second], **encoded)
     with torch.inference_mode():
@@ -113,7 +116,8 @@ def test_a_member_with_another_vocabulary_is_named(first, tokenizer):
 def test_evaluation_and_selection_record_the_ensemble(
     tiny_model_dir, tiny_model_copy, second_dir, corpus_path, tmp_path
 ):
-    data, runtime = TranslationData(corpus_path, "de", "en", max_sentences=3), Runtime(EngineSettings(device="cpu"))
+    data = TranslationData(corpus_path, "de", "en", max_sentences=3)
+    runtime = Runtime(EngineSettings(device="cpu"))
     ensemble = load_research_decoder(ResearchModels(ensemble=[second_dir]), device="cpu")
     report = evaluate_bleu(tiny_model_dir, data, tmp_path, runtime=runtime, decoder=ensemble, num_beams=2)
     assert report["ensemble"] == [str(second_dir)]
@@ -147,7 +151,14 @@ def test_translate_script_names_a_member_that_does_not_fit(tiny_model_dir, tmp_p
     for name in ("tokenizer.json", "tokenizer_config.json"):
         (other / name).write_bytes((tiny_model_dir / name).read_bytes())
     completed = run_script(
-        "translate.py", tiny_model_dir, "--ensemble", tiny_model_dir, other, "--device", "cpu", "--quiet",
+        "translate.py",
+        tiny_model_dir,
+        "--ensemble",
+        tiny_model_dir,
+        other,
+        "--device",
+        "cpu",
+        "--quiet",
         stdin="Ein Hund rennt.\n",
     )
     assert completed.returncode == 1 and completed.stdout == ""

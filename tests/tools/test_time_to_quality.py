@@ -1,4 +1,5 @@
-"""Time to quality: every checkpoint of a run scored against the minutes it had trained, and the first to reach a target."""
+"""Time to quality: every checkpoint of a run scored against the minutes it had trained, and the first to
+reach a target."""
 
 import json
 import shutil
@@ -35,7 +36,8 @@ def test_each_checkpoint_is_scored_at_the_minutes_it_was_saved_and_a_peer_sets_t
         assert point["minutes"] == pytest.approx(saved_at[point["step"]], abs=0.01)
         assert point["num_beams"] == 2 and point["length_penalty"] == 0.6
     assert points[0]["minutes"] < points[1]["minutes"] < points[2]["minutes"]
-    # The peer is checkpoint_20 itself, decoded the same way: the same score, reached by minute 20's at the latest.
+    # The peer is checkpoint_20 itself, decoded the same way: the same score, reached by minute 20's at the
+    # latest.
     assert report["target"]["bleu"] == points[1]["bleu"]
     assert report["reached"]["minutes"] <= points[1]["minutes"]
     assert report["sentences"] == 8 and report["cpu"]["threads"] >= 1
