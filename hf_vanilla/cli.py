@@ -3,7 +3,8 @@ them.
 
 Each `add_*_arguments` adds one group of flags (a section of --help), and each `add_*_argument` one flag that
 several groups or scripts share; a reader beside each turns the parsed flags into the package's settings.
-Every `--a-b` flag also answers to `--a_b` (as `HfArgumentParser` does), and every flag shows its default. """
+Every `--a-b` flag also answers to `--a_b` (as `HfArgumentParser` does), and every flag shows its default.
+"""
 
 from __future__ import annotations
 

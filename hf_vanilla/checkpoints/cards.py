@@ -7,7 +7,8 @@ transformers' `Pipeline.save_pretrained` does; the model's `save_pretrained` the
 here and wherever transformers saves the model again), and holds a README.md model card with Hub metadata, so
 that `push_to_hub` of the directory publishes a usable model. The card's facts come from the checkpoint's own
 files (architecture from config.json, decoding defaults from generation_config.json) and from what its run
-recorded (`RunRecord`); `set_decoding_defaults` and `record_results` change checkpoint and card together. """
+recorded (`RunRecord`); `set_decoding_defaults` and `record_results` change checkpoint and card together.
+"""
 
 from __future__ import annotations
 

@@ -16,7 +16,8 @@ It reproduces those scripts as moses-smt/mosesdecoder commit 34452895 (2025-02-0
 `tests/evaluation/paper_bleu_perl/` holds those scripts' own output on German and English text, which this
 module matches token for token. The paper itself (2017) ran a `tokenizer.perl` from before 9fc964d (2018-11),
 which kept the period of an abbreviation ending a line (`usw.`, `a.m.`); today's script splits it off (`usw
-.`). """
+.`).
+"""
 
 from __future__ import annotations
 

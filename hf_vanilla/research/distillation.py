@@ -2,7 +2,8 @@
 knowledge distillation (Kim and Rush, 2016), where forward teachers translate the training sources into new
 targets, and data diversification (Nguyen et al., 2020), which adds backward models' translations of the
 training targets as new sources. The result is a dataset in the Hub `translation` layout that train.py and
-select_checkpoint.py read with `--dataset DIR` like any other. """
+select_checkpoint.py read with `--dataset DIR` like any other.
+"""
 
 from __future__ import annotations
 
@@ -108,7 +109,8 @@ def distill_dataset(
     Each teacher's translations are saved as `saved` says, keyed by the model's digest (weights, configs,
     tokenizer), the sentences, the engine and the decoding settings: a stopped run given again goes on where
     it stopped, and another run that asks the same model for the same sentences (the other direction's
-    diversification: its backward model is this one's forward model) reads them instead of decoding. """
+    diversification: its backward model is this one's forward model) reads them instead of decoding.
+    """
     output_dir = Path(output_dir)
     _check_request(teachers, saved, output_dir, overwrite)
     pairs = _load_splits(data, train_split)

@@ -5,7 +5,8 @@ and `generate`'s search (greedy, beam, sampling) runs on the mixture. The first 
 called on; the others ride along in a logits processor, each with its own key/value cache. The processor never
 sees beam search's reordering, so it recovers it: every running hypothesis extends exactly one hypothesis of
 the step before, found by its prefix among its own sentence's rows. A departure from the paper, which reports
-single models: used only where asked for (`--ensemble`). """
+single models: used only where asked for (`--ensemble`).
+"""
 
 from __future__ import annotations
 

@@ -4,7 +4,8 @@ and used only where asked for (`--rerank-language-model`).
 
 It is transformers' own GPT-2 (a decoder-only Transformer), small, over the translation models' joint BPE
 vocabulary and trained with transformers' `Trainer` on the target side of the training pairs: the sentences
-the translations should read like. A sentence is read as <s> tokens... </s>. """
+the translations should read like. A sentence is read as <s> tokens... </s>.
+"""
 
 from __future__ import annotations
 

@@ -8,7 +8,8 @@ any timing on ours saved (converted where it converts), a row each named by `eng
 ratio ours / it. The weights are random and the output lengths forced: implementation speed;
 scripts/tools/benchmark_serving.py times a trained checkpoint. Every report names what its numbers depend on:
 the CPU (model, vector capability, native bf16 or not), threads, the GPU, the dtype and the library versions.
-dtype "auto" is bf16 where the hardware runs it natively, else fp32. """
+dtype "auto" is bf16 where the hardware runs it natively, else fp32.
+"""
 
 from __future__ import annotations
 
@@ -115,7 +116,8 @@ def training_flops(config: VanillaTransformerConfig, batch: dict[str, torch.Tens
     counted on the tokens that pass through them: source tokens for the encoder and the cross-attention
     keys/values, target tokens for the rest and the output projection); attention scores and weighted sums
     cost 2 * 2 * d_model per (query, key) pair, the causal ones counted in full as the kernels compute them.
-    Padding, embedding lookups, norms and the loss are not counted. """
+    Padding, embedding lookups, norms and the loss are not counted.
+    """
     d, vocab = config.d_model, config.vocab_size
     source_lengths = batch["attention_mask"].sum(1).double()
     target_lengths = (batch["labels"] != -100).sum(1).double()
@@ -277,7 +279,8 @@ def interleaved_seconds(
 
     `clock` "wall" is elapsed time; "cpu" is this process's CPU time, which other processes on a shared
     machine barely disturb (use it with one thread: threads spinning while they wait would count too). On a
-    GPU the device is synchronised before each clock read. """
+    GPU the device is synchronised before each clock read.
+    """
     device = torch.device(device)
     for _ in range(warmup):
         for run in runs.values():
@@ -360,7 +363,8 @@ class BenchmarkSettings:
     `dtypes` may name "auto" (see `resolve_dtypes`). `compile_model` compiles our model (torch.compile) and
     leaves Marian eager. On a CPU, each of `engines` (in each of `compute_types` where it takes one) decodes
     beside ours; an engine whose library is not installed is left out. `clock`: see `interleaved_seconds`
-    ("wall" only on a GPU). """
+    ("wall" only on a GPU).
+    """
 
     size: str = "small"
     target_tokens: int = 4096

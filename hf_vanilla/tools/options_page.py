@@ -2,7 +2,8 @@
 parsers.
 
 `python scripts/tools/write_options_doc.py` rewrites the page; tests/tools/test_options_page.py checks it is
-current. """
+current.
+"""
 
 from __future__ import annotations
 

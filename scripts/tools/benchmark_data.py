@@ -16,7 +16,8 @@ compound now and then, 3,000 validation and test pairs, in the Hub's Parquet `tr
 
 The loader is timed side by side in one process: the former collation (transformers' DataCollatorForSeq2Seq)
 and the current one (`hf_vanilla.data.batches.BatchCollator`), each with every `--loader-workers` count of
-worker processes. """
+worker processes.
+"""
 
 from __future__ import annotations
 

@@ -7,7 +7,8 @@ seeded subsets of Multi30k (5,000 and 10,000 pairs) for the same minutes on one 
     de-en --output /tmp/check.json
 
 Writes one JSON (the machine, the settings and a row a run) after every run; docs/your-data.md explains the
-rows. """
+rows.
+"""
 
 import os
 import sys

@@ -5,7 +5,8 @@ beam 4.
         --output docs/benchmarks/engine-fidelity-epyc-2core.json
 
 transformers (`generate`, the reference), CTranslate2 float32 and CTranslate2 int8 decode the split's sources
-with the paper's decoding (each sentence its source length + 50 tokens); the JSON names the CPU. """
+with the paper's decoding (each sentence its source length + 50 tokens); the JSON names the CPU.
+"""
 
 import json
 import time
