@@ -18,6 +18,7 @@ from collections.abc import Collection, Sequence
 from typing import Any
 
 import yaml
+from accelerate.utils import clean_state_dict_for_safetensors
 
 from hf_vanilla.data.corpus import ACCEPTED_FORMS, COMPRESSION_SUFFIXES, dataset_spec
 from hf_vanilla.evaluation.scoring import TranslationData
@@ -46,17 +47,56 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescript
         return super()._get_help_string(action)
 
 
+@dataclasses.dataclass
+class HelpSection:
+    """A section of --help: its title, its description and its arguments, in the order they were added."""
+
+    title: str | None
+    description: str | None
+    actions: list[argparse.Action] = dataclasses.field(default_factory=list)
+
+
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse whose dashed long flags also take underscores: `--source_lang` is read as `--source-lang`."""
+    """argparse whose dashed long flags also take underscores: `--source_lang` is read as `--source-lang`.
+
+    It records its --help sections as they are built (`sections`: argparse keeps them in private fields only),
+    the positional arguments' and the options' first, as argparse shows them."""
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("formatter_class", HelpFormatter)
+        self.sections: list[HelpSection] = []
         super().__init__(*args, **kwargs)
+
+    def add_argument_group(self, *args, **kwargs) -> _RecordedGroup:
+        group = super().add_argument_group(*args, **kwargs)
+        self.sections.append(HelpSection(group.title, group.description))
+        return _RecordedGroup(group, self.sections[-1])
+
+    def add_argument(self, *args, **kwargs) -> argparse.Action:
+        action = super().add_argument(*args, **kwargs)
+        positionals, options = self.sections[:2]  # the two sections argparse opens first
+        (options if action.option_strings else positionals).actions.append(action)
+        return action
 
     def parse_known_args(
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
     ):
         return super().parse_known_args(dashed_flags(sys.argv[1:] if args is None else args), namespace)
+
+
+class _RecordedGroup:
+    """An argument group that also records each argument added to it in its --help section."""
+
+    def __init__(self, group, section: HelpSection):
+        self._group, self._section = group, section
+
+    def add_argument(self, *args, **kwargs) -> argparse.Action:
+        action = self._group.add_argument(*args, **kwargs)
+        self._section.actions.append(action)
+        return action
+
+    def __getattr__(self, name: str):
+        return getattr(self._group, name)
 
 
 def dashed_flags(arguments: Sequence[str]) -> list[str]:
@@ -92,7 +132,8 @@ def configure_logging(level: str = "info") -> None:
     """
     logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("accelerate").setLevel(logging.WARNING)
-    logging.getLogger("accelerate.utils.other").setLevel(logging.ERROR)
+    # The shared-tensor note comes from the module of this public function, by its module's logger.
+    logging.getLogger(clean_state_dict_for_safetensors.__module__).setLevel(logging.ERROR)
 
 
 MISSING_EXTRA_STATUS = 2  # as argparse exits for a bad command line: the command cannot run as installed
@@ -119,8 +160,7 @@ def add_training_config_arguments(
     A flag left out is absent from the parsed namespace (not set to the field's default), so that the file's
     value stands; values are read as YAML ("null", "1e-3", "{d_model: 128}"), which `load_training_config`
     checks. A yes/no field's flag alone means yes (`--right-to-left`, or `--right-to-left false`);
-    `--no-FIELD` turns off one that is on by default.
-    """
+    `--no-FIELD` turns off one that is on by default."""
     parser.add_argument_group("training config (TrainingConfig keys, configs/*.yaml)").add_argument(
         "--config", help="YAML file of TrainingConfig keys; the flags below override its values"
     )

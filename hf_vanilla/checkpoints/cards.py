@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase
+from transformers.pipelines import PIPELINE_REGISTRY
 from transformers.utils import GENERATION_CONFIG_NAME
 
 from hf_vanilla.data.corpus import TRAIN_SPLIT, parse_dataset
@@ -49,7 +50,7 @@ AUTO_MAP = {
 
 def custom_pipeline_entry() -> dict:
     """The `custom_pipelines` entry of config.json, as `Pipeline.save_pretrained` writes it."""
-    registered = dict(VanillaTranslationPipeline._registered_impl[TASK])
+    registered = dict(PIPELINE_REGISTRY.check_task(TASK)[1])
     registered["impl"] = _code_reference(VanillaTranslationPipeline)
     registered["pt"] = tuple(model_class.__name__ for model_class in registered["pt"])
     return {TASK: registered}
@@ -244,11 +245,9 @@ def training_procedure(settings: Mapping[str, Any]) -> str:
         return "Not recorded with this checkpoint.\n"
     listed = "".join(f"- {name}: {value}\n" for name, value in settings.items() if name != "corpus_recipe")
     chosen = settings.get("corpus_recipe")
-    by_size = (
-        f"\nSettings the config left to the corpus size (hf_vanilla's size table): {chosen}.\n"
-        if chosen
-        else ""
-    )
+    by_size = ""
+    if chosen:
+        by_size = f"\nSettings the config left to the corpus size (hf_vanilla's size table): {chosen}.\n"
     return (
         "hf_vanilla's training loop (section 5: Adam, the learning rate warmed up, then decayed with the "
         f"inverse square root of the update), with these settings of its training config:\n{listed}{by_size}"
@@ -268,8 +267,8 @@ def evaluation_section(results: list[EvalResult] | None) -> str:
         f"{(result.metric_config or '').replace('|', chr(92) + '|')} |"
         for result in results
     )
-    header = "| data | metric | score | sacreBLEU signature |\n|---|---|---|---|"
-    return f"{EVALUATION_HEADING}\n\n{header}\n{rows}\n"
+    table_head = "| data | metric | score | sacreBLEU signature |\n|---|---|---|---|"
+    return f"{EVALUATION_HEADING}\n\n{table_head}\n{rows}\n"
 
 
 CARD_TEXT = """

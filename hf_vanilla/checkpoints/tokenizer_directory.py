@@ -1,5 +1,5 @@
-"""A tokenizer directory: the joint BPE trained on a corpus's pairs and saved atomically, with what it learned from
-(`learned_from.json`) and a card."""
+"""A tokenizer directory: the joint BPE trained on a corpus's pairs and saved atomically, with what it learned
+from (`learned_from.json`) and a card."""
 
 from __future__ import annotations
 
@@ -10,19 +10,29 @@ from pathlib import Path
 from typing import Any
 
 import datasets
+from datasets.fingerprint import Hasher
 from huggingface_hub import ModelCard, ModelCardData
 from transformers import PreTrainedTokenizerFast
 
 from hf_vanilla.checkpoints.cards import card_of, save_card
-from hf_vanilla.data.tokenization import LEARNED_FROM_FILE, pair_texts, sample_pairs, train_tokenizer
+from hf_vanilla.data.tokenization import (
+    LEARNED_FROM_FILE,
+    TEXT_BATCH,
+    pair_texts,
+    sample_pairs,
+    train_tokenizer,
+)
 from hf_vanilla.files import atomic_directory, write_json
 
 
 def save_tokenizer(
-    tokenizer: PreTrainedTokenizerFast, output_dir: str | os.PathLike, learned_from: dict[str, Any] | None = None
+    tokenizer: PreTrainedTokenizerFast,
+    output_dir: str | os.PathLike,
+    learned_from: dict[str, Any] | None = None,
 ) -> Path:
-    """`save_pretrained` into a temporary sibling directory, then rename it into place; with `learned_from` (the
-    languages, data and fingerprint it learned from), also `learned_from.json` and a card (README.md) saying so.
+    """`save_pretrained` into a temporary sibling directory, then rename it into place; with `learned_from`
+    (the languages, data and fingerprint it learned from), also `learned_from.json` and a card (README.md)
+    saying so.
 
     A crash leaves either the old directory or the new one, never a half-written one.
     """
@@ -41,10 +51,10 @@ def _tokenizer_card(tokenizer: PreTrainedTokenizerFast, learned_from: dict[str, 
     return card_of(
         ModelCardData(language=languages, library_name="transformers"),
         f"\n# Joint byte-level BPE, {' + '.join(languages)}\n\n"
-        f"One vocabulary of {len(tokenizer):,} tokens for both languages (the paper's shared vocabulary, section "
-        f"5.1), learned from {learned_from['pairs']:,} pairs of `{learned_from['dataset']}` (split "
-        f"`{learned_from['split']}`, data fingerprint `{learned_from['fingerprint']}`). A training run of another "
-        "language pair refuses it.\n",
+        f"One vocabulary of {len(tokenizer):,} tokens for both languages (the paper's shared vocabulary, "
+        f"section 5.1), learned from {learned_from['pairs']:,} pairs of `{learned_from['dataset']}` (split "
+        f"`{learned_from['split']}`, data fingerprint `{learned_from['fingerprint']}`). A training run of "
+        "another language pair refuses it.\n",
     )
 
 
@@ -66,9 +76,9 @@ def train_tokenizer_on_pairs(
     min_frequency: int = 2,
 ) -> dict[str, Any]:
     """Train the joint BPE on `pairs` (or a random `max_sentences` of them), with progress, and save it into
-    `output_dir` (atomically) with what it learned from (`source`, the data's fingerprint). Returns {"tokenizer",
-    "pairs", "corpus_pairs", "seconds", "whole_corpus_seconds_estimate"}: the last scales the time linearly to
-    every pair, an estimate."""
+    `output_dir` (atomically) with what it learned from (`source`, the data's fingerprint). Returns
+    {"tokenizer", "pairs", "corpus_pairs", "seconds", "whole_corpus_seconds_estimate"}: the last scales the
+    time linearly to every pair, an estimate."""
     sample = sample_pairs(pairs, max_sentences)
     started = time.perf_counter()
     tokenizer = train_tokenizer(
@@ -80,7 +90,7 @@ def train_tokenizer_on_pairs(
         "dataset": source.dataset,
         "split": source.split,
         "pairs": len(sample),
-        "fingerprint": sample._fingerprint,
+        "fingerprint": data_fingerprint(sample),
     }
     save_tokenizer(tokenizer, output_dir, learned_from)
     return {
@@ -91,6 +101,16 @@ def train_tokenizer_on_pairs(
         "seconds": round(seconds, 1),
         "whole_corpus_seconds_estimate": round(seconds * len(pairs) / max(len(sample), 1), 1),
     }
+
+
+def data_fingerprint(pairs: datasets.Dataset) -> str:
+    """16 hex digits hashed from the texts of `pairs` (datasets' public `Hasher`): the same pairs give the
+    same fingerprint however they were loaded. It is recorded for a reader only; nothing compares it."""
+    hasher = Hasher()
+    for batch in pairs.iter(batch_size=TEXT_BATCH):
+        hasher.update(batch["source"])
+        hasher.update(batch["target"])
+    return hasher.hexdigest()
 
 
 def describe_tokenizer_training(report: dict[str, Any]) -> str:

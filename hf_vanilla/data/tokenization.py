@@ -76,8 +76,8 @@ def train_tokenizer(
 
 
 def _reported(texts: Iterable[str], length: int | None) -> Iterator[str]:
-    """`texts` with a progress bar of those read, then a log line:
-    the BPE counts words as it reads, then merges."""
+    """`texts` with a progress bar of those read, then a log line: the BPE counts words as it reads, then
+    merges."""
     yield from tqdm(texts, total=length, desc="BPE: counting words", unit=" texts", mininterval=10)
     logger.info("BPE: words counted; learning the merges (no progress shown)")
 
@@ -105,9 +105,9 @@ def check_tokenizer_languages(directory: str | os.PathLike, source_lang: str, ta
         )
 
 
-# Pairs read from Arrow at a time while the BPE counts words:
-# the texts never sit in memory as one Python list.
-_TEXT_BATCH = 10_000
+# Pairs read from Arrow at a time while the BPE counts words: the texts never sit in memory as one Python
+# list.
+TEXT_BATCH = 10_000
 
 
 def sample_pairs(pairs: datasets.Dataset, max_sentences: int | None, seed: int = 0) -> datasets.Dataset:
@@ -121,7 +121,7 @@ def sample_pairs(pairs: datasets.Dataset, max_sentences: int | None, seed: int =
 
 def pair_texts(pairs: datasets.Dataset) -> Iterator[str]:
     """Every source and target text of `pairs`, read a batch at a time."""
-    for batch in pairs.iter(batch_size=_TEXT_BATCH):
+    for batch in pairs.iter(batch_size=TEXT_BATCH):
         yield from batch["source"]
         yield from batch["target"]
 

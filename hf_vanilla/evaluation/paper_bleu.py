@@ -1,20 +1,22 @@
-"""The paper's BLEU: tensor2tensor's `get_ende_bleu.sh`, with which Vaswani et al. (2017) scored WMT 2014 (Table 2).
+"""The paper's BLEU: tensor2tensor's `get_ende_bleu.sh`, with which Vaswani et al. (2017) scored WMT 2014
+(Table 2).
 
-That script (tensor2tensor c886a73) replaces the hypotheses' unicode punctuation (`replace-unicode-punctuation.perl`:
-” “ -> ", ’ -> ', … -> ...), Moses-tokenizes them (`tokenizer.perl -l de`: HTML-escaped, no aggressive hyphen
-splits), splits hyphenated compounds as `rich ##AT##-##AT## text` in hypotheses and references alike
-(`perl -ple 's{(\\S)-(\\S)}{$1 ##AT##-##AT## $2}g'`), and runs `multi-bleu.perl`: cased BLEU on those tokens,
-without smoothing. The references are a file tokenized by `tokenizer.perl` alone (`newstest2014.tok.de`), so their
-punctuation is not replaced: a “ in a hypothesis becomes &quot; and no longer matches the reference's “.
-It reads 0.5-1.5 above sacreBLEU on the same output (tensor2tensor issue 317), so it is reported beside sacreBLEU
-and its signature, never instead.
+That script (tensor2tensor c886a73) replaces the hypotheses' unicode punctuation
+(`replace-unicode-punctuation.perl`: ” “ -> ", ’ -> ', … -> ...), Moses-tokenizes them (`tokenizer.perl -l
+de`: HTML-escaped, no aggressive hyphen splits), splits hyphenated compounds as `rich ##AT##-##AT## text` in
+hypotheses and references alike (`perl -ple 's{(\\S)-(\\S)}{$1 ##AT##-##AT## $2}g'`), and runs
+`multi-bleu.perl`: cased BLEU on those tokens, without smoothing. The references are a file tokenized by
+`tokenizer.perl` alone (`newstest2014.tok.de`), so their punctuation is not replaced: a “ in a hypothesis
+becomes &quot; and no longer matches the reference's “. It reads 0.5-1.5 above sacreBLEU on the same output
+(tensor2tensor issue 317), so it is reported beside sacreBLEU and its signature, never instead.
 
 It reproduces those scripts as moses-smt/mosesdecoder commit 34452895 (2025-02-03) holds them:
 `tokenizer.perl` last changed in 75d4c67 (2021), `replace-unicode-punctuation.perl` in 5d3331b (2019),
 `multi-bleu.perl` in 48fa6e9 (2018), the nonbreaking prefixes in 93bff3f (de, 2012) and 4da86c3 (en, 2019).
-`tests/evaluation/paper_bleu_perl/` holds those scripts' own output on German and English text, which this module
-matches token for token. The paper itself (2017) ran a `tokenizer.perl` from before 9fc964d (2018-11), which kept
-the period of an abbreviation ending a line (`usw.`, `a.m.`); today's script splits it off (`usw .`).
+`tests/evaluation/paper_bleu_perl/` holds those scripts' own output on German and English text, which this
+module matches token for token. The paper itself (2017) ran a `tokenizer.perl` from before 9fc964d (2018-11),
+which kept the period of an abbreviation ending a line (`usw.`, `a.m.`); today's script splits it off (`usw
+.`).
 """
 
 from __future__ import annotations
@@ -32,17 +34,17 @@ logger = logging.getLogger(__name__)
 PAPER_BLEU_NAME = "BLEU (paper: tokenized, compound-split, cased)"
 # The report key; its presence says the paper's BLEU was computed.
 PAPER_BLEU_KEY = "bleu_paper"
-# Languages whose Moses tokenization the WMT 2014 en-de papers scored with (get_ende_bleu.sh is -l de; the same
-# script with -l en scores the other direction).
+# Languages whose Moses tokenization the WMT 2014 en-de papers scored with (get_ende_bleu.sh is -l de; the
+# same script with -l en scores the other direction).
 PAPER_BLEU_LANGUAGES = ("de", "en")
 # The mosesdecoder scripts whose output the paper's BLEU reproduces, named in its signature.
 PAPER_SCRIPTS = "mosesdecoder@34452895"
 # perl -p reads bytes, so its \S is every byte but ASCII white space: re.ASCII gives Python's \S the same set
 # (a no-break space stays inside a token, as it does for perl).
 _COMPOUND_HYPHEN = re.compile(r"(\S)-(\S)", re.ASCII)
-# tokenizer.perl splits the period off a line's last word whatever the word is (mosesdecoder 9fc964d); sacremoses
-# keeps the older rule, under which a nonbreaking prefix ("usw.", "Nr. 7.", "a.m.") or a word holding a period
-# ("bund.de.") kept it. Multi-dots ("...") are tokens of their own by then, and stay whole.
+# tokenizer.perl splits the period off a line's last word whatever the word is (mosesdecoder 9fc964d);
+# sacremoses keeps the older rule, under which a nonbreaking prefix ("usw.", "Nr. 7.", "a.m.") or a word
+# holding a period ("bund.de.") kept it. Multi-dots ("...") are tokens of their own by then, and stay whole.
 _FINAL_PERIOD = re.compile(r"(?<=[^\s.])\.$")
 
 
@@ -52,9 +54,9 @@ def require_moses_tokenizer() -> None:
 
 
 def moses_tokenized(sentences: Sequence[str], lang: str, escape: bool) -> list[str]:
-    """`sentences` split by the Moses tokenizer of `lang` (sacremoses, as tokenizer.perl -l LANG before 9fc964d,
-    no aggressive hyphen splits), tokens joined by spaces; `escape`: HTML-escape & < > ' " | [ ] as tokenizer.perl
-    does by default."""
+    """`sentences` split by the Moses tokenizer of `lang` (sacremoses, as tokenizer.perl -l LANG before
+    9fc964d, no aggressive hyphen splits), tokens joined by spaces; `escape`: HTML-escape & < > ' " | [ ] as
+    tokenizer.perl does by default."""
     require_moses_tokenizer()
     from sacremoses import MosesTokenizer
 
@@ -70,10 +72,11 @@ def moses_signature() -> str:
 
 
 def replace_unicode_punctuation(sentences: Sequence[str]) -> list[str]:
-    """`sentences` through replace-unicode-punctuation.perl: ” “ -> ", ’ -> ', … -> ..., full-width forms -> ASCII.
+    """`sentences` through replace-unicode-punctuation.perl: ” “ -> ", ’ -> ', … -> ..., full-width forms ->
+    ASCII.
 
-    sacremoses holds the script's list of replacements; it differs only in taking every white space after 。 and ．
-    where the script takes spaces, which the tokenizer then collapses into one space anyway."""
+    sacremoses holds the script's list of replacements; it differs only in taking every white space after 。
+    and ． where the script takes spaces, which the tokenizer then collapses into one space anyway."""
     require_moses_tokenizer()
     from sacremoses import MosesPunctNormalizer
 
@@ -84,14 +87,14 @@ def replace_unicode_punctuation(sentences: Sequence[str]) -> list[str]:
 def split_compounds(tokenized: str) -> str:
     """get_ende_bleu.sh's compound splitting of one tokenized line: `rich-text` -> `rich ##AT##-##AT## text`.
 
-    As perl's `s{(\\S)-(\\S)}{$1 ##AT##-##AT## $2}g`, matches do not overlap: in `a-b-c` the `b` belongs to the
-    first match, so only the first hyphen is split (`a ##AT##-##AT## b-c`)."""
+    As perl's `s{(\\S)-(\\S)}{$1 ##AT##-##AT## $2}g`, matches do not overlap: in `a-b-c` the `b` belongs to
+    the first match, so only the first hyphen is split (`a ##AT##-##AT## b-c`)."""
     return _COMPOUND_HYPHEN.sub(r"\1 ##AT##-##AT## \2", tokenized)
 
 
 def tokenizer_perl(sentences: Sequence[str], lang: str) -> list[str]:
-    """`sentences` split as `tokenizer.perl -l LANG` splits them: Moses tokens, HTML-escaped, and a line's last
-    word's period split off, tokens joined by spaces."""
+    """`sentences` split as `tokenizer.perl -l LANG` splits them: Moses tokens, HTML-escaped, and a line's
+    last word's period split off, tokens joined by spaces."""
     return [_FINAL_PERIOD.sub(" .", line) for line in moses_tokenized(sentences, lang, escape=True)]
 
 

@@ -6,14 +6,23 @@ that every directory transformers writes (save_pretrained, Trainer checkpoints, 
 save_pretrained and push_to_hub add them.
 """
 
+import dataclasses
 import inspect
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
-from huggingface_hub import ModelCard
+from huggingface_hub import CommitOperationAdd, HfApi, ModelCard, hf_hub_download
+from huggingface_hub.errors import (
+    EntryNotFoundError,
+    HfHubHTTPError,
+    RepositoryNotFoundError,
+    RevisionNotFoundError,
+)
 from transformers.dynamic_module_utils import get_cached_module_file, get_relative_import_files
-from transformers.utils import HF_MODULES_CACHE, cached_file, logging
+from transformers.utils import HF_MODULES_CACHE, logging
+from transformers.utils.hub import create_and_tag_model_card
 
 from .configuration_vanilla import VanillaTransformerConfig
 
@@ -34,11 +43,12 @@ def pipeline_code_files(config: VanillaTransformerConfig, model_code: Path) -> l
         pipeline_code = model_code.with_name(module_file)
         if not pipeline_code.is_file():
             try:
-                pipeline_code = Path(HF_MODULES_CACHE) / get_cached_module_file(config.name_or_path, module_file)
+                cached = get_cached_module_file(config.name_or_path, module_file)
+                pipeline_code = Path(HF_MODULES_CACHE) / cached
             except (OSError, ValueError) as err:
                 logger.warning(
-                    "the config names the pipeline %s, but its code was not found beside the model's or in %r "
-                    "(%s): the saved directory will not run it",
+                    "the config names the pipeline %s, but its code was not found beside the model's or in "
+                    "%r (%s): the saved directory will not run it",
                     entry["impl"],
                     config.name_or_path,
                     err,
@@ -49,26 +59,31 @@ def pipeline_code_files(config: VanillaTransformerConfig, model_code: Path) -> l
 
 
 def checkpoint_card(config: VanillaTransformerConfig) -> Path | None:
-    """The model card (README.md) of the checkpoint the model was loaded from, a directory or a Hub repo; None if
-    it has none or the model was not loaded from one."""
+    """The model card (README.md) of the checkpoint the model was loaded from, a directory or a Hub repo; None
+    if it has none, the Hub cannot be reached and holds no cached copy, or the model was not loaded from
+    one."""
     if not config.name_or_path:
         return None
-    card = cached_file(
-        config.name_or_path,
-        CARD_FILE,
-        _raise_exceptions_for_missing_entries=False,
-        _raise_exceptions_for_connection_errors=False,
-    )
-    return Path(card) if card else None
+    if os.path.isdir(config.name_or_path):
+        card = Path(config.name_or_path) / CARD_FILE
+        return card if card.is_file() else None
+    try:
+        return Path(hf_hub_download(config.name_or_path, CARD_FILE))
+    except (RepositoryNotFoundError, RevisionNotFoundError):
+        raise  # a name that is no checkpoint is the caller's mistake, not a missing card
+    except (EntryNotFoundError, HfHubHTTPError):
+        return None
 
 
 class PipelineCodeAndCardMixin:
-    """For a PreTrainedModel (listed before it): save_pretrained and push_to_hub also write the pipeline code the
-    config names and the model card of the checkpoint the model was loaded from."""
+    """For a PreTrainedModel (listed before it): save_pretrained and push_to_hub also write the pipeline code
+    the config names and the model card of the checkpoint the model was loaded from."""
 
-    def save_pretrained(self, save_directory: str | os.PathLike, *args, is_main_process: bool = True, **kwargs):
-        """transformers' save, plus the pipeline code and the checkpoint's card; a card `save_directory` already
-        has is kept."""
+    def save_pretrained(
+        self, save_directory: str | os.PathLike, *args, is_main_process: bool = True, **kwargs
+    ):
+        """transformers' save, plus the pipeline code and the checkpoint's card; a card `save_directory`
+        already has is kept."""
         super().save_pretrained(save_directory, *args, is_main_process=is_main_process, **kwargs)
         if not is_main_process:
             return
@@ -78,16 +93,57 @@ class PipelineCodeAndCardMixin:
         if card is not None and not (Path(save_directory) / CARD_FILE).exists():
             shutil.copyfile(card, Path(save_directory) / CARD_FILE)
 
-    def _upload_modified_files(self, working_dir: str | os.PathLike, *args, **kwargs):
-        """`push_to_hub` writes the Hub's card, or a stub one, over ours just before it uploads: put back the
-        checkpoint's card (languages, license, task, dataset, scores), with the tags transformers added. The card
-        is the checkpoint's, made when it was saved (`hf_vanilla.checkpoints.cards`); nothing here writes one. This
-        private method is the only step between transformers' card and the upload."""
+    def push_to_hub(self, repo_id: str, **options):
+        """transformers' push_to_hub (same options), in one commit, with the checkpoint's card (languages,
+        license, task, dataset, scores) and the tags transformers gives a pushed card. transformers would put
+        the Hub's card, or a stub one, in its place, with no public step between that and the upload."""
+        push = HubPush(**options)
         card_file = checkpoint_card(self.config)
-        if card_file is not None:
-            card = ModelCard.load(card_file)
-            pushed = Path(working_dir) / CARD_FILE
-            added_tags = ModelCard.load(pushed).data.tags if pushed.exists() else None
-            card.data.tags = list(dict.fromkeys([*(card.data.tags or []), *(added_tags or [])])) or None
-            card.save(pushed)
-        return super()._upload_modified_files(working_dir, *args, **kwargs)
+        if card_file is None:
+            return super().push_to_hub(repo_id, **dataclasses.asdict(push))
+        api = HfApi(token=push.token)
+        repo_id = api.create_repo(repo_id, private=push.private, exist_ok=True).repo_id
+        with tempfile.TemporaryDirectory() as staging:
+            self.save_pretrained(staging, max_shard_size=push.max_shard_size)
+            _tagged_card(card_file, repo_id, push).save(Path(staging) / CARD_FILE)
+            if push.revision is not None and not push.revision.startswith("refs/pr"):
+                api.create_branch(repo_id, branch=push.revision, exist_ok=True)
+            return api.create_commit(
+                repo_id=repo_id,
+                operations=_additions(Path(staging)),
+                commit_message=push.commit_message or "Upload model",
+                commit_description=push.commit_description,
+                revision=push.revision,
+                create_pr=push.create_pr,
+            )
+
+
+@dataclasses.dataclass
+class HubPush:
+    """The options of transformers' `push_to_hub`, with its defaults."""
+
+    commit_message: str | None = None
+    commit_description: str | None = None
+    private: bool | None = None
+    token: bool | str | None = None
+    revision: str | None = None
+    create_pr: bool = False
+    max_shard_size: int | str | None = "50GB"
+    tags: list[str] | None = None
+
+
+def _additions(folder: Path) -> list[CommitOperationAdd]:
+    """A commit's operations that upload every file of `folder`, at the same paths in the repo."""
+    return [
+        CommitOperationAdd(path_in_repo=file.relative_to(folder).as_posix(), path_or_fileobj=str(file))
+        for file in sorted(folder.rglob("*"))
+        if file.is_file()
+    ]
+
+
+def _tagged_card(card_file: Path, repo_id: str, push: HubPush) -> ModelCard:
+    """The checkpoint's card with the tags of the card transformers would push (the Hub's, or its stub)."""
+    card = ModelCard.load(card_file)
+    pushed_tags = create_and_tag_model_card(repo_id, push.tags, token=push.token).data.tags
+    card.data.tags = list(dict.fromkeys([*(card.data.tags or []), *(pushed_tags or [])])) or None
+    return card

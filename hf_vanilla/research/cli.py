@@ -1,5 +1,5 @@
-"""The research extras' command-line options, which the evaluating and translating scripts add beside their own:
-`--ensemble` and the reranking options; `research_decoder` reads them back as evaluation's decoder."""
+"""The research extras' command-line options, which the evaluating and translating scripts add beside their
+own: `--ensemble` and the reranking options; `research_decoder` reads them back as evaluation's decoder."""
 
 from __future__ import annotations
 
@@ -22,16 +22,16 @@ from hf_vanilla.research.reranking import (
 )
 from hf_vanilla.translation.engines import LOGITS_PROCESSORS, engine_abilities, missing_ability
 
-# Each kind of reranking model: its models' option, its weight's option, the weights tried and the one used unless
-# told, what the models are and what of theirs the weight multiplies.
+# Each kind of reranking model: its models' option, its weight's option, the weights tried and the one used
+# unless told, what the models are and what of theirs the weight multiplies.
 RERANKING_ROLES = (
     (
         "rerank_with",
         "rerank_weight",
         RERANK_WEIGHTS,
         DEFAULT_RERANK_WEIGHT,
-        "saved models of the reverse direction (target to source language) that rerank beam search's n-best list by "
-        "how well each translation explains the source, the channel model of noisy-channel reranking",
+        "saved models of the reverse direction (target to source language) that rerank beam search's n-best "
+        "list by how well each translation explains the source, the channel model of noisy-channel reranking",
         "the reverse models' log p(source | translation) per source token",
     ),
     (
@@ -39,8 +39,8 @@ RERANKING_ROLES = (
         "right_to_left_weight",
         RIGHT_TO_LEFT_WEIGHTS,
         DEFAULT_RIGHT_TO_LEFT_WEIGHT,
-        "saved right-to-left models of this direction (trained with right_to_left: true) that rerank beam search's "
-        "n-best list by how likely each translation is written last word first",
+        "saved right-to-left models of this direction (trained with right_to_left: true) that rerank beam "
+        "search's n-best list by how likely each translation is written last word first",
         "the right-to-left models' log p(reversed translation | source) per token",
     ),
     (
@@ -48,23 +48,25 @@ RERANKING_ROLES = (
         "language_model_weight",
         LANGUAGE_MODEL_WEIGHTS,
         DEFAULT_LANGUAGE_MODEL_WEIGHT,
-        "saved language models of the target language (scripts/research/train_language_model.py) that rerank beam search's "
-        "n-best list by how likely each translation is as a sentence",
+        "saved language models of the target language (scripts/research/train_language_model.py) that rerank "
+        "beam search's n-best list by how likely each translation is as a sentence",
         "the language models' log p(translation) per token",
     ),
 )
 
 
 def add_research_arguments(parser: argparse.ArgumentParser, several_weights: bool = False) -> None:
-    """`--ensemble`, each of RERANKING_ROLES' models and weight options (one weight each, or with `several_weights`
-    lists to choose from on validation) and `--word-bonus`; read them back with `research_decoder`."""
+    """`--ensemble`, each of RERANKING_ROLES' models and weight options (one weight each, or with
+    `several_weights` lists to choose from on validation) and `--word-bonus`; read them back with
+    `research_decoder`."""
     group = parser.add_argument_group("research (departures from the paper's decoding)")
     group.add_argument(
         "--ensemble",
         nargs="+",
         default=[],
         metavar="MODEL",
-        help="saved models sharing the first model's tokenizer that translate with it as one, their next-token "
+        help="saved models sharing the first model's tokenizer that translate with it as one, their "
+            "next-token "
         "probabilities averaged (a departure from the paper's single models; default: none)",
     )
     tried = "; each is tried, 0 keeps beam search's choice" if several_weights else ""
@@ -88,15 +90,17 @@ def add_research_arguments(parser: argparse.ArgumentParser, several_weights: boo
         type=float,
         nargs="+" if several_weights else None,
         default=None,
-        help="added to a reranked translation's score for each of its words (a penalty where negative), beside the "
+        help="added to a reranked translation's score for each of its words (a penalty where negative), "
+            "beside the "
         "reranking models' scores (default: none)" + ("; each is tried" if several_weights else ""),
     )
 
 
 def research_decoder(args: argparse.Namespace) -> ResearchDecoder:
     """The decoder the options of `add_research_arguments` ask for, its models loaded on `args.device` in
-    `args.dtype`: plain beam search without them. A word bonus without a reranking model, or research models with
-    an engine other than transformers (`cli.add_runtime_arguments`), is a ValueError raised before any model loads."""
+    `args.dtype`: plain beam search without them. A word bonus without a reranking model, or research models
+    with an engine other than transformers (`cli.add_runtime_arguments`), is a ValueError raised before any
+    model loads."""
 
     def tried(weight: float | list[float] | None) -> list[float] | None:
         return weight if weight is None or isinstance(weight, list) else [weight]

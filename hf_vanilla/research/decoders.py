@@ -1,6 +1,6 @@
-"""Evaluation's decoder (`hf_vanilla.evaluation.scoring.Decoder`) with the research extras: an ensemble's models
-translate as one (`hf_vanilla.research.ensemble`), and reranking models rerank beam search's n-best list
-(`hf_vanilla.research.reranking`). Passed into evaluation and selection; the core never imports it."""
+"""Evaluation's decoder (`hf_vanilla.evaluation.scoring.Decoder`) with the research extras: an ensemble's
+models translate as one (`hf_vanilla.research.ensemble`), and reranking models rerank beam search's n-best
+list (`hf_vanilla.research.reranking`). Passed into evaluation and selection; the core never imports it."""
 
 from __future__ import annotations
 
@@ -27,8 +27,8 @@ ENSEMBLE_NEEDS = "an ensemble mixes its members' scores into the decoded model's
 
 @dataclass(frozen=True)
 class ResearchModels:
-    """The saved models the research options name beside the evaluated one: an ensemble's other members, models
-    of the reverse direction, right-to-left models and language models that rerank."""
+    """The saved models the research options name beside the evaluated one: an ensemble's other members,
+    models of the reverse direction, right-to-left models and language models that rerank."""
 
     ensemble: Sequence[str | os.PathLike] = ()
     rerank_with: Sequence[str | os.PathLike] = ()
@@ -46,12 +46,12 @@ class ResearchModels:
 
 @dataclass(frozen=True)
 class ResearchDecoder:
-    """Decodes with `members` (an ensemble's models beside the evaluated one) and, given `weights` (each reranking
-    weight's values to try, by name: `reranking_weights`), reranks beam search's n-best list with `rerankers` once
-    for every combination of weights: one variant each, its weights in its settings. A weight named in the
-    settings is taken as given, so a variant's settings decode that variant alone. Members need an engine with
-    `LOGITS_PROCESSORS` (which decodes a torch `model`), reranking one that scores its n-best lists: a ValueError
-    otherwise."""
+    """Decodes with `members` (an ensemble's models beside the evaluated one) and, given `weights` (each
+    reranking weight's values to try, by name: `reranking_weights`), reranks beam search's n-best list with
+    `rerankers` once for every combination of weights: one variant each, its weights in its settings. A weight
+    named in the settings is taken as given, so a variant's settings decode that variant alone. Members need
+    an engine with `LOGITS_PROCESSORS` (which decodes a torch `model`), reranking one that scores its n-best
+    lists: a ValueError otherwise."""
 
     members: Sequence[PreTrainedModel] = ()
     rerankers: RerankingModels = RerankingModels()
@@ -90,8 +90,8 @@ def load_research_decoder(
     device: str | None = None,
     dtype: str = "float32",
 ) -> ResearchDecoder:
-    """A `ResearchDecoder` with `models` loaded on `device` in `dtype` and the reranking `weights` to try; a model
-    that does not load, or does not fit its role, is a ValueError or FileNotFoundError naming it."""
+    """A `ResearchDecoder` with `models` loaded on `device` in `dtype` and the reranking `weights` to try; a
+    model that does not load, or does not fit its role, is a ValueError or FileNotFoundError naming it."""
     return ResearchDecoder(
         members=load_ensemble(models.ensemble, device, dtype),
         rerankers=load_reranking_models(

@@ -115,33 +115,15 @@ def distill_dataset(
     output_dir = Path(output_dir)
     _check_request(teachers, saved, output_dir, overwrite)
     pairs = _load_splits(data, train_split)
-    sources, targets = pairs[train_split]["source"], pairs[train_split]["target"]
-    training_pairs = list(zip(sources, targets, strict=True)) if teachers.keep_original else []
     own_directory = saved.directory is None
-    own_place = output_dir.parent / f".{output_dir.name}.translations"
-    directory = own_place if own_directory else Path(saved.directory)
+    if own_directory:
+        directory = output_dir.parent / f".{output_dir.name}.translations"
+    else:
+        directory = Path(saved.directory)
     batched = dataclasses.replace(options, max_tokens=runtime.max_tokens, show_progress=False)
-    records = []
-    for side, models, inputs, references, output_lang in (
-        ("forward", teachers.forward, sources, targets, data.target_lang),
-        ("backward", teachers.backward, targets, sources, data.source_lang),
-    ):
-        for model_name in models:
-            decoding_for(model_name, options)  # logged: the engine resolves the same values as it decodes
-            engine = load_engine(model_name, runtime.engine)
-            translations = _saved_translations(
-                Teacher(engine, model_digest(model_name), f"{side} {model_name}"),
-                inputs,
-                directory,
-                saved.chunk_size,
-                batched,
-                runtime.show_progress,
-            )
-            del engine  # one teacher in memory at a time
-            new_pairs = zip(inputs, translations, strict=True)
-            training_pairs += new_pairs if side == "forward" else ((new, old) for old, new in new_pairs)
-            scores = score_translations(translations, references, target_lang=output_lang)
-            records.append({"model": str(model_name), "side": side, "train_bleu": scores["bleu"]})
+    training_pairs, records = _distilled_pairs(
+        teachers, data, pairs[train_split], TeacherRun(runtime, batched, directory, saved.chunk_size)
+    )
     provenance = {
         "dataset": data.dataset,
         "config_name": data.config_name,
@@ -160,6 +142,49 @@ def distill_dataset(
         shutil.rmtree(directory)
     logger.info("wrote %s: %d training pairs", output_dir, len(training_pairs))
     return provenance
+
+
+@dataclass(frozen=True)
+class TeacherRun:
+    """How every teacher decodes: the engine settings, the decoding options, and where and in what chunks the
+    translations are saved."""
+
+    runtime: Runtime
+    options: DecodingOptions
+    translations_dir: Path
+    chunk_size: int
+
+
+def _distilled_pairs(
+    teachers: Teachers, data: TranslationData, train_pairs: datasets.Dataset, run: TeacherRun
+) -> tuple[list[tuple[str, str]], list[dict[str, Any]]]:
+    """The distilled training pairs (the original ones with `teachers.keep_original`, then each forward
+    teacher's, then each backward teacher's) and a record a teacher, with its sacreBLEU against the training
+    split's own references."""
+    sources, targets = train_pairs["source"], train_pairs["target"]
+    training_pairs = list(zip(sources, targets, strict=True)) if teachers.keep_original else []
+    records = []
+    for side, models, inputs, references, output_lang in (
+        ("forward", teachers.forward, sources, targets, data.target_lang),
+        ("backward", teachers.backward, targets, sources, data.source_lang),
+    ):
+        for model_name in models:
+            decoding_for(model_name, run.options)  # logged: the engine resolves the same values as it decodes
+            engine = load_engine(model_name, run.runtime.engine)
+            translations = _saved_translations(
+                Teacher(engine, model_digest(model_name), f"{side} {model_name}"),
+                inputs,
+                run.translations_dir,
+                run.chunk_size,
+                run.options,
+                run.runtime.show_progress,
+            )
+            del engine  # one teacher in memory at a time
+            new_pairs = zip(inputs, translations, strict=True)
+            training_pairs += new_pairs if side == "forward" else ((new, old) for old, new in new_pairs)
+            scores = score_translations(translations, references, target_lang=output_lang)
+            records.append({"model": str(model_name), "side": side, "train_bleu": scores["bleu"]})
+    return training_pairs, records
 
 
 def _write_dataset(
@@ -206,9 +231,8 @@ def _saved_translations(
         write_lines_atomic(job.source, inputs)
         logger.info("translating %d sentences with %s", len(inputs), teacher.description)
         translate_corpus(engine_translator(teacher.engine, options, job.settings), job, show_progress)
-        Path(job.source).unlink(
-            missing_ok=True
-        )  # a run beside this one, on the same inputs, may have done it
+        # a run beside this one, on the same inputs, may have done it
+        Path(job.source).unlink(missing_ok=True)
     translations = read_lines(job.output)
     if len(translations) != len(inputs):
         raise ValueError(f"{job.output} holds {len(translations)} translations, not {len(inputs)}: remove it")
@@ -231,7 +255,7 @@ def _translations_job(
     if (translations_dir / name).is_dir():  # an earlier version's chunks, chunk-NNNNN.txt in a directory
         raise ValueError(
             f"{translations_dir / name} holds translations saved by an earlier version: delete it to "
-            f"translate them again"
+            "translate them again"
         )
     if not (translations_dir / f"{name}.json").is_file():  # the first run's words
         write_json(translations_dir / f"{name}.json", {"made_by": teacher.description} | key)

@@ -1,11 +1,11 @@
 """Ensemble decoding: several trained models translate as one, through `generate` itself.
 
-Each step, the models' next-token probabilities are averaged (as fairseq and Marian average an ensemble's), and
-`generate`'s search (greedy, beam, sampling) runs on the mixture. The first model is the one `generate` is called
-on; the others ride along in a logits processor, each with its own key/value cache. The processor never sees beam
-search's reordering, so it recovers it: every running hypothesis extends exactly one hypothesis of the step
-before, found by its prefix among its own sentence's rows. A departure from the paper, which reports single
-models: used only where asked for (`--ensemble`).
+Each step, the models' next-token probabilities are averaged (as fairseq and Marian average an ensemble's),
+and `generate`'s search (greedy, beam, sampling) runs on the mixture. The first model is the one `generate` is
+called on; the others ride along in a logits processor, each with its own key/value cache. The processor never
+sees beam search's reordering, so it recovers it: every running hypothesis extends exactly one hypothesis of
+the step before, found by its prefix among its own sentence's rows. A departure from the paper, which reports
+single models: used only where asked for (`--ensemble`).
 """
 
 from __future__ import annotations
@@ -47,24 +47,30 @@ def ensemble_logits_processors(
 def check_ensemble(
     model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, members: Sequence[PreTrainedModel]
 ) -> None:
-    """Raise a ValueError naming the member that cannot join `model`: another vocabulary, or another device."""
+    """Raise a ValueError naming the member that cannot join `model`: another vocabulary, or another
+    device."""
     for index, member in enumerate(members, 1):
         if member.config.vocab_size != model.config.vocab_size:
             raise ValueError(
-                f"ensemble member {index} has a vocabulary of {member.config.vocab_size} tokens, the first model "
-                f"{model.config.vocab_size}: an ensemble's models must share one tokenizer"
+                f"ensemble member {index} has a vocabulary of {member.config.vocab_size} tokens, the first "
+                f"model {model.config.vocab_size}: an ensemble's models must share one tokenizer"
             )
         try:
             check_tokenizer_matches_model(tokenizer, member.config)
         except ValueError as err:
-            raise ValueError(f"ensemble member {index} does not share the first model's tokenizer: {err}") from err
+            raise ValueError(
+                f"ensemble member {index} does not share the first model's tokenizer: {err}"
+            ) from err
         if writes_right_to_left(member.config) != writes_right_to_left(model.config):
             raise ValueError(
-                f"ensemble member {index} writes {_word_order(member)}, the first model {_word_order(model)}: an "
-                "ensemble's models must write in one order (a right-to-left model reranks: --rerank-right-to-left)"
+                f"ensemble member {index} writes {_word_order(member)}, the first model "
+                f"{_word_order(model)}: an ensemble's models must write in one order (a right-to-left model "
+                "reranks: --rerank-right-to-left)"
             )
         if member.device != model.device:
-            raise ValueError(f"ensemble member {index} is on {member.device}, the first model on {model.device}")
+            raise ValueError(
+                f"ensemble member {index} is on {member.device}, the first model on {model.device}"
+            )
 
 
 def _word_order(model: PreTrainedModel) -> str:
@@ -72,13 +78,13 @@ def _word_order(model: PreTrainedModel) -> str:
 
 
 class EnsembleLogitsProcessor(LogitsProcessor):
-    """Mix `members`' next-token log-probabilities into the scores of the model `generate` runs, for one batch.
+    """Mix `members`' next-token log-probabilities into the scores of the model `generate` runs, for one
+    batch.
 
-    Takes `input_ids` (batch, source length) and `attention_mask` (same shape), the batch `generate` is given; at
-    each step, `decoder_ids` (rows, length) with `rows` a multiple of batch (beams, returned sequences) and
+    Takes `input_ids` (batch, source length) and `attention_mask` (same shape), the batch `generate` is given;
+    at each step, `decoder_ids` (rows, length) with `rows` a multiple of batch (beams, returned sequences) and
     `scores` (rows, vocab); returns (rows, vocab): log of the mean of the models' probabilities, -inf wherever
-    `scores` was (a token an earlier processor ruled out stays out).
-    """
+    `scores` was (a token an earlier processor ruled out stays out)."""
 
     def __init__(
         self, members: Sequence[PreTrainedModel], input_ids: torch.Tensor, attention_mask: torch.Tensor
@@ -94,11 +100,14 @@ class EnsembleLogitsProcessor(LogitsProcessor):
         self.previous_ids: torch.Tensor | None = None
 
     def _expand_to_rows(self, rows: int) -> None:
-        """Give the source side one row per hypothesis, once: generate keeps `rows` fixed for the whole search."""
+        """Give the source side one row per hypothesis, once: generate keeps `rows` fixed for the whole
+        search."""
         if self.attention_mask.shape[0] != rows:
             per_sentence = rows // self.batch_size
             self.attention_mask = self.attention_mask.repeat_interleave(per_sentence, 0)
-            self.encoder_states = [states.repeat_interleave(per_sentence, 0) for states in self.encoder_states]
+            self.encoder_states = [
+                states.repeat_interleave(per_sentence, 0) for states in self.encoder_states
+            ]
 
     def _parents(self, decoder_ids: torch.Tensor) -> torch.Tensor | None:
         """For each row, the row of the step before whose hypothesis it extends; None if any row has none."""
@@ -137,7 +146,9 @@ class EnsembleLogitsProcessor(LogitsProcessor):
         self._expand_to_rows(decoder_ids.shape[0])
         parents = self._parents(decoder_ids)
         log_probs = [torch.log_softmax(scores.float(), dim=-1)]
-        log_probs += [self._member_log_probs(index, decoder_ids, parents) for index in range(len(self.members))]
+        log_probs += [
+            self._member_log_probs(index, decoder_ids, parents) for index in range(len(self.members))
+        ]
         self.previous_ids = decoder_ids.clone()
         mixture = torch.logsumexp(torch.stack(log_probs), dim=0) - math.log(len(log_probs))
         return mixture.masked_fill(log_probs[0] == -math.inf, -math.inf).to(scores.dtype)

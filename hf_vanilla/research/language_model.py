@@ -1,10 +1,10 @@
-"""A target-language model for reranking: log p(translation), the prior beside the channel model in noisy-channel
-reranking (Yee et al., 2019; `hf_vanilla.research.reranking`). Not part of the paper's model, and used only where asked for
-(`--rerank-language-model`).
+"""A target-language model for reranking: log p(translation), the prior beside the channel model in
+noisy-channel reranking (Yee et al., 2019; `hf_vanilla.research.reranking`). Not part of the paper's model,
+and used only where asked for (`--rerank-language-model`).
 
-It is transformers' own GPT-2 (a decoder-only Transformer), small, over the translation models' joint BPE vocabulary
-and trained with transformers' `Trainer` on the target side of the training pairs: the sentences the translations
-should read like. A sentence is read as <s> tokens... </s>.
+It is transformers' own GPT-2 (a decoder-only Transformer), small, over the translation models' joint BPE
+vocabulary and trained with transformers' `Trainer` on the target side of the training pairs: the sentences
+the translations should read like. A sentence is read as <s> tokens... </s>.
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ from hf_vanilla.files import atomic_directory, write_json
 from hf_vanilla.precision import cpu_description, resolve_device, resolve_precision
 
 IGNORED = -100  # the label of a padding position
-# multi30k-best's width and depth, and its dropout after the switch (Multi30k's 29,000 target sentences are few).
+# multi30k-best's width and depth, and its dropout after the switch (Multi30k's 29,000 target sentences are
+# few).
 LANGUAGE_MODEL_SHAPE = {
     "n_embd": 256,
     "n_layer": 3,
@@ -50,8 +51,8 @@ RECORD_FILE = "language_model.json"
 
 
 def language_model_config(tokenizer: PreTrainedTokenizerBase, **shape: Any) -> GPT2Config:
-    """A GPT-2 config over `tokenizer`'s vocabulary and special tokens, LANGUAGE_MODEL_SHAPE unless `shape` says
-    otherwise."""
+    """A GPT-2 config over `tokenizer`'s vocabulary and special tokens, LANGUAGE_MODEL_SHAPE unless `shape`
+    says otherwise."""
     return GPT2Config(
         vocab_size=len(tokenizer),
         bos_token_id=tokenizer.bos_token_id,
@@ -71,9 +72,9 @@ def _sentence_ids(tokenizer: PreTrainedTokenizerBase, texts: Sequence[str], limi
 
 @dataclass(frozen=True)
 class LanguageModelTraining:
-    """How a language model trains: `epochs` with transformers' `Trainer` (AdamW, `lr` after `warmup` linear steps,
-    then constant), `batch_size` sentences an update, `seed` for the initialisation and the data order, `precision`
-    ("auto", "no", "bf16", "fp16") on `device` (None or "auto": the GPU if present)."""
+    """How a language model trains: `epochs` with transformers' `Trainer` (AdamW, `lr` after `warmup` linear
+    steps, then constant), `batch_size` sentences an update, `seed` for the initialisation and the data order,
+    `precision` ("auto", "no", "bf16", "fp16") on `device` (None or "auto": the GPU if present)."""
 
     epochs: int = 3
     batch_size: int = 64
@@ -88,7 +89,8 @@ class LanguageModelTraining:
 def _training_arguments(
     settings: LanguageModelTraining, output_dir: str, mixed_precision: str, evaluate: bool
 ) -> TrainingArguments:
-    """`Trainer`'s arguments for `settings`, evaluating after each epoch where `evaluate`, saving nothing itself."""
+    """`Trainer`'s arguments for `settings`, evaluating after each epoch where `evaluate`, saving nothing
+    itself."""
     return TrainingArguments(
         output_dir=output_dir,
         num_train_epochs=settings.epochs,
@@ -119,9 +121,9 @@ def train_language_model(
     **shape: Any,
 ) -> dict[str, Any]:
     """A language model of `texts` (sentences of one language), trained as `settings` say and saved with its
-    tokenizer and a record (RECORD_FILE: settings, validation perplexity after each epoch, seconds, machine) into
-    `output_dir`, which appears only once whole. `shape`: GPT-2 config fields over LANGUAGE_MODEL_SHAPE. Returns
-    the record."""
+    tokenizer and a record (RECORD_FILE: settings, validation perplexity after each epoch, seconds, machine)
+    into `output_dir`, which appears only once whole. `shape`: GPT-2 config fields over LANGUAGE_MODEL_SHAPE.
+    Returns the record."""
     texts = [text for text in texts if text.strip()]
     if not texts:
         raise ValueError("a language model needs training sentences; none was given")
@@ -184,8 +186,8 @@ def load_language_models(
 
 
 def mean_label_log_probs(logits: torch.Tensor, labels: torch.Tensor) -> list[float]:
-    """Each row's mean log-probability of its labels under `logits` (rows, positions, vocabulary), the positions
-    labelled IGNORED left out: a model's per-token log-likelihood of each text it was given."""
+    """Each row's mean log-probability of its labels under `logits` (rows, positions, vocabulary), the
+    positions labelled IGNORED left out: a model's per-token log-likelihood of each text it was given."""
     real = labels != IGNORED
     log_probs = torch.log_softmax(logits.float(), dim=-1)
     token_log_probs = log_probs.gather(-1, labels.clamp(min=0).unsqueeze(-1)).squeeze(-1)
@@ -195,8 +197,9 @@ def mean_label_log_probs(logits: torch.Tensor, labels: torch.Tensor) -> list[flo
 def sentence_log_probs(
     model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, texts: Sequence[str], max_tokens: int
 ) -> list[float]:
-    """log p(text) per token (its end token included, its start token given) under the causal language `model`; one
-    float per text. Batched so that rows * longest text <= `max_tokens`, padded as training pads."""
+    """log p(text) per token (its end token included, its start token given) under the causal language
+    `model`; one float per text. Batched so that rows * longest text <= `max_tokens`, padded as training
+    pads."""
     ids = _sentence_ids(tokenizer, texts, model.config.max_position_embeddings)
     collate = DataCollatorForLanguageModeling(tokenizer, mlm=False)
     scores = [0.0] * len(ids)

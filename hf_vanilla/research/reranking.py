@@ -35,15 +35,17 @@ from hf_vanilla.translation.decoding import BatchLogitsProcessors, DecodingOptio
 from hf_vanilla.translation.engines import NBEST_SCORES, TranslationEngine, require
 
 T = TypeVar("T")
-# Weights `select_checkpoint.py` tries (0: beam search's own choice), and the one a single decoding uses unless told:
-# the middle of the winners on Multi30k validation, one model reranked by one of the other direction (0.2 and 0.3).
+# Weights `select_checkpoint.py` tries (0: beam search's own choice), and the one a single decoding uses
+# unless told: the middle of the winners on Multi30k validation, one model reranked by one of the other
+# direction (0.2 and 0.3).
 RERANK_WEIGHTS = (0.0, 0.1, 0.2, 0.3, 0.5, 1.0)
 DEFAULT_RERANK_WEIGHT = 0.3
-# The right-to-left weight: the same grid; 0.1 and 0.2 tied best beside three reverse models (Multi30k en->de).
+# The right-to-left weight: the same grid; 0.1 and 0.2 tied best beside three reverse models (Multi30k
+# en->de).
 RIGHT_TO_LEFT_WEIGHTS = RERANK_WEIGHTS
 DEFAULT_RIGHT_TO_LEFT_WEIGHT = 0.2
-# The language model's weight: the same grid; 0.5 (de->en) and 0.1-0.2 (en->de) won on Multi30k validation beside
-# the reverse and right-to-left models.
+# The language model's weight: the same grid; 0.5 (de->en) and 0.1-0.2 (en->de) won on Multi30k validation
+# beside the reverse and right-to-left models.
 LANGUAGE_MODEL_WEIGHTS = RERANK_WEIGHTS
 DEFAULT_LANGUAGE_MODEL_WEIGHT = 0.2
 # The names of the weights in reports and selection tables
@@ -71,9 +73,9 @@ def conditional_log_probs(
     inputs: Sequence[str],
     max_tokens: int = DEFAULT_MAX_TOKENS,
 ) -> list[float]:
-    """log p(output | input) per output token (its end token included) under the seq2seq `model`; one float per
-    pair. Texts longer than the model's positions are cut to fit. Batched as `translate_sentences` batches:
-    rows * longest text <= `max_tokens`."""
+    """log p(output | input) per output token (its end token included) under the seq2seq `model`; one float
+    per pair. Texts longer than the model's positions are cut to fit. Batched as `translate_sentences`
+    batches: rows * longest text <= `max_tokens`."""
     if len(outputs) != len(inputs):
         raise ValueError(f"{len(outputs)} outputs but {len(inputs)} inputs; they must pair up")
     limit = model.config.max_position_embeddings
@@ -147,8 +149,8 @@ def reverse_scores(
     show_progress: bool = True,
 ) -> list[list[float]]:
     """For each hypothesis of `nbest` (one list of (translation, beam score) per source, `translate_nbest`'s),
-    log p(source | translation) per source token, averaged over `reverse_models` (each with its own tokenizer).
-    A blank source's hypotheses score 0."""
+    log p(source | translation) per source token, averaged over `reverse_models` (each with its own
+    tokenizer). A blank source's hypotheses score 0."""
     if not reverse_models:
         raise ValueError("reranking needs at least one model of the reverse direction")
     return _scored_nbest(
@@ -169,9 +171,9 @@ def right_to_left_scores(
     max_tokens: int = DEFAULT_MAX_TOKENS,
     show_progress: bool = True,
 ) -> list[list[float]]:
-    """For each hypothesis of `nbest`, log p(its words reversed | source) per token under `right_to_left_models`
-    (same direction, trained on reversed target words: `TrainingConfig.right_to_left`), averaged over them. A
-    blank source's hypotheses score 0."""
+    """For each hypothesis of `nbest`, log p(its words reversed | source) per token under
+    `right_to_left_models` (same direction, trained on reversed target words: `TrainingConfig.right_to_left`),
+    averaged over them. A blank source's hypotheses score 0."""
     if not right_to_left_models:
         raise ValueError("right-to-left reranking needs at least one right-to-left model")
     return _scored_nbest(
@@ -237,18 +239,22 @@ def reranking_features(
     show_progress: bool = True,
 ) -> dict[str, list[list[float]]]:
     """The scores `rerank` weighs, named by their weights: REVERSE_WEIGHT's `reverse_scores` with the reverse
-    `models`, RIGHT_TO_LEFT_WEIGHT's `right_to_left_scores` with the right-to-left ones, LANGUAGE_MODEL_WEIGHT's
-    `language_model_scores` with the language models."""
+    `models`, RIGHT_TO_LEFT_WEIGHT's `right_to_left_scores` with the right-to-left ones,
+    LANGUAGE_MODEL_WEIGHT's `language_model_scores` with the language models."""
     scorers = (
         (REVERSE_WEIGHT, reverse_scores, models.reverse),
         (RIGHT_TO_LEFT_WEIGHT, right_to_left_scores, models.right_to_left),
         (LANGUAGE_MODEL_WEIGHT, language_model_scores, models.language),
     )
     features = {
-        name: scores(nbest, sources, given, max_tokens, show_progress) for name, scores, given in scorers if given
+        name: scores(nbest, sources, given, max_tokens, show_progress)
+        for name, scores, given in scorers
+        if given
     }
     if not features:
-        raise ValueError("reranking needs models of the reverse direction, right-to-left models or language models")
+        raise ValueError(
+            "reranking needs models of the reverse direction, right-to-left models or language models"
+        )
     return features
 
 
@@ -274,13 +280,13 @@ def reranking_weights(
     language_models: Sequence = (),
     language_model_weight: T | None = None,
 ) -> dict[str, T]:
-    """The weight (or weights to try, for `weight_grid`) of each kind of reranking model given, and the word bonus
-    where one is given, by name; a word bonus without a reranking model is a ValueError."""
+    """The weight (or weights to try, for `weight_grid`) of each kind of reranking model given, and the word
+    bonus where one is given, by name; a word bonus without a reranking model is a ValueError."""
     if word_bonus is not None and not (reverse_models or right_to_left_models or language_models):
         raise ValueError(
-            "a word bonus weighs the translations of beam search's n-best list beside reranking models' scores: "
-            "give models of the reverse direction (--rerank-with), right-to-left models (--rerank-right-to-left) "
-            "or language models (--rerank-language-model)"
+            "a word bonus weighs the translations of beam search's n-best list beside reranking models' "
+            "scores: give models of the reverse direction (--rerank-with), right-to-left models "
+            "(--rerank-right-to-left) or language models (--rerank-language-model)"
         )
     return {
         **({REVERSE_WEIGHT: reverse_weight} if reverse_models else {}),
@@ -298,11 +304,11 @@ def translate_reranked(
     options: DecodingOptions,
     logits_processors: BatchLogitsProcessors | None = None,
 ) -> list[list[str]]:
-    """`engine`'s translations with beam search's n-best list (`options.num_beams`, else the model's generation
-    config's, else the paper's) reranked by `models` (and each translation's words, where `weightings` name a word
-    bonus), once for each of `weightings` (`reranking_weights`' names, one weight each): one list of translations
-    each, the n-best list and its scores computed once for all. The engine must score its n-best lists as generate
-    ranks them (`NBEST_SCORES`)."""
+    """`engine`'s translations with beam search's n-best list (`options.num_beams`, else the model's
+    generation config's, else the paper's) reranked by `models` (and each translation's words, where
+    `weightings` name a word bonus), once for each of `weightings` (`reranking_weights`' names, one weight
+    each): one list of translations each, the n-best list and its scores computed once for all. The engine
+    must score its n-best lists as generate ranks them (`NBEST_SCORES`)."""
     require(engine, NBEST_SCORES, "reranking adds beam search's scores of the n-best list to the rerankers'")
     nbest = engine.translate_nbest(sources, options, logits_processors)
     features = reranking_features(nbest, sources, models, options.max_tokens, options.show_progress)
@@ -318,9 +324,9 @@ def load_reranking_models(
     dtype: str,
     rerank_language_model: Sequence[str | os.PathLike] = (),
 ) -> RerankingModels:
-    """The saved models of `rerank_with` (reverse direction), `rerank_right_to_left` and `rerank_language_model`,
-    loaded with their tokenizers; one that does not load, or whose word order (`config.right_to_left`) is not its
-    role's, is a ValueError or FileNotFoundError naming it."""
+    """The saved models of `rerank_with` (reverse direction), `rerank_right_to_left` and
+    `rerank_language_model`, loaded with their tokenizers; one that does not load, or whose word order
+    (`config.right_to_left`) is not its role's, is a ValueError or FileNotFoundError naming it."""
     language = load_language_models(rerank_language_model, device, dtype)
     return RerankingModels(
         reverse=load_models(rerank_with, device, dtype, role="reranking model", right_to_left=False),

@@ -36,7 +36,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -103,8 +103,8 @@ def load_tries(
     minutes: float | None = None,
     only: Sequence[str] | None = None,
 ) -> tuple[list[Try], list[str]]:
-    """The tries of a tries file (those named in `only`, if given), each checked as train.py would check it, and
-    the selection flags.
+    """The tries of a tries file (those named in `only`, if given), each checked as train.py would check it,
+    and the selection flags.
 
     `dataset` overrides the config's, and a try's own `--dataset` overrides that; `minutes` (train.py's
     `--max-minutes`, a time box for every try) overrides both the config and the tries.
@@ -168,9 +168,9 @@ def _training_config(name: str, arguments: Sequence[str]) -> TrainingConfig:
 
 
 def train_command(scripts_dir: Path, attempt: Try, run_dir: Path) -> list[str] | None:
-    """train.py for `attempt` into `run_dir`: resumed where a checkpoint is left, started afresh otherwise; None
-    for a finished run without its training state (trained on another machine and copied back without it, or
-    pruned), which has nothing to resume and whose models starting afresh would delete."""
+    """train.py for `attempt` into `run_dir`: resumed where a checkpoint is left, started afresh otherwise;
+    None for a finished run without its training state (trained on another machine and copied back without it,
+    or pruned), which has nothing to resume and whose models starting afresh would delete."""
     command = [
         sys.executable,
         str(scripts_dir / "train.py"),
@@ -214,7 +214,8 @@ class _Processes:
         self.stopping = False
 
     def run(self, command: list[str], log: Path, env: dict[str, str]) -> int | None:
-        """`command`'s exit code, its output appended to `log`; None if the runner was stopping before it began."""
+        """`command`'s exit code, its output appended to `log`; None if the runner was stopping before it
+        began."""
         with self._lock:
             if self.stopping:
                 return None
@@ -293,14 +294,15 @@ def _run_one(
 
 
 def _selection_inputs(run_dir: Path, command: Sequence[str]) -> dict[str, Any]:
-    """What a run's selection depends on: select_checkpoint.py's arguments (not the interpreter's or the script's
-    path, which may move) and the weights of the candidates among the run's checkpoints."""
+    """What a run's selection depends on: select_checkpoint.py's arguments (not the interpreter's or the
+    script's path, which may move) and the weights of the candidates among the run's checkpoints."""
     weights = {name: weights_digest(run_dir / name) for name in RUN_CANDIDATES if (run_dir / name).is_dir()}
     return {"arguments": list(command[2:]), "weights": weights}
 
 
 def _selection_made_from(run_dir: Path, inputs: dict[str, Any]) -> bool:
-    """Whether `run_dir`'s selection was made from `inputs` (a resumed finished run rewrites the same weights)."""
+    """Whether `run_dir`'s selection was made from `inputs` (a resumed finished run rewrites the same
+    weights)."""
     try:
         made_from = json.loads((run_dir / SELECTION / SELECTED_WITH).read_text())
     except (OSError, ValueError):
@@ -346,8 +348,8 @@ def _number(value: float | None, digits: int = 2) -> str:
 
 
 def describe_machine(described: dict[str, Any]) -> str:
-    """The machine and software of `environment`'s description, without the bf16 probe's pace (which varies from
-    one call to the next on the same machine)."""
+    """The machine and software of `environment`'s description, without the bf16 probe's pace (which varies
+    from one call to the next on the same machine)."""
     return describe_environment({**described, "bf16_matmul_speedup": None})
 
 
@@ -383,8 +385,8 @@ def tries_table(rows: Sequence[dict[str, Any]], described: dict[str, Any]) -> st
             f"| {row['name']} | `{shlex.join(row['own_arguments'])}` | {ended.replace('|', '/')} "
             f"| {row.get('updates', 0):,} | {_number(row.get('run_minutes'), 1)} "
             f"| {_number(row.get('updates_per_second'), 1)} "
-            f"| {_number(row.get('validation_loss_last'), 3)} / {_number(row.get('validation_loss_best'), 3)} "
-            f"| {choice} | {scores if chosen else '-'} |"
+            f"| {_number(row.get('validation_loss_last'), 3)} / "
+            f"{_number(row.get('validation_loss_best'), 3)} | {choice} | {scores if chosen else '-'} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -413,13 +415,7 @@ def run_tries(
     env = dict(os.environ)
     # The tries share the CPU's cores rather than each starting a thread on every one.
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // parallel)))
-    # Tries sharing a missing tokenizer would each train it at once: the first that can trains it, before they start.
-    for config in (attempt.config for attempt in tries if not attempt.config.init_from):
-        if not Path(config.tokenizer).exists():
-            # training's logger is accelerate's, which needs its state (never a GPU here)
-            PartialState(cpu=True)
-            with contextlib.suppress(TrainingError):  # that try fails in its own run, the error in its log
-                load_or_train_tokenizer(config)
+    _train_missing_tokenizers(tries)
     processes = _Processes()
     try:
         with ThreadPoolExecutor(max_workers=parallel) as pool:
@@ -440,23 +436,41 @@ def run_tries(
                 processes.stop()
                 raise
     finally:
-        rows = [
-            summarize_try(futures[future], output_dir / futures[future].name, future.result())
-            for future in futures
-            if future.done() and not future.cancelled() and future.exception() is None
-        ]
-        described = environment("cuda" if torch.cuda.is_available() else "cpu")
-        for row in rows:
-            row["machine"] = describe_machine(described)
-        listed = rows + _earlier_rows(output_dir, {attempt.name for attempt in tries})
-        write_json(output_dir / TRIES_JSON, {"environment": described, "tries": listed})
-        write_text_atomic(output_dir / TRIES_TABLE, tries_table(listed, described))
+        rows = _write_results(futures, output_dir, {attempt.name for attempt in tries})
+    return rows
+
+
+def _train_missing_tokenizers(tries: Sequence[Try]) -> None:
+    """Train each missing tokenizer of `tries` before they start: tries sharing one would each train it at
+    once."""
+    for config in (attempt.config for attempt in tries if not attempt.config.init_from):
+        if not Path(config.tokenizer).exists():
+            # training's logger is accelerate's, which needs its state (never a GPU here)
+            PartialState(cpu=True)
+            with contextlib.suppress(TrainingError):  # that try fails in its own run, the error in its log
+                load_or_train_tokenizer(config)
+
+
+def _write_results(futures: dict[Future, Try], output_dir: Path, running: set[str]) -> list[dict[str, Any]]:
+    """Write tries.json and tries.md of the tries that ended (`futures`) and the earlier rows still there;
+    return the rows of those that ended."""
+    rows = [
+        summarize_try(futures[future], output_dir / futures[future].name, future.result())
+        for future in futures
+        if future.done() and not future.cancelled() and future.exception() is None
+    ]
+    described = environment("cuda" if torch.cuda.is_available() else "cpu")
+    for row in rows:
+        row["machine"] = describe_machine(described)
+    listed = rows + _earlier_rows(output_dir, running)
+    write_json(output_dir / TRIES_JSON, {"environment": described, "tries": listed})
+    write_text_atomic(output_dir / TRIES_TABLE, tries_table(listed, described))
     return rows
 
 
 def _earlier_rows(output_dir: Path, running: set[str]) -> list[dict[str, Any]]:
-    """The rows an earlier call wrote to `output_dir`'s tries.json of tries not run now whose runs (or, for a try
-    that failed before it began one, logs) are still there, each naming the machine it ran on."""
+    """The rows an earlier call wrote to `output_dir`'s tries.json of tries not run now whose runs (or, for a
+    try that failed before it began one, logs) are still there, each naming the machine it ran on."""
     try:
         earlier = json.loads((output_dir / TRIES_JSON).read_text())
     except (OSError, ValueError):

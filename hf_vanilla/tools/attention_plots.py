@@ -1,4 +1,5 @@
-"""Attention heatmaps for one sentence pair: encoder self-, decoder self- and cross-attention, per layer and head.
+"""Attention heatmaps for one sentence pair: encoder self-, decoder self- and cross-attention, per layer and
+head.
 
 Needs matplotlib (`pip install hf_vanilla[plot]`). The weights are `hf_vanilla.translation.attention`'s: one
 teacher-forced forward pass with `output_attentions=True` on eager attention (sdpa does not return them).

@@ -1,13 +1,14 @@
 """Speed of our model against a MarianMTModel of identical shape and weights, measured in one process.
 
 The two models compute the same function (see `export.py`), so any difference in speed or memory is
-implementation. Runs are interleaved (ours, Marian, ours, Marian...) and summarised by their median, because the
-machine is shared and noisy; ratios are ours / Marian, above 1 meaning ours is faster (or uses more memory).
-On a CPU the engines (`hf_vanilla.translation.engines`) decode beside ours too, each loaded before any timing on ours saved
-(converted where it converts), a row each named by `engine` and `compute_type`, its ratio ours / it. The weights are random and the
-output lengths forced: implementation speed; scripts/tools/benchmark_serving.py times a trained checkpoint.
-Every report names what its numbers depend on: the CPU (model, vector capability, native bf16 or not), threads,
-the GPU, the dtype and the library versions. dtype "auto" is bf16 where the hardware runs it natively, else fp32.
+implementation. Runs are interleaved (ours, Marian, ours, Marian...) and summarised by their median, because
+the machine is shared and noisy; ratios are ours / Marian, above 1 meaning ours is faster (or uses more
+memory). On a CPU the engines (`hf_vanilla.translation.engines`) decode beside ours too, each loaded before
+any timing on ours saved (converted where it converts), a row each named by `engine` and `compute_type`, its
+ratio ours / it. The weights are random and the output lengths forced: implementation speed;
+scripts/tools/benchmark_serving.py times a trained checkpoint. Every report names what its numbers depend on:
+the CPU (model, vector capability, native bf16 or not), threads, the GPU, the dtype and the library versions.
+dtype "auto" is bf16 where the hardware runs it natively, else fp32.
 """
 
 from __future__ import annotations
@@ -55,8 +56,8 @@ SOURCE_LENGTH = 20
 
 logger = logging.getLogger(__name__)
 RANDOM_MODELS_WARNING = (
-    "these models have random weights and forced output lengths: implementation speed only; for decoding speed "
-    "on a trained checkpoint run scripts/tools/benchmark_serving.py CHECKPOINT"
+    "these models have random weights and forced output lengths: implementation speed only; for decoding "
+    "speed on a trained checkpoint run scripts/tools/benchmark_serving.py CHECKPOINT"
 )
 
 
@@ -68,7 +69,8 @@ def benchmark_config(size: str, **overrides) -> VanillaTransformerConfig:
 def _random_sentences(
     config: VanillaTransformerConfig, count: int, lengths: tuple[int, int], generator: torch.Generator
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """`count` random sentences (ids past the special tokens, then </s>) of lengths in [low, high), right-padded."""
+    """`count` random sentences (ids past the special tokens, then </s>) of lengths in [low, high),
+    right-padded."""
     low, high = lengths
     sentence_lengths = torch.randint(low, high, (count, 1), generator=generator)
     positions = torch.arange(high - 1)
@@ -81,7 +83,8 @@ def _random_sentences(
 def training_batch(
     config: VanillaTransformerConfig, target_tokens: int, seed: int = 0
 ) -> dict[str, torch.Tensor]:
-    """A batch of about `target_tokens` labelled target tokens, with source and target lengths like Multi30k's."""
+    """A batch of about `target_tokens` labelled target tokens, with source and target lengths like
+    Multi30k's."""
     generator = torch.Generator().manual_seed(seed)
     count = max(1, round(target_tokens / (sum(SENTENCE_LENGTHS) / 2 - 0.5)))
     input_ids, attention_mask = _random_sentences(config, count, SENTENCE_LENGTHS, generator)
@@ -96,7 +99,8 @@ def training_batch(
 def generation_inputs(
     config: VanillaTransformerConfig, batch_size: int, seed: int = 0
 ) -> dict[str, torch.Tensor]:
-    """`batch_size` source sentences of up to SOURCE_LENGTH tokens (all of it when the batch is one sentence)."""
+    """`batch_size` source sentences of up to SOURCE_LENGTH tokens (all of it when the batch is one
+    sentence)."""
     generator = torch.Generator().manual_seed(seed)
     shortest = SOURCE_LENGTH + 1 if batch_size == 1 else SOURCE_LENGTH - 3
     input_ids, attention_mask = _random_sentences(
@@ -108,11 +112,11 @@ def generation_inputs(
 def training_flops(config: VanillaTransformerConfig, batch: dict[str, torch.Tensor]) -> int:
     """Model FLOPs of one training step (forward + backward = 3 x forward) on the batch's real tokens.
 
-    Every weight matrix costs 2 FLOPs a token forward (the 6 * params * tokens rule, each stack's weights counted
-    on the tokens that pass through them: source tokens for the encoder and the cross-attention keys/values,
-    target tokens for the rest and the output projection); attention scores and weighted sums cost 2 * 2 *
-    d_model per (query, key) pair, the causal ones counted in full as the kernels compute them. Padding,
-    embedding lookups, norms and the loss are not counted.
+    Every weight matrix costs 2 FLOPs a token forward (the 6 * params * tokens rule, each stack's weights
+    counted on the tokens that pass through them: source tokens for the encoder and the cross-attention
+    keys/values, target tokens for the rest and the output projection); attention scores and weighted sums
+    cost 2 * 2 * d_model per (query, key) pair, the causal ones counted in full as the kernels compute them.
+    Padding, embedding lookups, norms and the loss are not counted.
     """
     d, vocab = config.d_model, config.vocab_size
     source_lengths = batch["attention_mask"].sum(1).double()
@@ -133,7 +137,8 @@ def training_flops(config: VanillaTransformerConfig, batch: dict[str, torch.Tens
 
 
 def resolve_dtypes(dtypes: tuple[str, ...], device_type: str) -> tuple[str, ...]:
-    """dtype names ("auto", "float32", "bfloat16", "float16") as torch dtype names, "auto" by the hardware's rule."""
+    """dtype names ("auto", "float32", "bfloat16", "float16") as torch dtype names, "auto" by the hardware's
+    rule."""
     resolved = (resolve_precision(dtype, device_type).dtype_name for dtype in dtypes)
     return tuple(dict.fromkeys(resolved))
 
@@ -225,20 +230,29 @@ def make_training_step(model, batch: dict[str, torch.Tensor], dtype: torch.dtype
 GENERATION_CACHES = ("cached", "uncached", "static", "static-compiled")
 
 
+@dataclass
+class CompileOnEveryDevice(CompileConfig):
+    """A `CompileConfig` with which `generate` compiles on a CPU too, not on GPUs only.
+
+    transformers 5.25 has no public switch for it: its own tests set the class field `_compile_all_devices`,
+    which this one wrapper sets, the only place that names it."""
+
+    _compile_all_devices = True
+
+
 def make_generation(
     model, inputs: dict[str, torch.Tensor], num_beams: int, cache: str | bool, new_tokens: int
 ) -> Callable[[], None]:
     """`cache`: "cached" (a dynamic key/value cache; also True), "uncached" (also False), "static" (a
     preallocated cache, with which `generate` compiles the decoding step on a GPU), or "static-compiled" (the
-    same, compiled on a CPU too, weights frozen into the graph: generate compiles on GPUs only unless told)."""
+    same, compiled on a CPU too, weights frozen into the graph: generate compiles on GPUs only unless
+    told)."""
     cache = {True: "cached", False: "uncached"}.get(cache, cache)
     settings = {"use_cache": cache != "uncached"}
     if cache in ("static", "static-compiled"):
         settings["cache_implementation"] = "static"
     if cache == "static-compiled":
-        compile_config = CompileConfig(mode=None, options={"freezing": True})
-        compile_config._compile_all_devices = True
-        settings["compile_config"] = compile_config
+        settings["compile_config"] = CompileOnEveryDevice(mode=None, options={"freezing": True})
 
     def generate() -> None:
         with torch.inference_mode():
@@ -263,9 +277,9 @@ def interleaved_seconds(
 ) -> dict[str, list]:
     """Seconds of each run, called in turn (A B A B ...) `repeats` times after `warmup` rounds.
 
-    `clock` "wall" is elapsed time; "cpu" is this process's CPU time, which other processes on a shared machine
-    barely disturb (use it with one thread: threads spinning while they wait would count too). On a GPU the
-    device is synchronised before each clock read.
+    `clock` "wall" is elapsed time; "cpu" is this process's CPU time, which other processes on a shared
+    machine barely disturb (use it with one thread: threads spinning while they wait would count too). On a
+    GPU the device is synchronised before each clock read.
     """
     device = torch.device(device)
     for _ in range(warmup):
@@ -288,7 +302,8 @@ def _seconds(run: Callable[[], None], now: Callable[[], float], device: torch.de
 
 @dataclass(frozen=True)
 class Timing:
-    """How a benchmark times its runs: `repeats` interleaved rounds on `clock` ("wall" or "cpu"), `device` synced."""
+    """How a benchmark times its runs: `repeats` interleaved rounds on `clock` ("wall" or "cpu"), `device`
+    synced."""
 
     repeats: int
     clock: str
@@ -309,7 +324,8 @@ def _rates(work: float, seconds: list[float]) -> dict:
 def recorded_validation_bleu(model_dir: str | os.PathLike) -> float | None:
     """The validation BLEU a checkpoint's model card records (its model-index, written by training and
     evaluation), or None: an untrained or random model records none. A cheap, honest sign that a checkpoint is
-    trained, for benchmarks whose numbers depend on it (a random model decodes every sentence to its limit)."""
+    trained, for benchmarks whose numbers depend on it (a random model decodes every sentence to its
+    limit)."""
     card = Path(model_dir) / "README.md"
     if not card.is_file():
         return None
@@ -344,10 +360,10 @@ def synthetic_tokenizer(vocab_size: int) -> PreTrainedTokenizerFast:
 class BenchmarkSettings:
     """What `run_benchmark` measures, and how (scripts/tools/benchmark.py's flags).
 
-    `dtypes` may name "auto" (see `resolve_dtypes`). `compile_model` compiles our model (torch.compile) and leaves
-    Marian eager. On a CPU, each of `engines` (in each of `compute_types` where it takes one) decodes beside ours;
-    an engine whose library is not installed is left out.
-    `clock`: see `interleaved_seconds` ("wall" only on a GPU).
+    `dtypes` may name "auto" (see `resolve_dtypes`). `compile_model` compiles our model (torch.compile) and
+    leaves Marian eager. On a CPU, each of `engines` (in each of `compute_types` where it takes one) decodes
+    beside ours; an engine whose library is not installed is left out. `clock`: see `interleaved_seconds`
+    ("wall" only on a GPU).
     """
 
     size: str = "small"
@@ -369,7 +385,8 @@ class BenchmarkSettings:
 
 @dataclass(frozen=True)
 class TrainingWork:
-    """The training batch (on the device), its labelled target tokens and the FLOPs of one training step on it."""
+    """The training batch (on the device), its labelled target tokens and the FLOPs of one training step on
+    it."""
 
     batch: dict[str, torch.Tensor]
     labelled: int
@@ -386,7 +403,8 @@ class TrainingWork:
 
 @dataclass(frozen=True)
 class Runner:
-    """How every case runs: `prepare(model, attn, training)` readies a model, `timing` times it, `progress` counts."""
+    """How every case runs: `prepare(model, attn, training)` readies a model, `timing` times it, `progress`
+    counts."""
 
     prepare: Callable
     timing: Timing
@@ -403,7 +421,8 @@ def run_benchmark(settings: BenchmarkSettings) -> dict:
     torch.manual_seed(settings.seed)
     config = benchmark_config(settings.size)
     ours = VanillaTransformerForConditionalGeneration(config)
-    # Loaded first, so that a setting the CPU cannot run (a compute type) is named before the minutes of timing.
+    # Loaded first, so that a setting the CPU cannot run (a compute type) is named before the minutes of
+    # timing.
     engines = _loaded_engines(ours, settings) if device.type == "cpu" else {}
     models = {"ours": ours.to(device), "marian": to_marian(ours).to(device)}
     work = TrainingWork.of(config, training_batch(config, settings.target_tokens, settings.seed), device)
@@ -475,7 +494,8 @@ def _settings_record(
 
 def _prepare(model, attn: str, training: bool, ours, compile_model: bool):
     """`model` in train or eval mode with `attn`; ours compiled when asked (Marian stays eager)."""
-    # In the "sdpa" cases ours runs what hf_vanilla trains and decodes with: torch's SDPA, or matmuls where faster.
+    # In the "sdpa" cases ours runs what hf_vanilla trains and decodes with: torch's SDPA, or matmuls where
+    # faster.
     model.set_attn_implementation(AUTO_ATTENTION if model is ours and attn == "sdpa" else attn)
     model.train(training)
     if compile_model and model is ours:
@@ -484,7 +504,8 @@ def _prepare(model, attn: str, training: bool, ours, compile_model: bool):
 
 
 def _training_results(models, work: TrainingWork, peak_flops, cases, runner: Runner) -> list[dict]:
-    """Each (dtype, attention) case: target tokens/s, first step, MFU and peak memory of each model, the ratio."""
+    """Each (dtype, attention) case: target tokens/s, first step, MFU and peak memory of each model, the
+    ratio."""
     results = []
     timing = runner.timing
     for dtype, attn in cases:
@@ -513,7 +534,8 @@ def _generation_results(models, inputs, cases, new_tokens, runner: Runner) -> li
     """Each (dtype, batch size, beams, cache) case: new tokens/s and peak memory of each model, the ratio."""
     results = []
     for dtype, batch_size, num_beams, cache in cases:
-        # Inference runs in the model's own dtype, as users run it: weights cast once, not autocast every step.
+        # Inference runs in the model's own dtype, as users run it: weights cast once, not autocast every
+        # step.
         runs = {
             name: make_generation(
                 runner.prepare(model.to(getattr(torch, dtype)), "sdpa", False),
@@ -538,8 +560,8 @@ def _generation_results(models, inputs, cases, new_tokens, runner: Runner) -> li
 
 
 def _benchmark_engines(ours, engines: dict, inputs, new_tokens: int, runner: Runner) -> list[dict]:
-    """Each shape (batch size, beams) of cached generation by ours (float32), interleaved with each engine: the
-    same sentences, the same output lengths."""
+    """Each shape (batch size, beams) of cached generation by ours (float32), interleaved with each engine:
+    the same sentences, the same output lengths."""
     model = runner.prepare(ours, "sdpa", False)
     return [
         _engine_case(model, engines, inputs[batch_size], num_beams, new_tokens, runner.timing)
@@ -552,7 +574,8 @@ def _engine_case(model, engines: dict, source, num_beams: int, new_tokens: int, 
     """One shape: the rates of ours and a row each engine, named by `engine` and `compute_type` as
     benchmark_serving's report names them, with ours / its rate."""
     runs = {"ours": make_generation(model, source, num_beams, "cached", new_tokens)}
-    runs.update({variant: _engine_decoding(engine, source, num_beams, new_tokens) for variant, engine in engines.items()})
+    for variant, engine in engines.items():
+        runs[variant] = _engine_decoding(engine, source, num_beams, new_tokens)
     seconds = timing.interleaved(runs)
     batch_size = len(source["input_ids"])
     ours = _rates(batch_size * new_tokens, seconds.pop("ours"))
@@ -572,9 +595,9 @@ def save_benchmark_model(model, directory: Path) -> Path:
 
 
 def _loaded_engines(model, settings: BenchmarkSettings) -> dict[EngineSettings, TranslationEngine]:
-    """Each engine of `settings.engines` (`compared_engines`, on a CPU) loaded on `model` saved, converted where the
-    engine converts, with every thread on one batch at a time as ours decodes; one whose library is not installed
-    is left out."""
+    """Each engine of `settings.engines` (`compared_engines`, on a CPU) loaded on `model` saved, converted
+    where the engine converts, with every thread on one batch at a time as ours decodes; one whose library is
+    not installed is left out."""
     engines = {}
     if not settings.engines:
         return engines
@@ -601,7 +624,8 @@ def _engine_decoding(
 ) -> Callable[[], None]:
     """The engine's decoding of `inputs`' sentences as one batch, exactly `new_tokens` tokens each."""
     batch = [
-        ids[mask.bool()].tolist() for ids, mask in zip(inputs["input_ids"], inputs["attention_mask"], strict=True)
+        ids[mask.bool()].tolist()
+        for ids, mask in zip(inputs["input_ids"], inputs["attention_mask"], strict=True)
     ]
     options = DecodingOptions(
         num_beams=num_beams,
@@ -613,7 +637,8 @@ def _engine_decoding(
 
 
 def environment(device: str | torch.device = "cpu") -> dict:
-    """What the numbers depend on: library versions, the CPU (model, capability, native bf16, threads), the GPU."""
+    """What the numbers depend on: library versions, the CPU (model, capability, native bf16, threads), the
+    GPU."""
     device = torch.device(device)
     described = {
         "torch": torch.__version__,
@@ -640,7 +665,10 @@ def describe_environment(described: dict) -> str:
     bf16 = "native bf16" if described["native_bf16"] else "no native bf16"
     if speedup is not None:
         bf16 += f" at {speedup:.2f}x fp32's matmul"
-    cpu = f"CPU {described['cpu_model']} ({described['cpu_capability']}, {bf16}), {described['threads']} threads"
+    cpu = (
+        f"CPU {described['cpu_model']} ({described['cpu_capability']}, {bf16}), "
+        f"{described['threads']} threads"
+    )
     gpu = f"GPU {described['gpu']} (CUDA {described['cuda']}); " if "gpu" in described else ""
     return f"{gpu}{cpu}; torch {described['torch']}, transformers {described['transformers']}"
 
@@ -666,7 +694,8 @@ def format_table(results: dict) -> str:
             f"{ours['first_step_seconds']:13.2f}s"
         )
     lines.append(
-        f"{'generation (new tok/s)':34} {'ours':>9} {'Marian':>9} {'ratio':>6} {'mem ours':>9} {'mem Mar.':>9}"
+        f"{'generation (new tok/s)':34} {'ours':>9} {'Marian':>9} {'ratio':>6} {'mem ours':>9} "
+        f"{'mem Mar.':>9}"
     )
     for case in results["generation"]:
         name = f"{case['dtype']} batch {case['batch_size']} "
@@ -678,7 +707,8 @@ def format_table(results: dict) -> str:
             f"{_mib(ours['peak_memory_bytes']):>9} {_mib(marian['peak_memory_bytes']):>9}"
         )
     lines.append(
-        f"{'engines (new tok/s)':22} {'engine':>12} {'compute_type':>12} {'ours':>9} {'engine':>9} {'ratio':>6}"
+        f"{'engines (new tok/s)':22} {'engine':>12} {'compute_type':>12} {'ours':>9} {'engine':>9} "
+        f"{'ratio':>6}"
     )
     for case in results["engines"]:
         shape = f"batch {case['batch_size']} {'greedy' if case['num_beams'] == 1 else 'beam 4'}"

@@ -40,7 +40,8 @@ def marian_config_from_vanilla(config: VanillaTransformerConfig) -> MarianConfig
             "residual (post-LN) and has no final LayerNorm after the stacks"
         )
     if not config.tie_word_embeddings:
-        raise ValueError("untied models cannot be exported to Marian: the export writes one shared embedding matrix")
+        raise ValueError("untied models cannot be exported to Marian: the export writes one shared embedding "
+            "matrix")
     return MarianConfig(
         vocab_size=config.vocab_size,
         decoder_vocab_size=config.vocab_size,
@@ -69,7 +70,8 @@ def marian_config_from_vanilla(config: VanillaTransformerConfig) -> MarianConfig
 
 
 def marian_dimension_order(d_model: int) -> torch.Tensor:
-    """Marian's dimension k is our dimension order[k]: our even (sine) dimensions first, then the odd (cosine)."""
+    """Marian's dimension k is our dimension order[k]: our even (sine) dimensions first, then the odd
+    (cosine)."""
     return torch.cat([torch.arange(0, d_model, 2), torch.arange(1, d_model, 2)])
 
 
@@ -121,9 +123,10 @@ def marian_state_dict_from_vanilla(
 def to_marian(model: VanillaTransformerForConditionalGeneration) -> MarianMTModel:
     """The same translation model as a stock `MarianMTModel` (in memory, same dtype, eval mode)."""
     marian = MarianMTModel(marian_config_from_vanilla(model.config)).to(model.dtype)
-    marian.config._attn_implementation = model.config._attn_implementation
+    marian.set_attn_implementation(model.config._attn_implementation)
     result = marian.load_state_dict(marian_state_dict_from_vanilla(model), strict=False)
-    # Whatever Marian computes itself: tied copies of the shared embedding, sinusoid tables, a zero logits bias.
+    # Whatever Marian computes itself: tied copies of the shared embedding, sinusoid tables, a zero logits
+    # bias.
     expected_missing = {
         "lm_head.weight",
         "final_logits_bias",
@@ -156,8 +159,8 @@ def load_vanilla(
     model_dir: str | os.PathLike,
 ) -> tuple[VanillaTransformerForConditionalGeneration, PreTrainedTokenizerBase]:
     """A saved model directory and its tokenizer, loaded and checked as every checkpoint is
-    (`hf_vanilla.checkpoints.loading.load_model_and_tokenizer`), in float32 on the CPU; a model of another type than
-    ours is a ValueError."""
+    (`hf_vanilla.checkpoints.loading.load_model_and_tokenizer`), in float32 on the CPU; a model of another
+    type than ours is a ValueError."""
     model, tokenizer = load_model_and_tokenizer(model_dir, "cpu")
     if not isinstance(model, VanillaTransformerForConditionalGeneration):
         raise ValueError(

@@ -1,7 +1,7 @@
 """The Python half of scripts/tools/gpu_report.sh, which runs each part of the report under `timeout`.
 
-`prepare`, the report's first part: the machine (GPU, driver, torch, transformers), its measured matmul peak in
-the precision training takes on it, and for each training config the data prepared as its run will read it
+`prepare`, the report's first part: the machine (GPU, driver, torch, transformers), its measured matmul peak
+in the precision training takes on it, and for each training config the data prepared as its run will read it
 (datasets' cache, tokenizer trained if missing) with the model FLOPs of training on one of its target tokens.
 `assemble`, after the last part: every part's record (parts.tsv), the training runs' train_log.jsonl and the
 decoding benchmark's JSON read into one report.json, MFU included. docs/speed.md says what each field means.
@@ -62,14 +62,15 @@ def nvidia_driver() -> str | None:
 
 
 def target_token_flops(model_config, lengths: np.ndarray, sample_pairs: int = FLOPS_SAMPLE_PAIRS) -> dict:
-    """Model FLOPs of training on one labelled target token (`benchmark.training_flops`: weights, attention, 3x
-    forward for the backward) over a random `sample_pairs` of the training pairs' (source, target) token lengths,
-    as many batches over the whole shuffled corpus average out to."""
+    """Model FLOPs of training on one labelled target token (`benchmark.training_flops`: weights, attention,
+    3x forward for the backward) over a random `sample_pairs` of the training pairs' (source, target) token
+    lengths, as many batches over the whole shuffled corpus average out to."""
     if len(lengths) > sample_pairs:
         lengths = lengths[np.random.default_rng(0).choice(len(lengths), sample_pairs, replace=False)]
     source, target = (torch.from_numpy(lengths[:, side]) for side in (0, 1))
     positions = torch.arange(int(lengths.max()))
-    batch = {  # what training_flops reads of a batch: each pair's real source tokens and labelled target tokens
+    # what training_flops reads of a batch: each pair's real source tokens and labelled target tokens
+    batch = {
         "attention_mask": (positions < source[:, None]).long(),
         "labels": torch.where(positions < target[:, None], 0, -100),
     }
@@ -80,7 +81,8 @@ def target_token_flops(model_config, lengths: np.ndarray, sample_pairs: int = FL
 
 
 def prepare(configs: list[str], overrides: dict, peak_seconds: float) -> dict:
-    """The machine, its matmul peak in the training precision, and each config's data prepared (see the module)."""
+    """The machine, its matmul peak in the training precision, and each config's data prepared (see the
+    module)."""
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     precision = resolve_precision("auto", device.type)  # what train.py's mixed_precision "auto" takes
     prepared = {
@@ -113,7 +115,8 @@ class NoMeasure(Exception):
 
 
 def read_parts(out_dir: Path) -> dict[str, dict]:
-    """The last record of each part in parts.tsv (a rerun of a part replaces its earlier record), in run order."""
+    """The last record of each part in parts.tsv (a rerun of a part replaces its earlier record), in run
+    order."""
     parts = {}
     for line in (out_dir / PARTS_FILE).read_text().splitlines():
         record = dict(zip(PART_COLUMNS, line.split("\t"), strict=True))
@@ -145,7 +148,8 @@ def training_summary(record: dict, out_dir: Path, prepared: dict | None) -> dict
     if len(logged) < 2:
         raise NoMeasure(f"{len(logged)} training records in {run_dir / LOG_FILE}: a pace needs two")
     first, last = logged[0], logged[-1]
-    # Each record's rate covers the updates since the one before; weighted by their seconds they give the mean pace.
+    # Each record's rate covers the updates since the one before; weighted by their seconds they give the mean
+    # pace.
     steady_seconds = last["elapsed_seconds"] - first["elapsed_seconds"]
     steady_tokens = sum(
         entry["tokens_per_second"] * (entry["elapsed_seconds"] - before["elapsed_seconds"])
@@ -241,12 +245,13 @@ def _figures(part: dict) -> str:
     if "updates_per_second" in part:
         mfu = f", MFU {part['mfu']:.1%}" if part["mfu"] is not None else ""
         return (
-            f"{part['updates_per_second']:.1f} updates/s, {part['target_tokens_per_second']:,.0f} target tok/s{mfu}, "
-            f"first log (update {part['first_log_step']}) at {part['seconds_to_first_log']:.1f} s"
+            f"{part['updates_per_second']:.1f} updates/s, {part['target_tokens_per_second']:,.0f} target "
+            f"tok/s{mfu}, first log (update {part['first_log_step']}) at {part['seconds_to_first_log']:.1f} s"
         )
     if "cases" in part:
         return "new tok/s: " + "; ".join(
-            f"batch {case['batch_size']} {'greedy' if case['num_beams'] == 1 else 'beam ' + str(case['num_beams'])} "
+            f"batch {case['batch_size']} "
+            f"{'greedy' if case['num_beams'] == 1 else 'beam ' + str(case['num_beams'])} "
             f"{case['cache']} {case['new_tokens_per_second']:,.0f}"
             for case in part["cases"]
         )
@@ -260,9 +265,9 @@ def summary_lines(report: dict) -> list[str]:
     if environment_:
         peak = environment_["matmul_peak"]
         lines.append(
-            f"{environment_.get('gpu', 'no GPU')} (driver {environment_['driver']}), torch {environment_['torch']}, "
-            f"transformers {environment_['transformers']}; {peak['dtype']} matmul peak "
-            f"{peak['flops_per_second'] / 1e12:.3g} TFLOP/s"
+            f"{environment_.get('gpu', 'no GPU')} (driver {environment_['driver']}), torch "
+            f"{environment_['torch']}, transformers {environment_['transformers']}; {peak['dtype']} matmul "
+            f"peak {peak['flops_per_second'] / 1e12:.3g} TFLOP/s"
         )
     for name, part in report["parts"].items():
         lines.append(f"{name:26} {part['status']:8} {part['seconds']:7.1f} s  {_figures(part)}")

@@ -1,6 +1,8 @@
-"""docs/options.md: every flag of the user-facing scripts, by --help section, written from the scripts' own parsers.
+"""docs/options.md: every flag of the user-facing scripts, by --help section, written from the scripts' own
+parsers.
 
-`python scripts/tools/write_options_doc.py` rewrites the page; tests/tools/test_options_page.py checks it is current.
+`python scripts/tools/write_options_doc.py` rewrites the page; tests/tools/test_options_page.py checks it is
+current.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ import re
 import runpy
 import sys
 from pathlib import Path
+
+from hf_vanilla.cli import ArgumentParser
 
 # The scripts a user runs, the everyday ones first; their paths are relative to the repository root.
 USER_SCRIPTS = (
@@ -27,9 +31,9 @@ USER_SCRIPTS = (
 REGENERATE = "python scripts/tools/write_options_doc.py"
 
 
-def script_parser(script: str | Path) -> argparse.ArgumentParser:
-    """The parser the script at `script` builds (its `build_parser()`), without running the script; its folder is
-    first on the import path meanwhile, as when it runs (scripts import the modules beside them)."""
+def script_parser(script: str | Path) -> ArgumentParser:
+    """The parser the script at `script` builds (its `build_parser()`), without running the script; its folder
+    is first on the import path meanwhile, as when it runs (scripts import the modules beside them)."""
     sys.path.insert(0, str(Path(script).parent))
     try:
         return runpy.run_path(str(script), run_name="build_parser")["build_parser"]()
@@ -43,7 +47,8 @@ def options_page(repository: str | Path) -> str:
     parts = [
         "# Options of the scripts",
         "",
-        "Every flag of the scripts below, by the sections of their `--help`, with its default; each `--a-b` flag also",
+        "Every flag of the scripts below, by the sections of their `--help`, with its default; each `--a-b` "
+        "flag also",
         "answers to `--a_b`. Generated from the scripts' parsers by",
         f"`{REGENERATE}`; a test fails when this page and the parsers differ.",
         "",
@@ -54,20 +59,26 @@ def options_page(repository: str | Path) -> str:
     return "\n".join(parts) + "\n"
 
 
-def script_section(script: str, parser: argparse.ArgumentParser) -> list[str]:
+def script_section(script: str, parser: ArgumentParser) -> list[str]:
     description = " ".join((parser.description or "").strip().split("\n\n")[0].split())
     lines = [f"## {Path(script).name}", "", description, "", f"`{_synopsis(script, parser)}`"]
-    for group in parser._action_groups:  # argparse keeps --help's sections only in private fields
-        actions = [action for action in group._group_actions if not isinstance(action, argparse._HelpAction)]
+    for section in parser.sections:
+        actions = [action for action in section.actions if action.dest != "help"]
         if actions:
-            lines += ["", f"**{group.title}**" + (f": {group.description}" if group.description else ""), ""]
+            heading = f"**{section.title}**" + (f": {section.description}" if section.description else "")
+            lines += ["", heading, ""]
             lines += ["| option | default | what |", "|---|---|---|", *map(_row, actions)]
     return lines
 
 
-def _synopsis(script: str, parser: argparse.ArgumentParser) -> str:
+def _synopsis(script: str, parser: ArgumentParser) -> str:
     """`python SCRIPT POSITIONAL... [options]`: argparse's own usage line wraps at the terminal's width."""
-    positionals = [_metavar(action) for action in parser._actions if not action.option_strings]
+    positionals = [
+        _metavar(action)
+        for section in parser.sections
+        for action in section.actions
+        if not action.option_strings
+    ]
     return " ".join(["python", script, *positionals, "[options]"])
 
 

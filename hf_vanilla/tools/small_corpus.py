@@ -1,13 +1,15 @@
 """The small-corpus sweep: the corpus-size recipe against the fixed recipe and a MarianMT baseline.
 
-Each run trains on a seeded subset of Multi30k's training pairs (the same pairs for every run and language pair),
-on one core for the same minutes, and is scored on the whole test2016 split (beam 4, length penalty 0.6; cased
-sacreBLEU and chrF). The three recipes:
+Each run trains on a seeded subset of Multi30k's training pairs (the same pairs for every run and language
+pair), on one core for the same minutes, and is scored on the whole test2016 split (beam 4, length penalty
+0.6; cased sacreBLEU and chrF). The three recipes:
 - `size table`: every key the corpus-size table fills left auto (hf_vanilla/training/recipes.py);
-- `fixed`: the one recipe configs/your-pair.yaml gave every corpus before the table (the 30-minute Multi30k one);
-- `marian`: transformers' MarianMTModel of the small shape, trained with Seq2SeqTrainer on the size-table run's
-  BPE, as a transformers user would (bf16 where our runs' mixed_precision auto picks it).
-Validation during training reads the first 300 pairs of the full validation split, as configs/your-pair.yaml does.
+- `fixed`: the one recipe configs/your-pair.yaml gave every corpus before the table (the 30-minute Multi30k
+  one);
+- `marian`: transformers' MarianMTModel of the small shape, trained with Seq2SeqTrainer on the size-table
+  run's BPE, as a transformers user would (bf16 where our runs' mixed_precision auto picks it).
+Validation during training reads the first 300 pairs of the full validation split, as configs/your-pair.yaml
+does.
 """
 
 from __future__ import annotations
@@ -39,7 +41,8 @@ LANGUAGE_PAIRS = ("de-en", "en-cs")
 BEAM = {"num_beams": 4, "length_penalty": 0.6}
 RECIPES = ("size table", "fixed", "marian")
 
-# configs/your-pair.yaml's recipe before the corpus-size table; the keys it leaves out keep the paper's defaults.
+# configs/your-pair.yaml's recipe before the corpus-size table; the keys it leaves out keep the paper's
+# defaults.
 FIXED_RECIPE = {
     "tokenizer_vocab_size": 5000,
     "model_preset": "small",
@@ -59,8 +62,8 @@ MARIAN_TRAINING = {"per_device_train_batch_size": 128, "learning_rate": 1e-3, "w
 
 @dataclass(frozen=True)
 class Sweep:
-    """What to run: Multi30k's folder (Hub translation layout), where runs go, and the sizes, pairs, minutes and
-    recipes."""
+    """What to run: Multi30k's folder (Hub translation layout), where runs go, and the sizes, pairs, minutes
+    and recipes."""
 
     multi30k: Path
     work_dir: Path
@@ -72,8 +75,8 @@ class Sweep:
 
 
 def run_sweep(sweep: Sweep, output: Path) -> dict:
-    """Train and score every (size, language pair, recipe) of `sweep` on one core; write the rows, the machine and
-    the settings to `output` (JSON) after each run, so that a stopped sweep keeps what it measured."""
+    """Train and score every (size, language pair, recipe) of `sweep` on one core; write the rows, the machine
+    and the settings to `output` (JSON) after each run, so that a stopped sweep keeps what it measured."""
     torch.set_num_threads(1)
     report = {
         "what": __doc__.split("\n\n")[0],
@@ -114,8 +117,8 @@ def run_sweep(sweep: Sweep, output: Path) -> dict:
 
 
 def seeded_subset(multi30k: Path, size: int, seed: int, folder: Path) -> Path:
-    """`folder` in the Hub translation layout: `size` training pairs drawn by `seed` (the same pairs whatever the
-    language pair), and Multi30k's whole validation and test splits."""
+    """`folder` in the Hub translation layout: `size` training pairs drawn by `seed` (the same pairs whatever
+    the language pair), and Multi30k's whole validation and test splits."""
     lines = (multi30k / "train.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
     if size > len(lines):
         raise ValueError(f"{multi30k} holds {len(lines):,} training pairs, fewer than {size:,}")
@@ -127,18 +130,22 @@ def seeded_subset(multi30k: Path, size: int, seed: int, folder: Path) -> Path:
     return folder
 
 
-def _train(recipe: str, sweep: Sweep, data: Path, source: str, target: str, run_dir: Path) -> tuple[Path, dict]:
+def _train(
+    recipe: str, sweep: Sweep, data: Path, source: str, target: str, run_dir: Path
+) -> tuple[Path, dict]:
     """Train `recipe` into `run_dir`: (the model directory to score, facts of the run for the report)."""
     size_table_bpe = sweep.work_dir / f"bpe-{data.name}-{source}-{target}-size-table"
     if recipe == "marian":
         if not size_table_bpe.is_dir():
             raise ValueError(
-                f"the MarianMT baseline trains on the size table run's BPE, and {size_table_bpe} is not there yet: "
-                "run the size table recipe first (--recipes 'size table' marian)"
+                f"the MarianMT baseline trains on the size table run's BPE, and {size_table_bpe} is not "
+                "there yet: run the size table recipe first (--recipes 'size table' marian)"
             )
         return train_marian(size_table_bpe, data, (source, target), sweep.minutes, run_dir)
     keys = {key: AUTO for key in RECIPE_KEYS} if recipe == "size table" else FIXED_RECIPE
-    tokenizer = size_table_bpe if recipe == "size table" else sweep.work_dir / f"bpe-{data.name}-{source}-{target}-5k"
+    tokenizer = (
+        size_table_bpe if recipe == "size table" else sweep.work_dir / f"bpe-{data.name}-{source}-{target}-5k"
+    )
     config = load_training_config(
         dataset=str(data),
         source_lang=source,
@@ -157,30 +164,60 @@ def _train(recipe: str, sweep: Sweep, data: Path, source: str, target: str, run_
     model_dir = next(run_dir / name for name in (AVERAGE, BEST, LAST) if (run_dir / name).is_dir())
     progress = json.loads((run_dir / LAST / TRAINING_STATE / PROGRESS_FILE).read_text())
     saved = load_training_config(run_dir / CONFIG_FILE)
-    facts = {"updates": progress["step"], "stopped": progress["stop_reason"], "corpus_recipe": saved.corpus_recipe}
+    facts = {
+        "updates": progress["step"],
+        "stopped": progress["stop_reason"],
+        "corpus_recipe": saved.corpus_recipe,
+    }
     return model_dir, facts
 
 
-def train_marian(tokenizer_dir: Path, data: Path, languages: tuple[str, str], minutes: float, output_dir: Path):
-    """transformers' MarianMTModel (post-LN, ReLU, sinusoidal positions, one shared embedding) of the small shape,
-    trained by Seq2SeqTrainer on `tokenizer_dir`'s BPE for `minutes` of wall clock: (its directory, facts)."""
-    from transformers import (
-        DataCollatorForSeq2Seq,
-        MarianConfig,
-        MarianMTModel,
-        Seq2SeqTrainer,
-        Seq2SeqTrainingArguments,
-        TrainerCallback,
-    )
+def train_marian(
+    tokenizer_dir: Path, data: Path, languages: tuple[str, str], minutes: float, output_dir: Path
+):
+    """transformers' MarianMTModel (post-LN, ReLU, sinusoidal positions, one shared embedding) of the small
+    shape, trained by Seq2SeqTrainer on `tokenizer_dir`'s BPE for `minutes` of wall clock: (its directory,
+    facts)."""
+    from transformers import DataCollatorForSeq2Seq, Seq2SeqTrainer, TrainerCallback
 
     source, target = languages
     tokenizer = load_tokenizer(tokenizer_dir)
     pairs = load_translation_split(str(data), source, target, "train")
     encoded = pairs.map(
-        lambda batch: tokenizer(batch["source"], text_target=batch["target"], truncation=True, max_length=128),
+        lambda batch: tokenizer(
+            batch["source"], text_target=batch["target"], truncation=True, max_length=128
+        ),
         batched=True,
         remove_columns=pairs.column_names,
     )
+    model = _small_marian(tokenizer)
+
+    class WallClock(TrainerCallback):
+        """Stop after `minutes`, as our runs stop at max_minutes."""
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            self.started = time.monotonic()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            control.should_training_stop = time.monotonic() - self.started > 60 * minutes
+
+    trainer = Seq2SeqTrainer(
+        model=model,
+        args=_marian_training_arguments(output_dir),
+        train_dataset=encoded,
+        data_collator=DataCollatorForSeq2Seq(tokenizer, model=model),
+        callbacks=[WallClock()],
+    )
+    result = trainer.train()
+    model.save_pretrained(output_dir)
+    tokenizer.save_pretrained(output_dir)
+    return output_dir, {"updates": result.global_step, "stopped": f"time budget ({minutes:g} min)"}
+
+
+def _small_marian(tokenizer):
+    """A MarianMTModel of `MARIAN_SHAPE` on `tokenizer`'s vocabulary, its embeddings shared and tied."""
+    from transformers import MarianConfig, MarianMTModel
+
     vocabulary = len(tokenizer)
     config = MarianConfig(
         vocab_size=vocabulary,
@@ -203,18 +240,15 @@ def train_marian(tokenizer_dir: Path, data: Path, languages: tuple[str, str], mi
         decoder_start_token_id=tokenizer.pad_token_id,
         forced_eos_token_id=tokenizer.eos_token_id,
     )
-    model = MarianMTModel(config)
+    return MarianMTModel(config)
 
-    class WallClock(TrainerCallback):
-        """Stop after `minutes`, as our runs stop at max_minutes."""
 
-        def on_train_begin(self, args, state, control, **kwargs):
-            self.started = time.monotonic()
+def _marian_training_arguments(output_dir: Path):
+    """Seq2SeqTrainer's settings for the baseline: the paper's Adam, inverse square root schedule and label
+    smoothing on CPU, `MARIAN_TRAINING`'s batch and rate, nothing saved on the way."""
+    from transformers import Seq2SeqTrainingArguments
 
-        def on_step_end(self, args, state, control, **kwargs):
-            control.should_training_stop = time.monotonic() - self.started > 60 * minutes
-
-    arguments = Seq2SeqTrainingArguments(
+    return Seq2SeqTrainingArguments(
         output_dir=str(output_dir / "trainer"),
         adam_beta1=0.9,
         adam_beta2=0.98,
@@ -231,14 +265,3 @@ def train_marian(tokenizer_dir: Path, data: Path, languages: tuple[str, str], mi
         dataloader_num_workers=0,
         **MARIAN_TRAINING,
     )
-    trainer = Seq2SeqTrainer(
-        model=model,
-        args=arguments,
-        train_dataset=encoded,
-        data_collator=DataCollatorForSeq2Seq(tokenizer, model=model),
-        callbacks=[WallClock()],
-    )
-    result = trainer.train()
-    model.save_pretrained(output_dir)
-    tokenizer.save_pretrained(output_dir)
-    return output_dir, {"updates": result.global_step, "stopped": f"time budget ({minutes:g} min)"}

@@ -30,7 +30,7 @@ from accelerate.utils import (
     parse_flag_from_env,
     set_seed,
 )
-from accelerate.utils.other import load as load_tensors
+from accelerate.utils import load as load_tensors
 from torch.utils.data import DataLoader
 from transformers import GenerationConfig, PreTrainedTokenizerBase
 
@@ -646,8 +646,7 @@ def generation_config(config: TrainingConfig, model_config: VanillaTransformerCo
     No output limit: the decoders stop each sentence at its source length + 50 (section 6.1), which one fixed
     number here would override (and beside which generate would warn of a max_new_tokens set by the caller); a
     plain `generate` runs to the decoder's positions (the model's `generate`). Checked now, so that a bad
-    setting fails before training, not at the first save.
-    """
+    setting fails before training, not at the first save."""
     beam, _ = resolve_decoding(None, DecodingOptions(config.num_beams, config.length_penalty))
     generation = GenerationConfig(
         **beam.generate_kwargs(),

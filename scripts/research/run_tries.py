@@ -2,12 +2,13 @@
 
 Each try is train.py with the tries file's flags, then select_checkpoint.py on validation only. Results:
 OUTPUT/tries.md (a Markdown table, best first) and OUTPUT/tries.json; each run in OUTPUT/NAME, its output in
-OUTPUT/logs. Given again, every run resumes from its last checkpoint. Ctrl-C or SIGTERM stops every run with a save.
---only runs some of the file's tries; the table keeps the rows of those an earlier call ran into OUTPUT.
+OUTPUT/logs. Given again, every run resumes from its last checkpoint. Ctrl-C or SIGTERM stops every run with a
+save. --only runs some of the file's tries; the table keeps the rows of those an earlier call ran into OUTPUT.
 
     python scripts/research/run_tries.py docs/research/tries/next-gpu.yaml --dataset PATH_TO_MULTI30K \\
         --parallel 4 --minutes 8 --output-dir outputs/tries
-    python scripts/research/run_tries.py docs/research/tries/next-gpu.yaml --check   # the commands it would run, nothing else
+    # the commands it would run, nothing else:
+    python scripts/research/run_tries.py docs/research/tries/next-gpu.yaml --check
     python scripts/research/run_tries.py docs/research/tries/next-gpu.yaml --only en-de-seed3 en-de-seed4 \\
         --output-dir outputs/tries
 """
@@ -70,7 +71,8 @@ def main() -> None:
     failed = [row["name"] for row in rows if row["training_exit"] != 0 or row.get("selection_exit", 0) != 0]
     if failed:
         sys.exit(
-            f"{len(failed)} of {len(rows)} tries did not end cleanly: {', '.join(failed)} (logs in {args.output_dir}/logs)"
+            f"{len(failed)} of {len(rows)} tries did not end cleanly: {', '.join(failed)} (logs in "
+            f"{args.output_dir}/logs)"
         )
 
 

@@ -1,9 +1,10 @@
 """Train a language model of the target language for reranking (`--rerank-language-model` of translate.py,
-evaluate_bleu.py and select_checkpoint.py): a small GPT-2 over a translation model's vocabulary, on the target side
-of the dataset's training pairs, its validation perplexity after each epoch (`hf_vanilla.research.language_model`; not part
-of the paper's model).
+evaluate_bleu.py and select_checkpoint.py): a small GPT-2 over a translation model's vocabulary, on the target
+side of the dataset's training pairs, its validation perplexity after each epoch
+(`hf_vanilla.research.language_model`; not part of the paper's model).
 
-    python scripts/research/train_language_model.py --tokenizer outputs/multi30k-best-de-en/checkpoint_average \\
+    python scripts/research/train_language_model.py \\
+        --tokenizer outputs/multi30k-best-de-en/checkpoint_average \\
         --source-lang de --target-lang en --output-dir outputs/language-model-en
 """
 
@@ -72,8 +73,9 @@ def main() -> None:
         sys.exit(f"error: {err}")
     perplexities = ", ".join(f"{row['validation_perplexity']:.2f}" for row in record["validation"])
     print(
-        f"{args.output_dir}: {record['updates']} updates in {record['seconds']:.0f} s ({record['precision']}); "
-        f"validation perplexity after each epoch: {perplexities}; record: {RECORD_FILE}"
+        f"{args.output_dir}: {record['updates']} updates in {record['seconds']:.0f} s "
+        f"({record['precision']}); validation perplexity after each epoch: {perplexities}; record: "
+        f"{RECORD_FILE}"
     )
 
 

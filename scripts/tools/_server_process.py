@@ -26,8 +26,8 @@ def free_port() -> int:
 
 
 class ServerProcess:
-    """scripts/serve.py serving `model` on 127.0.0.1 with `flags`, its output in `log`; `threads` sets the torch
-    threads it decodes with (OMP_NUM_THREADS)."""
+    """scripts/serve.py serving `model` on 127.0.0.1 with `flags`, its output in `log`; `threads` sets the
+    torch threads it decodes with (OMP_NUM_THREADS)."""
 
     def __init__(self, model: str | os.PathLike, log: Path, flags: tuple[str, ...] = (), threads: int = 1):
         self.port = free_port()
@@ -44,7 +44,8 @@ class ServerProcess:
             self.process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=environment)
 
     def wait_until_ready(self, timeout: float) -> None:
-        """Return once /ready answers 200; an AssertionError with the log if the process ends or time runs out."""
+        """Return once /ready answers 200; an AssertionError with the log if the process ends or time runs
+        out."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

@@ -1,7 +1,7 @@
 """Benchmark our model against a MarianMTModel of identical shape: training, generation, the engines, memory.
 
-Random weights and forced output lengths: implementation speed. For decoding speed on a trained checkpoint, run
-scripts/tools/benchmark_serving.py CHECKPOINT."""
+Random weights and forced output lengths: implementation speed. For decoding speed on a trained checkpoint,
+run scripts/tools/benchmark_serving.py CHECKPOINT."""
 
 import sys
 
@@ -56,7 +56,8 @@ def build_parser() -> ArgumentParser:
         nargs="+",
         default=["cached", "uncached"],
         choices=GENERATION_CACHES,
-        help="key/value cache: cached (dynamic), uncached, static (preallocated; generate compiles it on a GPU), "
+        help="key/value cache: cached (dynamic), uncached, static (preallocated; generate compiles it on a "
+            "GPU), "
         "static-compiled (compiled on a CPU too, both models)",
     )
     parser.add_argument(
@@ -64,7 +65,8 @@ def build_parser() -> ArgumentParser:
         nargs="+",
         choices=engine_names(),
         default=list(engine_names()),
-        help="engines that decode beside ours on a CPU, each loaded on ours saved; transformers alone: no CTranslate2",
+        help="engines that decode beside ours on a CPU, each loaded on ours saved; transformers alone: no "
+            "CTranslate2",
     )
     parser.add_argument(
         "--compute-type",

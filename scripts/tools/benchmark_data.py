@@ -182,7 +182,8 @@ def loader_pace(config, max_tokens: int, batches: int, workers: list[int]) -> li
     sampler = UpdateBatchSampler(example_lengths(train_data), max_tokens, 1, 1, 0, seed=1)
     collations = {
         "former": (
-            train_data, DataCollatorForSeq2Seq(tokenizer, label_pad_token_id=-100, return_tensors="pt")
+            train_data,
+            DataCollatorForSeq2Seq(tokenizer, label_pad_token_id=-100, return_tensors="pt"),
         ),
         "numpy": (TokenizedRows(train_data), make_collator(tokenizer)),
     }
@@ -228,11 +229,12 @@ def measure(pairs: int, args, work_dir: Path) -> dict:
         "preprocessing_workers": args.workers,
         "output_dir": str(work_dir / "run"),
     }
-    command = [
-        sys.executable, str(REPO / "scripts" / "prepare_data.py"), "--config", str(args.config),
-        *(f"--{name.replace('_', '-')}={'null' if value is None else value}"
-          for name, value in overrides.items()),
-    ]  # fmt: skip
+    flags = [
+        f"--{name.replace('_', '-')}={'null' if value is None else value}"
+        for name, value in overrides.items()
+    ]
+    script = REPO / "scripts" / "prepare_data.py"
+    command = [sys.executable, str(script), "--config", str(args.config), *flags]
     env = {**os.environ, "HF_DATASETS_CACHE": str(cache), "HF_HUB_OFFLINE": "1"}
     first, cached = run_measured(command, env), run_measured(command, env)
     report = _report(first.pop("stdout"))
@@ -262,7 +264,10 @@ def measure(pairs: int, args, work_dir: Path) -> dict:
 def build_parser() -> ArgumentParser:
     parser = ArgumentParser(description=__doc__)
     parser.add_argument(
-        "--pairs", type=positive_int, nargs="+", default=[500_000, 1_000_000, 4_500_000],
+        "--pairs",
+        type=positive_int,
+        nargs="+",
+        default=[500_000, 1_000_000, 4_500_000],
         help="corpus sizes to measure, in sentence pairs",
     )
     parser.add_argument(
@@ -276,7 +281,10 @@ def build_parser() -> ArgumentParser:
     )
     parser.add_argument("--loader-batches", type=positive_int, default=300, help="batches timed a batch size")
     parser.add_argument(
-        "--loader-workers", type=non_negative_int, nargs="+", default=[0, 2],
+        "--loader-workers",
+        type=non_negative_int,
+        nargs="+",
+        default=[0, 2],
         help="DataLoader worker processes to time each collation with (training's dataloader_workers)",
     )
     parser.add_argument("--work-dir", help="where the corpora and cache go (default: a temporary directory)")

@@ -345,9 +345,8 @@ def thread_count_runs(args, sentences: list[str], threads: int, workdir: Path) -
             ratios[f"service, {clients} clients / offline, {clients} a call"] = round(
                 rate[f"service, {clients} clients"] / rate[f"offline, {clients} a call"], 3
             )
-    if (
-        len(ceilings) == 2
-    ):  # the engine's cost beside CTranslate2's own, on the clock the other jobs disturb least
+    # the engine's cost beside CTranslate2's own, on the clock the other jobs disturb least
+    if len(ceilings) == 2:
         cpu_rate = [runs[name]["sentences_per_cpu_second"] for name in ("offline", "translate_batch")]
         ratios["offline / translate_batch, CPU time"] = round(cpu_rate[0] / cpu_rate[1], 3)
     offline_cpu_ms = 1000 / runs["offline"]["sentences_per_cpu_second"]
@@ -367,8 +366,8 @@ def checked_bleu(args) -> float | None:
     if bleu is None and not args.allow_untrained:
         sys.exit(
             f"error: {args.model} records no validation BLEU in its model card: benchmark a trained "
-            f"checkpoint (an untrained one decodes every sentence to its length limit), or pass "
-            f"--allow-untrained"
+            "checkpoint (an untrained one decodes every sentence to its length limit), or pass "
+            "--allow-untrained"
         )
     return bleu
 

@@ -1,10 +1,11 @@
-"""Fidelity of the engines on a test set: each engine's BLEU and how many lines equal `generate`'s, greedy and beam 4.
+"""Fidelity of the engines on a test set: each engine's BLEU and how many lines equal `generate`'s, greedy and
+beam 4.
 
     python scripts/tools/compare_engines.py CHECKPOINT --dataset MULTI30K --source-lang de --target-lang en \
         --output docs/benchmarks/engine-fidelity-epyc-2core.json
 
-transformers (`generate`, the reference), CTranslate2 float32 and CTranslate2 int8 decode the split's sources with
-the paper's decoding (each sentence its source length + 50 tokens); the JSON names the CPU.
+transformers (`generate`, the reference), CTranslate2 float32 and CTranslate2 int8 decode the split's sources
+with the paper's decoding (each sentence its source length + 50 tokens); the JSON names the CPU.
 """
 
 import json
@@ -62,7 +63,9 @@ def main() -> None:
             reference_outputs.setdefault(decoding, outputs)  # transformers' come first
             report["runs"][f"{engine_name} {decoding}"] = {
                 "bleu": round(sacrebleu.corpus_bleu(outputs, [references]).score, 2),
-                "lines_as_transformers": sum(a == b for a, b in zip(outputs, reference_outputs[decoding], strict=True)),
+                "lines_as_transformers": sum(
+                    a == b for a, b in zip(outputs, reference_outputs[decoding], strict=True)
+                ),
                 "seconds": round(time.perf_counter() - started, 1),
             }
             print(engine_name, decoding, report["runs"][f"{engine_name} {decoding}"], flush=True)

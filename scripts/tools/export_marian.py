@@ -1,4 +1,5 @@
-"""Export a trained model directory to a stock MarianMTModel directory, and optionally to CTranslate2 beside it."""
+"""Export a trained model directory to a stock MarianMTModel directory, and optionally to CTranslate2 beside
+it."""
 
 
 from transformers import MarianMTModel
@@ -43,7 +44,9 @@ def main() -> None:
     difference = max_logit_difference(model, MarianMTModel.from_pretrained(marian_dir))
     print(f"saved {marian_dir}: max |logit difference| to the original on random inputs {difference:.2e}")
     if args.ctranslate2_output_dir:
-        path = convert_to_ctranslate2(args.model_dir, args.ctranslate2_output_dir, args.quantization, args.overwrite)
+        path = convert_to_ctranslate2(
+            args.model_dir, args.ctranslate2_output_dir, args.quantization, args.overwrite
+        )
         print(f"saved {path} (CTranslate2, {args.quantization or 'weights as saved'})")
 
 

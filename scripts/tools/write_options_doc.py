@@ -1,4 +1,5 @@
-"""Write docs/options.md, every flag of the user-facing scripts by --help section, from the scripts' own parsers.
+"""Write docs/options.md, every flag of the user-facing scripts by --help section, from the scripts' own
+parsers.
 
     python scripts/tools/write_options_doc.py           # after changing a flag, its help or its default
 """
@@ -14,7 +15,8 @@ REPOSITORY = Path(__file__).resolve().parents[2]
 
 def build_parser() -> ArgumentParser:
     parser = ArgumentParser(description=__doc__)
-    parser.add_argument("--output", default=None, help="the page to write (default: docs/options.md of this repository)")
+    parser.add_argument("--output", default=None, help="the page to write (default: docs/options.md of this "
+        "repository)")
     add_logging_argument(parser)
     return parser
 

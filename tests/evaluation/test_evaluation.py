@@ -487,9 +487,8 @@ def test_selection_makes_its_choice_what_generate_decodes_with(tiny_model_copy, 
     chosen = model.generate(**batch, max_new_tokens=6, num_beams=3, length_penalty=1.3, output_scores=True,
                             return_dict_in_generate=True)  # fmt: skip
     default = model.generate(**batch, max_new_tokens=6, output_scores=True, return_dict_in_generate=True)
-    assert torch.equal(
-        default.sequences_scores, chosen.sequences_scores
-    )  # beam search's scores, with its penalty
+    # beam search's scores, with its penalty
+    assert torch.equal(default.sequences_scores, chosen.sequences_scores)
 
     greedy = SelectionGrid(num_beams=[1], report_splits=())
     select_on_validation([tiny_model_copy], data, tmp_path / "out", greedy, QUIET)

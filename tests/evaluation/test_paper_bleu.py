@@ -63,7 +63,9 @@ def test_cased_unlike_the_lowercased_tokenized_bleu():
     # "Das" and "Haus" match nothing: 1-grams 4/6, 2-grams 3/5, 3-grams 2/4, 4-grams 1/3
     scores = score_paper_bleu(["Das Haus ist sehr groß ."], ["das haus ist sehr groß ."], "de")
     assert scores["bleu"] == pytest.approx(100 * (4 / 6 * 3 / 5 * 2 / 4 * 1 / 3) ** (1 / 4))
-    assert score_paper_bleu(["Das Haus ist groß ."], ["Das Haus ist groß ."], "de")["bleu"] == pytest.approx(100)
+    assert score_paper_bleu(["Das Haus ist groß ."], ["Das Haus ist groß ."], "de")["bleu"] == pytest.approx(
+        100
+    )
 
 
 def test_equals_sacrebleu_tokenize_none_on_text_split_by_hand():

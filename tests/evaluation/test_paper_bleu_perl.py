@@ -1,8 +1,9 @@
 """The paper's BLEU against the perl scripts themselves.
 
-paper_bleu_perl/ holds what replace-unicode-punctuation.perl, tokenizer.perl, get_ende_bleu.sh's ##AT## one-liner
-and multi-bleu.perl (mosesdecoder 34452895) printed for German and English text with curly quotes, ellipses,
-apostrophes, compounds and lines ending in white space; its README.md holds the commands that made them.
+paper_bleu_perl/ holds what replace-unicode-punctuation.perl, tokenizer.perl, get_ende_bleu.sh's ##AT##
+one-liner and multi-bleu.perl (mosesdecoder 34452895) printed for German and English text with curly quotes,
+ellipses, apostrophes, compounds and lines ending in white space; its README.md holds the commands that made
+them.
 """
 
 import re

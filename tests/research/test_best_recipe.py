@@ -1,7 +1,7 @@
-"""scripts/research/best_recipe.sh end to end on a tiny corpus and model: every stage runs, each direction's final choice
-uses the models the recipe names; given again, it redoes nothing. (A stopped stage goes on where it stopped:
-run_tries resumes every run, tests/test_tries.py; distill.py writes its directory only once whole, so the script
-skips one that exists.)"""
+"""scripts/research/best_recipe.sh end to end on a tiny corpus and model: every stage runs, each direction's
+final choice uses the models the recipe names; given again, it redoes nothing. (A stopped stage goes on where
+it stopped: run_tries resumes every run, tests/test_tries.py; distill.py writes its directory only once whole,
+so the script skips one that exists.)"""
 
 import dataclasses
 import json
@@ -37,7 +37,12 @@ def test_the_recipe_trains_every_model_and_chooses_each_direction_on_validation(
         rows = [{"translation": {"de": pair["source"], "en": pair["target"]}} for pair in pairs]
         (small / f"{split}.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
     config = tiny_config(
-        str(small), tmp_path / "bpe", tmp_path / "unused", max_steps=4, save_interval_updates=2, average_last=2
+        str(small),
+        tmp_path / "bpe",
+        tmp_path / "unused",
+        max_steps=4,
+        save_interval_updates=2,
+        average_last=2,
     )
     config_file = tmp_path / "tiny.yaml"
     config_file.write_text(yaml.safe_dump(dataclasses.asdict(config)))
@@ -61,7 +66,8 @@ def test_the_recipe_trains_every_model_and_chooses_each_direction_on_validation(
     for stage, runs in (("teachers", 2), ("students", 6)):
         tries = json.loads((out / stage / "tries.json").read_text())["tries"]
         assert len(tries) == runs and all(row["training_exit"] == 0 == row["selection_exit"] for row in tries)
-    # Each student trained on its direction's diversified pairs: the originals, then both teachers' translations.
+    # Each student trained on its direction's diversified pairs: the originals, then both teachers'
+    # translations.
     provenance = json.loads((out / "data/diversified-en-de/distillation.json").read_text())
     assert provenance["rows"]["train"] == 3 * 120
     assert [teacher["side"] for teacher in provenance["teachers"]] == ["forward", "backward"]
@@ -69,8 +75,15 @@ def test_the_recipe_trains_every_model_and_chooses_each_direction_on_validation(
     assert right_to_left.config.right_to_left
     assert yaml.safe_load((out / "students/de-en-seed6/training_config.yaml").read_text())["seed"] == 6
     # The students at the paper's base width; the right-to-left models at the config's.
-    for run, width in (("en-de-seed3", 512), ("de-en-seed6", 512), ("en-de-r2l-seed7", None), ("de-en-r2l-seed7", None)):
-        overrides = yaml.safe_load((out / "students" / run / "training_config.yaml").read_text())["model_overrides"]
+    for run, width in (
+        ("en-de-seed3", 512),
+        ("de-en-seed6", 512),
+        ("en-de-r2l-seed7", None),
+        ("de-en-r2l-seed7", None),
+    ):
+        overrides = yaml.safe_load((out / "students" / run / "training_config.yaml").read_text())[
+            "model_overrides"
+        ]
         assert overrides.get("d_model") == width, run
     students = out / "students"
     for direction, members, reverse, r2l in (
@@ -94,7 +107,9 @@ def test_the_recipe_trains_every_model_and_chooses_each_direction_on_validation(
     again = run_recipe(environment)
     assert again.returncode == 0, again.stderr[-3000:]
     assert again.stdout.count("is chosen already (remove it to choose again)") == 2
-    assert [(out / direction / "selection.json").stat().st_mtime for direction in ("en-de", "de-en")] == chosen_at
+    assert [
+        (out / direction / "selection.json").stat().st_mtime for direction in ("en-de", "de-en")
+    ] == chosen_at
     select_logs = "".join(log.read_text() for log in (out / "students/logs").glob("*.select.log"))
     assert select_logs.count("made with these flags from these weights: kept") == 6
 

@@ -149,11 +149,10 @@ class CountingTranslations:
 
 
 def count_translations(monkeypatch, counting: CountingTranslations) -> None:
-    monkeypatch.setattr(
-        TransformersEngine,
-        "translate",
-        lambda engine, sentences, options: counting(engine, sentences, options),
-    )
+    def translate(engine, sentences, options):
+        return counting(engine, sentences, options)
+
+    monkeypatch.setattr(TransformersEngine, "translate", translate)
 
 
 def test_a_teacher_that_fails_leaves_no_directory_and_a_second_try_goes_on_where_it_stopped(
@@ -231,7 +230,6 @@ def test_translations_saved_by_an_earlier_version_are_named_in_one_line(
         ValueError, match=rf"{translations.stem} holds translations saved by an earlier version: "
     ):
         distill_dataset(pairs_of(tiny_dataset), tmp_path / "again", *options, options=OPTIONS)
-
 
 def test_a_training_sentence_with_a_line_break_is_named_before_any_decoding(
     tiny_model_dir, tmp_path, monkeypatch

@@ -1,5 +1,5 @@
-"""The target-language model that reranking weighs (hf_vanilla.research.language_model): trained with transformers' Trainer,
-saved whole or not at all, scoring each sentence by its per-token log-likelihood."""
+"""The target-language model that reranking weighs (hf_vanilla.research.language_model): trained with
+transformers' Trainer, saved whole or not at all, scoring each sentence by its per-token log-likelihood."""
 
 import json
 import shutil
@@ -103,9 +103,9 @@ def test_the_script_trains_on_the_target_side_and_names_a_missing_tokenizer(
     corpus_path, tiny_model_dir, tmp_path
 ):
     missing = run_script(
-        "research/train_language_model.py", "--dataset", corpus_path, "--source-lang", "en", "--target-lang", "de",
-        "--epochs", "1", "--device", "cpu", "--quiet", "--tokenizer", tmp_path / "none", "--output-dir",
-        tmp_path / "lm",
+        "research/train_language_model.py", "--dataset", corpus_path, "--source-lang", "en",
+        "--target-lang", "de", "--epochs", "1", "--device", "cpu", "--quiet",
+        "--tokenizer", tmp_path / "none", "--output-dir", tmp_path / "lm",
     )  # fmt: skip
     assert missing.returncode == 1 and missing.stderr.splitlines()[-1].startswith("error: ")
     assert "Traceback" not in missing.stderr and not (tmp_path / "lm").exists()

@@ -37,8 +37,9 @@ from hf_vanilla.research.reranking import (
 from hf_vanilla.translation.decoding import DecodingOptions, translate_nbest, translate_sentences
 from hf_vanilla.translation.engines import EngineSettings, TransformersEngine
 
-# A sentence's log-probability is a float32 sum of ~50 terms: batched with other sentences or alone, on CPUs with other
-# kernels, it agrees to a few parts in ten million (1.9e-5 of -57.3 seen on an AVX512 Xeon), not to an absolute 1e-5.
+# A sentence's log-probability is a float32 sum of ~50 terms: batched with other sentences or alone, on CPUs
+# with other kernels, it agrees to a few parts in ten million (1.9e-5 of -57.3 seen on an AVX512 Xeon), not to
+# an absolute 1e-5.
 FLOAT32_SUM = 1e-6
 REFERENCES = ["A man rides a bike.", "Two dogs play in the snow.", "Nothing.", "Children."]
 
@@ -127,7 +128,8 @@ def test_rerank_weighs_each_feature_against_beam_searchs_score():
         "a"
     ]
     both = {**reverse, RIGHT_TO_LEFT_WEIGHT: [[-0.2, -2.0], [-1.0]]}
-    # 0.5 reverse alone prefers the second (-1.0 against -1.1); right to left at 0.1 tips it back (-1.2, -1.12)
+    # 0.5 reverse alone prefers the second (-1.0 against -1.1); right to left at 0.1 tips it back (-1.2,
+    # -1.12)
     assert rerank(nbest, both, {REVERSE_WEIGHT: 0.5, RIGHT_TO_LEFT_WEIGHT: 0.0})[0] == "explains the source"
     assert rerank(nbest, both, {REVERSE_WEIGHT: 0.5, RIGHT_TO_LEFT_WEIGHT: 0.1})[0] == "beam's choice"
     with pytest.raises(ValueError, match="at least 0"):

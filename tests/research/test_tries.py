@@ -1,4 +1,5 @@
-"""The tries runner: tries side by side, each chosen on validation, every one listed; bad tries refused up front."""
+"""The tries runner: tries side by side, each chosen on validation, every one listed; bad tries refused up
+front."""
 
 import dataclasses
 import json
@@ -201,7 +202,13 @@ def test_a_stopped_runner_stops_every_run_with_a_save_and_lists_it(tiny_config_f
     )
     output = tmp_path / "out"
     runner = subprocess.Popen(
-        [sys.executable, str(SCRIPTS / "research" / "run_tries.py"), str(tries_file), "--output-dir", str(output)],
+        [
+            sys.executable,
+            str(SCRIPTS / "research" / "run_tries.py"),
+            str(tries_file),
+            "--output-dir",
+            str(output),
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -240,7 +247,8 @@ def test_a_tries_own_dataset_wins_over_the_runners_and_the_runners_minutes_over_
 ):
     tries_file = tmp_path / "tries.yaml"
     tries_file.write_text(
-        f"config: {tiny_config_file}\ntries:\n  plain: --max-minutes 5\n  distilled: --dataset out/distilled\n"
+        f"config: {tiny_config_file}\ntries:\n  plain: --max-minutes 5\n  distilled: --dataset "
+        "out/distilled\n"
     )
     plain, distilled = load_tries(tries_file, dataset="any/dataset", minutes=2)[0]
     assert (plain.config.dataset, plain.config.max_minutes) == ("any/dataset", 2)

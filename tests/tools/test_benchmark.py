@@ -1,4 +1,5 @@
-"""The benchmark runs on a tiny model and reports what it promises; the model's speed paths change no result."""
+"""The benchmark runs on a tiny model and reports what it promises; the model's speed paths change no
+result."""
 
 import json
 import os
@@ -84,7 +85,8 @@ def test_report_names_the_hardware_and_software(results):
 
 
 def test_auto_is_float32_on_a_cpu_without_native_bf16():
-    """An AVX2-only CPU, emulated: bf16 matmuls there are ~40x slower than fp32, so auto must not pick bf16."""
+    """An AVX2-only CPU, emulated: bf16 matmuls there are ~40x slower than fp32, so auto must not pick
+    bf16."""
     code = (
         "from hf_vanilla.tools.benchmark import environment, describe_environment, resolve_dtypes; "
         "print(resolve_dtypes(('auto',), 'cpu'), resolve_dtypes(('float32', 'auto'), 'cpu')); "
@@ -104,7 +106,12 @@ def test_auto_is_float32_on_a_cpu_without_native_bf16():
 
 def test_each_engine_decodes_every_shape_beside_ours_in_each_compute_type_it_takes(results):
     pytest.importorskip("ctranslate2")
-    assert [(case["batch_size"], case["num_beams"]) for case in results["engines"]] == [(2, 1), (2, 4), (1, 1), (1, 4)]
+    assert [(case["batch_size"], case["num_beams"]) for case in results["engines"]] == [
+        (2, 1),
+        (2, 4),
+        (1, 1),
+        (1, 4),
+    ]
     expected = [("transformers", "float32"), ("ctranslate2", "int8"), ("ctranslate2", "float32")]
     for case in results["engines"]:
         assert [(row["engine"], row["compute_type"]) for row in case["engines"]] == expected
@@ -149,10 +156,13 @@ def test_peak_memory_sees_a_temporary_tensor():
     assert 60 * 2**20 < memory.peak_bytes < 100 * 2**20
 
 
+QUICK_TINY_BENCHMARK = [sys.executable, "scripts/tools/benchmark.py", "--size", "tiny", "--quick"]
+
+
 def test_script_quick_mode_writes_json(tmp_path):
     output = tmp_path / "bench.json"
-    command = [sys.executable, "scripts/tools/benchmark.py", "--size", "tiny", "--quick", "--dtype", "float32"]
-    command += ["--attn", "sdpa", "--generation-batch-sizes", "1", "--engine", "transformers", "--output", str(output)]
+    command = [*QUICK_TINY_BENCHMARK, "--dtype", "float32", "--attn", "sdpa", "--generation-batch-sizes", "1"]
+    command += ["--engine", "transformers", "--output", str(output)]
     command += ["--clock", "cpu", "--threads", "1"]
     this_checkout = {**os.environ, "PYTHONPATH": str(REPO)}  # not an installed copy elsewhere
     run = subprocess.run(command, check=True, capture_output=True, text=True, cwd=REPO, env=this_checkout)
@@ -168,8 +178,10 @@ def test_a_compute_type_the_cpu_lacks_is_one_line_before_any_timing():
     ctranslate2 = pytest.importorskip("ctranslate2")
     if "float16" in ctranslate2.get_supported_compute_types("cpu"):
         pytest.skip("this CPU runs float16")
-    command = [sys.executable, "scripts/tools/benchmark.py", "--size", "tiny", "--quick", "--compute-type", "float16"]
-    run = subprocess.run(command, capture_output=True, text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    command = [*QUICK_TINY_BENCHMARK, "--compute-type", "float16"]
+    run = subprocess.run(
+        command, capture_output=True, text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}
+    )
     assert run.returncode != 0 and "Traceback" not in run.stderr and "benchmark tiny" not in run.stderr
     assert run.stderr.splitlines()[-1].startswith("error: compute type float16 is not supported")
 
@@ -246,7 +258,8 @@ def test_logits_to_keep_projects_only_the_last_positions():
 
 @pytest.mark.parametrize("num_beams", [1, 4])
 def test_static_cache_generates_what_the_dynamic_cache_does(num_beams):
-    """The static cache (the one `generate` compiles on a GPU) gives positions as a tensor: same tokens, scores."""
+    """The static cache (the one `generate` compiles on a GPU) gives positions as a tensor: same tokens,
+    scores."""
     model = VanillaTransformerForConditionalGeneration(
         VanillaTransformerConfig.from_preset("tiny", vocab_size=40)
     ).eval()
@@ -297,8 +310,8 @@ def test_static_compiled_generation_asks_generate_to_compile_on_any_device():
 
 def test_a_checkpoint_counts_as_trained_by_its_validation_bleu_never_its_test_bleu(tmp_path):
     """The benchmarks' guard against untrained checkpoints reads the validation BLEU of the card: a card that
-    records only test scores gives None, not its test BLEU; of the validation rows, the first (cased) BLEU, not a
-    higher lowercased one."""
+    records only test scores gives None, not its test BLEU; of the validation rows, the first (cased) BLEU,
+    not a higher lowercased one."""
 
     def card_with(*splits: str) -> Path:
         results = [
@@ -307,7 +320,9 @@ def test_a_checkpoint_counts_as_trained_by_its_validation_bleu_never_its_test_bl
         ]
         directory = tmp_path / "-".join(splits)
         directory.mkdir()
-        ModelCard.from_template(ModelCardData(model_name="m", eval_results=results)).save(directory / "README.md")
+        ModelCard.from_template(ModelCardData(model_name="m", eval_results=results)).save(
+            directory / "README.md"
+        )
         return directory
 
     assert recorded_validation_bleu(tmp_path) is None  # no card at all

@@ -1,5 +1,5 @@
-"""The MarianMT export computes the same translation function and loads with plain transformers; the CTranslate2
-conversion of the same trained model translates like it."""
+"""The MarianMT export computes the same translation function and loads with plain transformers; the
+CTranslate2 conversion of the same trained model translates like it."""
 
 import subprocess
 import sys
@@ -36,7 +36,8 @@ def tokenizer():
 
 
 def scrambled_model(tokenizer, **overrides) -> VanillaTransformerForConditionalGeneration:
-    """A tiny model whose every weight, LayerNorms and biases included, is random: a wrong permutation shows."""
+    """A tiny model whose every weight, LayerNorms and biases included, is random: a wrong permutation
+    shows."""
     config = VanillaTransformerConfig.from_preset(
         "tiny", **config_kwargs_from_tokenizer(tokenizer), **overrides
     )
@@ -169,7 +170,8 @@ def test_export_of_a_saved_model_checks_it_as_every_loader_does(copy_model, toke
 
 @pytest.mark.parametrize("quantization", ["float32", "int8"])
 def test_ctranslate2_translates_like_the_model(copy_model, tokenizer, tmp_path, quantization):
-    """The trained copy model, converted straight from our weights (no Marian in between), in float32 and int8."""
+    """The trained copy model, converted straight from our weights (no Marian in between), in float32 and
+    int8."""
     ctranslate2 = pytest.importorskip("ctranslate2")
     save_ctranslate2_model(copy_model, tokenizer, tmp_path, quantization)
     translator = ctranslate2.Translator(str(tmp_path))

@@ -1,6 +1,6 @@
 """scripts/tools/gpu_report.sh at its smoke size on the CPU: the parts run, and report.json holds what they
-measured; a part that fails is recorded as failed while the others stand. The default suite runs one part of each
-kind (each part is a process of some seconds of imports); the slow suite runs the whole report."""
+measured; a part that fails is recorded as failed while the others stand. The default suite runs one part of
+each kind (each part is a process of some seconds of imports); the slow suite runs the whole report."""
 
 import json
 import os
@@ -32,7 +32,14 @@ def gpu_report(out_dir, *flags) -> subprocess.CompletedProcess:
     # This checkout's code in this interpreter, on one thread: tiny models gain nothing from a second.
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHON": sys.executable, "OMP_NUM_THREADS": "1"}
     # Time enough for a busy machine: the report's 8 minutes are a GPU's.
-    command = ["bash", str(REPO / "scripts" / "tools" / "gpu_report.sh"), str(out_dir), *flags, "--minutes", "30"]
+    command = [
+        "bash",
+        str(REPO / "scripts" / "tools" / "gpu_report.sh"),
+        str(out_dir),
+        *flags,
+        "--minutes",
+        "30",
+    ]
     return subprocess.run(command, capture_output=True, text=True, env=env, timeout=1800)
 
 
@@ -55,33 +62,46 @@ def test_smoke_parts_run_and_hold_their_measures(smoke_run):
 
 @pytest.mark.slow
 def test_smoke_report_runs_every_part_and_holds_its_measures(tiny_dataset, tiny_model_dir, tmp_path):
-    check_smoke_report(*smoke_report(tmp_path, tiny_dataset, tiny_model_dir), ["prepare", *TRAINING, *DECODING])
+    check_smoke_report(
+        *smoke_report(tmp_path, tiny_dataset, tiny_model_dir), ["prepare", *TRAINING, *DECODING]
+    )
 
 
 def check_smoke_report(out_dir, flags, stdout, parts):
     report = json.loads((out_dir / "report.json").read_text())
     assert report["smoke"] is True
     command = ["bash", "scripts/tools/gpu_report.sh", str(out_dir), *flags, "--minutes", "30"]
-    assert [shlex.split(line) for line in report["commands"]] == [command]  # bash's %q quoting, as a shell reads it
+    # bash's %q quoting, as a shell reads it
+    assert [shlex.split(line) for line in report["commands"]] == [command]
     assert list(report["parts"]) == list(parts)
     for name, part in report["parts"].items():
         assert (part["status"], part["exit_code"]) == ("ok", 0), (name, part)
         assert part["seconds"] > 0 and (out_dir / part["log"]).stat().st_size > 0
         assert name in stdout
     environment = report["environment"]
-    assert (environment["torch"], environment["transformers"]) == (torch.__version__, transformers.__version__)
+    assert (environment["torch"], environment["transformers"]) == (
+        torch.__version__,
+        transformers.__version__,
+    )
     peak = environment["matmul_peak"]["flops_per_second"]
     assert peak > 0 and environment["device"] == "cpu"
     for name, config in TRAINING.items():
         if name not in parts:
             continue
         part = report["parts"][name]
-        assert (part["config"], part["updates"], part["first_log_step"]) == (config, SMOKE_UPDATES, SMOKE_LOG_INTERVAL)
+        assert (part["config"], part["updates"], part["first_log_step"]) == (
+            config,
+            SMOKE_UPDATES,
+            SMOKE_LOG_INTERVAL,
+        )
         assert part["log_records"] == SMOKE_UPDATES // SMOKE_LOG_INTERVAL
         assert part["updates_per_second"] > 0 and part["target_tokens_per_second"] > 0
         assert part["seconds_to_first_log"] > 0 and "Training step (compile=" in part["training_step"]
         # The pace is the log's: updates between the first and the last record over the seconds between them.
-        log = [json.loads(line) for line in (out_dir / "runs" / name / "train_log.jsonl").read_text().splitlines()]
+        log = [
+            json.loads(line)
+            for line in (out_dir / "runs" / name / "train_log.jsonl").read_text().splitlines()
+        ]
         pace = (log[-1]["step"] - log[0]["step"]) / (log[-1]["elapsed_seconds"] - log[0]["elapsed_seconds"])
         assert part["updates_per_second"] == pytest.approx(pace, rel=1e-3)
         flops = report["data"][config]["flops_per_target_token"]
@@ -97,7 +117,9 @@ def check_smoke_report(out_dir, flags, stdout, parts):
         assert all(case["new_tokens_per_second"] > 0 and case["ratio"] > 0 for case in part["cases"])
 
 
-def test_a_failed_part_is_recorded_and_a_rerun_replaces_only_its_own_record(smoke_run, tiny_model_dir, tmp_path):
+def test_a_failed_part_is_recorded_and_a_rerun_replaces_only_its_own_record(
+    smoke_run, tiny_model_dir, tmp_path
+):
     out_dir = tmp_path / "report"
     shutil.copytree(smoke_run[0], out_dir)
     empty = tmp_path / "no-data"

@@ -1,4 +1,5 @@
-"""The small-corpus sweep's subsets: the same seeded pairs for every run, the whole validation and test splits."""
+"""The small-corpus sweep's subsets: the same seeded pairs for every run, the whole validation and test
+splits."""
 
 import json
 
@@ -13,7 +14,9 @@ def corpus(tmp_path):
     folder = tmp_path / "multi30k"
     folder.mkdir()
     for split, size in (("train", 50), ("validation", 7), ("test", 5)):
-        rows = [{"translation": {"de": f"{split} {index}", "en": f"{split} {index}"}} for index in range(size)]
+        rows = [
+            {"translation": {"de": f"{split} {index}", "en": f"{split} {index}"}} for index in range(size)
+        ]
         (folder / f"{split}.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
     return folder
 
@@ -36,9 +39,15 @@ def test_a_subset_larger_than_the_corpus_is_refused_in_one_line(corpus, tmp_path
 
 def test_the_marian_baseline_alone_is_refused_in_one_line_before_anything_trains(corpus, tmp_path):
     threads = torch.get_num_threads()  # the sweep runs on one thread; the tests after this one keep theirs
-    sweep = Sweep(corpus, tmp_path / "work", minutes=0.1, sizes=(20,), language_pairs=("de-en",), recipes=("marian",))
+    sweep = Sweep(
+        corpus, tmp_path / "work", minutes=0.1, sizes=(20,), language_pairs=("de-en",), recipes=("marian",)
+    )
     try:
-        with pytest.raises(ValueError, match=r"run the size table recipe first \(--recipes 'size table' marian\)"):
+        with pytest.raises(
+            ValueError,
+            match=r"run the size table recipe first \(--recipes 'size table' "
+            r"marian\)",
+        ):
             run_sweep(sweep, tmp_path / "report.json")
     finally:
         torch.set_num_threads(threads)
