@@ -1,13 +1,15 @@
-"""The Transformer of "Attention Is All You Need" (Vaswani et al., 2017), in the order of the paper's sections.
+"""The Transformer of "Attention Is All You Need" (Vaswani et al., 2017), in the order of its sections.
 
 3.2 attention: 3.2.1 the formula, 3.2.2 multi-head attention, 3.2.3 the masks as -inf; 3.3 the feed-forward
 layer; 3.4 the embeddings, 3.5 the positional encoding; 3.1 the residual connections, layers and stacks that
 assemble them; 3 the encoder-decoder, with 3.4's one matrix shared by both embeddings and the pre-softmax
-projection. Below the paper, the two CPU attention kernels' names (attention_kernels.py); the transformers
-versions' differences live in compat.py. Imports only torch, transformers (with huggingface_hub, its own
-dependency) and the files beside it, so a saved model directory can carry them and load with
-`trust_remote_code=True`. Shapes: B batch, S source length, T target length, L either, D d_model, H heads,
-K head size, V vocabulary.
+projection. Each module's forward is its equation; the machinery around it (kernel choice, the key/value
+cache, input checks, the masks' set-up) sits in small named helpers beside it, and the departures from the
+paper (word dropout, LayerDrop, pre-LN) are switches of the config, off by default. Below the paper, the two
+CPU attention kernels' names (attention_kernels.py); the transformers versions' differences live in
+compat.py. Imports only torch, transformers (with huggingface_hub, its own dependency) and the files beside
+it, so a saved model directory can carry them and load with `trust_remote_code=True`. Shapes: B batch,
+S source length, T target length, L either, D d_model, H heads, K head size, V vocabulary.
 """
 
 import math
@@ -48,9 +50,10 @@ def scaled_dot_product_attention(
     dropout: float = 0.0,
     **kwargs,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """3.2.1 Attention(Q, K, V) = softmax(QK^T / sqrt(d_k)) V: q (B,H,T,K), k/v (B,H,S,K) -> (B,T,H,K), (B,H,T,S).
+    """3.2.1 Attention(Q, K, V) = softmax(QK^T / sqrt(d_k)) V.
 
-    The "eager" attention of transformers' interface; `attention_mask` as `mask_illegal_connections` takes it.
+    q (B,H,T,K), k/v (B,H,S,K) -> (B,T,H,K), weights (B,H,T,S). The "eager" attention of transformers'
+    interface; `attention_mask` as `mask_illegal_connections` takes it.
     """
     scores = torch.matmul(query, key.transpose(2, 3)) * scaling  # scaling = 1 / sqrt(d_k)
     scores = mask_illegal_connections(scores, attention_mask, module.is_causal)
@@ -60,7 +63,7 @@ def scaled_dot_product_attention(
 
 
 class MultiHeadAttention(nn.Module):
-    """3.2.2 MultiHead(Q, K, V) = Concat(head_1..head_h) W^O: (B,T,D) [, memory (B,S,D)] -> (B,T,D), weights."""
+    """3.2.2 MultiHead(Q, K, V) = Concat(head_1..head_h) W^O: (B,T,D) [, (B,S,D)] -> (B,T,D), weights."""
 
     def __init__(
         self, config: VanillaTransformerConfig, layer_idx: int, is_causal: bool, is_cross_attention: bool
@@ -74,18 +77,14 @@ class MultiHeadAttention(nn.Module):
         self.scaling = self.head_dim**-0.5
         self.dropout = config.attention_dropout
         d_model = config.d_model
-        # The paper's projections W^Q, W^K, W^V, W^O have no bias. Fused into one matmul where inputs coincide.
+        # The paper's projections W^Q, W^K, W^V, W^O have no bias. Fused into one matmul where inputs
+        # coincide.
         if is_cross_attention:
             self.q_proj = nn.Linear(d_model, d_model, bias=False)
             self.kv_proj = nn.Linear(d_model, 2 * d_model, bias=False)
         else:
             self.qkv_proj = nn.Linear(d_model, 3 * d_model, bias=False)
         self.out_proj = nn.Linear(d_model, d_model, bias=False)
-
-    def _split_heads(self, states: torch.Tensor, parts: int) -> tuple[torch.Tensor, ...]:
-        """(B, L, parts*D) -> `parts` tensors of (B, H, L, K)."""
-        batch, length, _ = states.shape
-        return states.view(batch, length, parts, -1, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
 
     def forward(
         self,
@@ -96,24 +95,26 @@ class MultiHeadAttention(nn.Module):
         **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         query, key, value = self._project(hidden_states, key_value_states, cache)  # Q W_i^Q, K W_i^K, V W_i^V
+        dropout = self.dropout if self.training else 0.0
+        # head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V) for all i at once: (B,T,H,K)
+        heads, weights = self._attention(kwargs)(
+            self, query, key, value, attention_mask, dropout=dropout, scaling=self.scaling, **kwargs
+        )
+        concatenated = heads.reshape(*hidden_states.shape[:-1], -1)  # Concat(head_1..head_h): (B,T,D)
+        return self.out_proj(concatenated), weights  # W^O
+
+    def _attention(self, kwargs: dict) -> Callable:
+        """The kernel computing 3.2.1: "eager" is the formula above; "sdpa", flash and flex attention are
+        transformers' kernels for it."""
         implementation = self.config._attn_implementation
-        # "eager" is the formula above; "sdpa", flash and flex attention are transformers' kernels for it
-        attention: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
-            implementation, scaled_dot_product_attention
-        )
         if implementation in SDPA_MASKED and kwargs.get("output_attentions", self.config.output_attentions):
-            attention = scaled_dot_product_attention  # the formula takes "sdpa" masks and returns the weights
-        heads, weights = attention(  # head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V) for all i: (B,T,H,K)
-            self,
-            query,
-            key,
-            value,
-            attention_mask,
-            dropout=self.dropout if self.training else 0.0,
-            scaling=self.scaling,
-            **kwargs,
-        )
-        return self.out_proj(heads.reshape(*hidden_states.shape[:-1], -1)), weights  # Concat(heads) W^O
+            return scaled_dot_product_attention  # the formula takes "sdpa" masks and returns the weights
+        return ALL_ATTENTION_FUNCTIONS.get_interface(implementation, scaled_dot_product_attention)
+
+    def _split_heads(self, states: torch.Tensor, parts: int) -> tuple[torch.Tensor, ...]:
+        """(B, L, parts*D) -> `parts` tensors of (B, H, L, K)."""
+        batch, length, _ = states.shape
+        return states.view(batch, length, parts, -1, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
 
     def _project(
         self,
@@ -121,23 +122,29 @@ class MultiHeadAttention(nn.Module):
         key_value_states: torch.Tensor | None,
         cache: EncoderDecoderCache | None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Queries (B,H,T,K) of `hidden_states`; keys and values (B,H,S,K) of `key_value_states` (cross-attention)
-        or `hidden_states`, after those of earlier decoding steps, which the cache keeps."""
+        """Queries (B,H,T,K) of `hidden_states`; keys and values (B,H,S,K) of `key_value_states`
+        (cross-attention) or `hidden_states`, after those of earlier decoding steps, which the cache keeps."""
         if not self.is_cross_attention:
             query, key, value = self._split_heads(self.qkv_proj(hidden_states), 3)
             if cache is not None:
                 key, value = cache.self_attention_cache.update(key, value, self.layer_idx)
             return query, key, value
         (query,) = self._split_heads(self.q_proj(hidden_states), 1)
+        return query, *self._memory_keys_and_values(key_value_states, cache)
+
+    def _memory_keys_and_values(
+        self, key_value_states: torch.Tensor, cache: EncoderDecoderCache | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Cross-attention's keys and values (B,H,S,K) of the encoder output, computed once per decoding: the
+        encoder output does not change while decoding, the cache keeps them after the first step."""
         if cache is not None and cache.is_updated.get(self.layer_idx):
-            # The encoder output does not change while decoding: its keys and values are computed once.
             layer = cache.cross_attention_cache.layers[self.layer_idx]
-            return query, layer.keys, layer.values
+            return layer.keys, layer.values
         key, value = self._split_heads(self.kv_proj(key_value_states), 2)
         if cache is not None:
             key, value = cache.cross_attention_cache.update(key, value, self.layer_idx)
             cache.is_updated[self.layer_idx] = True
-        return query, key, value
+        return key, value
 
 
 def mask_illegal_connections(
@@ -146,13 +153,14 @@ def mask_illegal_connections(
     """3.2.3 Set to -inf the scores of illegal connections, so that softmax gives them weight 0: (B,H,T,S).
 
     Illegal are padding keys and, in the decoder's self-attention, the positions after the query's own.
-    `attention_mask` (B or 1, 1, T, S) comes from transformers' masking_utils: True where query t may see key s
-    (the "sdpa" masks), or already 0 or -inf to add (the "eager" masks); None where every key is visible, or
-    where the decoder's causal mask is left to `is_causal`.
+    `attention_mask` (B or 1, 1, T, S) comes from transformers' masking_utils: True where query t may see
+    key s (the "sdpa" masks), or already 0 or -inf to add (the "eager" masks); None where every key is
+    visible, or where the decoder's causal mask is left to `is_causal`.
     """
     query_length, key_length = scores.shape[-2:]
     if attention_mask is None and is_causal and query_length > 1:
-        # The last T of S positions are the queries': query t sees the cached keys and its own and earlier ones.
+        # The last T of S positions are the queries': query t sees the cached keys and its own and earlier
+        # ones.
         attention_mask = torch.ones(query_length, key_length, dtype=torch.bool, device=scores.device)
         attention_mask = attention_mask.tril(key_length - query_length)
     if attention_mask is None:
@@ -180,10 +188,11 @@ class PositionwiseFeedForward(nn.Module):
 
 
 class TokenEmbedding(nn.Module):
-    """3.4 Embedding * sqrt(d_model) plus 3.5 positional encoding, then dropout: ids (B,L) or embeddings (B,L,D) -> (B,L,D).
+    """3.4 Embedding * sqrt(d_model) plus 3.5 positional encoding, then dropout: ids (B,L) -> (B,L,D).
 
-    `word_dropout` (training only): each token's embedding zeroed with this probability before its position is
-    added (`source_word_dropout` / `target_word_dropout`)."""
+    Or embeddings (B,L,D) in place of the ids. `word_dropout` (training only, a departure from the paper):
+    each token's embedding zeroed with this probability before its position is added (`source_word_dropout` /
+    `target_word_dropout`)."""
 
     def __init__(self, config: VanillaTransformerConfig, word_dropout: float = 0.0):
         super().__init__()
@@ -200,40 +209,57 @@ class TokenEmbedding(nn.Module):
         inputs_embeds: torch.Tensor | None = None,
         offset: int | torch.Tensor = 0,
     ) -> torch.Tensor:
-        """`inputs_embeds` replace the lookup `embed_tokens(input_ids)` (scaled and positioned all the same)."""
+        """`inputs_embeds` replace the lookup `embed_tokens(input_ids)`, scaled and positioned the same."""
+        token_embeddings = self._drop_words(self._lookup(input_ids, inputs_embeds, offset))
+        positions = self.embed_positions(token_embeddings.shape[1], offset)
+        embeddings = token_embeddings * self.embed_scale + positions
+        return F.dropout(embeddings, p=self.dropout, training=self.training)
+
+    def _lookup(
+        self, input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None, offset: int | torch.Tensor
+    ) -> torch.Tensor:
+        """The embedding of each token, (B,L,D), after the inputs are checked."""
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("pass exactly one of input_ids and inputs_embeds")
         if not is_torchdynamo_compiling() and isinstance(offset, int):  # a static cache's offset is a tensor
-            self._check_inputs(input_ids, inputs_embeds, offset)
-        if inputs_embeds is None:
-            inputs_embeds = self.embed_tokens(input_ids)
-        if self.training and self.word_dropout:
-            # Word dropout: whole tokens vanish, their positions stay; not rescaled, a missing word is no signal.
-            kept = torch.rand(inputs_embeds.shape[:2], device=inputs_embeds.device) >= self.word_dropout
-            inputs_embeds = inputs_embeds * kept.unsqueeze(-1).to(inputs_embeds.dtype)
-        embeddings = inputs_embeds * self.embed_scale + self.embed_positions(inputs_embeds.shape[1], offset)
-        return F.dropout(embeddings, p=self.dropout, training=self.training)
+            self._check_ids(input_ids, offset)
+            length = (input_ids if inputs_embeds is None else inputs_embeds).shape[1]
+            check_length(self.config, offset + length)
+        return self.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds
 
-    def _check_inputs(self, input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None, offset: int):
-        """Name the problem here rather than fail with an index error deep inside torch.
+    def _drop_words(self, embeddings: torch.Tensor) -> torch.Tensor:
+        """Word dropout: whole tokens vanish, their positions stay; not rescaled, a missing word is no
+        signal."""
+        if not (self.training and self.word_dropout):
+            return embeddings
+        kept = torch.rand(embeddings.shape[:2], device=embeddings.device) >= self.word_dropout
+        return embeddings * kept.unsqueeze(-1).to(embeddings.dtype)
 
-        Ids are checked on the first call (offset 0) only: a decoding step's ids come from the model itself, and
-        their min/max would cost a device synchronisation every step. Nor in training on an accelerator, for the
-        same reason every update: the training script checks its tokenizer against the model once, before.
+    def _check_ids(self, input_ids: torch.Tensor | None, offset: int):
+        """Name a token id outside the vocabulary here rather than fail with an index error deep inside torch.
+
+        Ids are checked on the first call (offset 0) only: a decoding step's ids come from the model itself,
+        and their min/max would cost a device synchronisation every step. Nor in training on an accelerator,
+        for the same reason every update: the training script checks its tokenizer against the model once,
+        before.
         """
         checked = input_ids is not None and (input_ids.device.type == "cpu" or not self.training)
-        if offset == 0 and checked and input_ids.numel():
-            if input_ids.min() < 0 or input_ids.max() >= self.config.vocab_size:
-                raise ValueError(
-                    f"token ids must be in [0, vocab_size={self.config.vocab_size}), got ids from "
-                    f"{input_ids.min().item()} to {input_ids.max().item()}: does the tokenizer match the model?"
-                )
-        length = offset + (input_ids if inputs_embeds is None else inputs_embeds).shape[1]
-        if length > self.config.max_position_embeddings:
+        if not (offset == 0 and checked and input_ids.numel()):
+            return
+        if input_ids.min() < 0 or input_ids.max() >= self.config.vocab_size:
             raise ValueError(
-                f"sequence of {length} tokens is longer than max_position_embeddings="
-                f"{self.config.max_position_embeddings}; truncate the input or raise max_position_embeddings"
+                f"token ids must be in [0, vocab_size={self.config.vocab_size}), got ids from "
+                f"{input_ids.min().item()} to {input_ids.max().item()}: does the tokenizer match the model?"
             )
+
+
+def check_length(config: VanillaTransformerConfig, length: int):
+    """A sequence longer than the table of positions is named here, with its remedy."""
+    if length > config.max_position_embeddings:
+        raise ValueError(
+            f"sequence of {length} tokens is longer than max_position_embeddings="
+            f"{config.max_position_embeddings}; truncate the input or raise max_position_embeddings"
+        )
 
 
 def sinusoidal_positions(num_positions: int, d_model: int) -> torch.Tensor:
@@ -258,12 +284,15 @@ class SinusoidalPositionalEncoding(nn.Module):
         )
 
     def forward(self, length: int, offset: int | torch.Tensor = 0) -> torch.Tensor:
-        # Indexed, not sliced: a static cache gives its length as a tensor, which must not become a Python int.
+        # Indexed, not sliced: a static cache gives its length as a tensor, which must not become a Python
+        # int.
         return self.table[torch.arange(length, device=self.table.device) + offset]
 
 
 class ResidualConnection(nn.Module):
-    """3.1 + 5.4 LayerNorm(x + Dropout(Sublayer(x))), or x + Dropout(Sublayer(LayerNorm(x))) with pre_layernorm."""
+    """3.1 + 5.4 LayerNorm(x + Dropout(Sublayer(x))): (B,L,D) -> (B,L,D).
+
+    With pre_layernorm (a departure): x + Dropout(Sublayer(LayerNorm(x)))."""
 
     def __init__(self, config: VanillaTransformerConfig):
         super().__init__()
@@ -284,7 +313,7 @@ class ResidualConnection(nn.Module):
 
 
 class EncoderLayer(GradientCheckpointingLayer):
-    """3.1 Encoder layer: self-attention then feed-forward, each in a residual connection: (B,S,D) -> (B,S,D)."""
+    """3.1 Encoder layer: self-attention then feed-forward, each in a residual connection: (B,S,D) -> same."""
 
     def __init__(self, config: VanillaTransformerConfig, layer_idx: int):
         super().__init__()
@@ -306,7 +335,9 @@ class EncoderLayer(GradientCheckpointingLayer):
 
 
 class DecoderLayer(GradientCheckpointingLayer):
-    """3.1 Decoder layer: masked self-attention, attention over the encoder output, feed-forward: (B,T,D) -> (B,T,D)."""
+    """3.1 Decoder layer: masked self-attention, attention over the encoder output (B,S,D), feed-forward.
+
+    (B,T,D) -> (B,T,D)."""
 
     def __init__(self, config: VanillaTransformerConfig, layer_idx: int):
         super().__init__()
@@ -327,7 +358,8 @@ class DecoderLayer(GradientCheckpointingLayer):
         **kwargs: Unpack[TransformersKwargs],
     ) -> torch.Tensor:
         hidden_states = self.self_attn_residual(
-            hidden_states, lambda x: self.self_attn(x, attention_mask=attention_mask, cache=cache, **kwargs)[0]
+            hidden_states,
+            lambda x: self.self_attn(x, attention_mask=attention_mask, cache=cache, **kwargs)[0],
         )
         hidden_states = self.encoder_attn_residual(
             hidden_states,
@@ -343,7 +375,7 @@ class DecoderLayer(GradientCheckpointingLayer):
 
 
 class VanillaTransformerPreTrainedModel(PipelineCodeAndCardMixin, PreTrainedModel):
-    """3 The base of the stacks and models: transformers' settings and the reference code's Xavier initialisation."""
+    """3 The base of the stacks and models: transformers' settings, the reference code's Xavier init."""
 
     config: VanillaTransformerConfig
     config_class = VanillaTransformerConfig
@@ -357,7 +389,7 @@ class VanillaTransformerPreTrainedModel(PipelineCodeAndCardMixin, PreTrainedMode
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module):
-        """Xavier/Glorot uniform for every weight matrix and the shared embedding, as the reference code does."""
+        """Xavier/Glorot uniform for every weight matrix and the shared embedding, as the reference code."""
         if isinstance(module, (nn.Linear, nn.Embedding)):
             init.xavier_uniform_(module.weight)
             if getattr(module, "bias", None) is not None:
@@ -373,7 +405,11 @@ class LayerStack(VanillaTransformerPreTrainedModel):
     """3.1 N identical layers over token embeddings, a final LayerNorm only with pre_layernorm: -> (B,L,D)."""
 
     def __init__(
-        self, config: VanillaTransformerConfig, layer_class: type[nn.Module], num_layers: int, word_dropout: float
+        self,
+        config: VanillaTransformerConfig,
+        layer_class: type[nn.Module],
+        num_layers: int,
+        word_dropout: float,
     ):
         super().__init__(config)
         self.embeddings = TokenEmbedding(config, word_dropout)
@@ -391,11 +427,17 @@ class LayerStack(VanillaTransformerPreTrainedModel):
         self.embeddings.embed_tokens = value
 
     def active_layers(self) -> list[nn.Module]:
-        """The layers this forward runs: in training each skipped with `layer_dropout` (LayerDrop, Fan et al., 2019)."""
+        """The layers this forward runs: in training each skipped with `layer_dropout` (LayerDrop, Fan et al.,
+        2019), a departure from the paper."""
         if not (self.training and self.layer_dropout):
             return list(self.layers)
         kept = torch.rand(len(self.layers)) >= self.layer_dropout  # on the CPU: no device synchronisation
         return [layer for layer, keep in zip(self.layers, kept.tolist(), strict=True) if keep]
+
+    def final_norm(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        """The stack's last LayerNorm with pre_layernorm (its layers leave their sums unnormalised); post-LN,
+        the paper's, needs none."""
+        return hidden_states if self.final_layer_norm is None else self.final_layer_norm(hidden_states)
 
 
 class VanillaTransformerEncoder(LayerStack):
@@ -420,13 +462,11 @@ class VanillaTransformerEncoder(LayerStack):
         )
         for layer in self.active_layers():
             hidden_states = layer(hidden_states, attention_mask, **kwargs)
-        if self.final_layer_norm is not None:
-            hidden_states = self.final_layer_norm(hidden_states)
-        return BaseModelOutput(last_hidden_state=hidden_states)
+        return BaseModelOutput(last_hidden_state=self.final_norm(hidden_states))
 
 
 class VanillaTransformerDecoder(LayerStack):
-    """3.1 Decoder: embeddings then N decoder layers over the encoder output: ids (B,T), (B,S,D) -> (B,T,D)."""
+    """3.1 Decoder: embeddings then N decoder layers over the encoder output: (B,T), (B,S,D) -> (B,T,D)."""
 
     _can_record_outputs = {
         "hidden_states": DecoderLayer,
@@ -450,26 +490,11 @@ class VanillaTransformerDecoder(LayerStack):
         use_cache: bool | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPastAndCrossAttentions:
-        use_cache = self.config.use_cache if use_cache is None else use_cache
-        if use_cache and cache is None:
-            cache = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
-        elif cache is not None and not isinstance(cache, EncoderDecoderCache):
-            # A plain cache holds the self-attention keys and values; cross-attention ones are computed anew.
-            cache = EncoderDecoderCache(cache, DynamicCache(config=self.config))
+        cache = self._cache(cache, use_cache)
         past_length = cache.get_seq_length() if cache is not None else 0
         hidden_states = self.embeddings(input_ids, inputs_embeds, offset=past_length)
-        self_attention_cache = cache.self_attention_cache if cache is not None else None
-        causal_mask = create_causal_mask(
-            config=self.config,
-            inputs_embeds=hidden_states,
-            attention_mask=attention_mask,
-            **{CACHE_NAME: self_attention_cache},
-        )
-        encoder_attention_mask = create_bidirectional_mask(
-            config=self.config,
-            inputs_embeds=hidden_states,
-            attention_mask=encoder_attention_mask,
-            encoder_hidden_states=encoder_hidden_states,
+        causal_mask, encoder_attention_mask = self._masks(
+            hidden_states, attention_mask, encoder_hidden_states, encoder_attention_mask, cache
         )
         for layer in self.active_layers():
             hidden_states = layer(
@@ -480,13 +505,57 @@ class VanillaTransformerDecoder(LayerStack):
                 cache=cache,
                 **kwargs,
             )
-        if self.final_layer_norm is not None:
-            hidden_states = self.final_layer_norm(hidden_states)
-        return BaseModelOutputWithPastAndCrossAttentions(last_hidden_state=hidden_states, **{CACHE_NAME: cache})
+        return BaseModelOutputWithPastAndCrossAttentions(
+            last_hidden_state=self.final_norm(hidden_states), **{CACHE_NAME: cache}
+        )
+
+    def _cache(self, cache: Cache | None, use_cache: bool | None) -> EncoderDecoderCache | None:
+        """The keys and values of earlier decoding steps: a new cache where asked for, a plain one wrapped."""
+        use_cache = self.config.use_cache if use_cache is None else use_cache
+        if use_cache and cache is None:
+            return EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
+        if cache is not None and not isinstance(cache, EncoderDecoderCache):
+            # A plain cache holds the self-attention keys and values; cross-attention ones are computed anew.
+            return EncoderDecoderCache(cache, DynamicCache(config=self.config))
+        return cache
+
+    def _masks(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        encoder_hidden_states: torch.Tensor,
+        encoder_attention_mask: torch.Tensor | None,
+        cache: EncoderDecoderCache | None,
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """3.2.3 The (B,1,T,S) masks from the (B,L) padding masks: causal and padding for the self-attention,
+        the source's padding for the attention over the encoder output, in the kernel's form."""
+        causal_mask = create_causal_mask(
+            config=self.config,
+            inputs_embeds=hidden_states,
+            attention_mask=attention_mask,
+            **{CACHE_NAME: cache.self_attention_cache if cache is not None else None},
+        )
+        encoder_attention_mask = create_bidirectional_mask(
+            config=self.config,
+            inputs_embeds=hidden_states,
+            attention_mask=encoder_attention_mask,
+            encoder_hidden_states=encoder_hidden_states,
+        )
+        return causal_mask, encoder_attention_mask
+
+
+def cross_entropy(
+    logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch: int | torch.Tensor | None
+) -> torch.Tensor:
+    """Cross-entropy of logits (B,T,V) against labels (B,T), -100 ignored: the mean over the labelled tokens,
+    or their sum divided by `num_items_in_batch` (transformers' Trainer over accumulated batches)."""
+    reduction = "mean" if num_items_in_batch is None else "sum"
+    loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), reduction=reduction)
+    return loss if num_items_in_batch is None else loss / num_items_in_batch
 
 
 def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
-    """3.1 The output embeddings offset by one position: decoder input t is label t-1, the first decoder_start.
+    """3.1 Output embeddings offset by one position: decoder input t is label t-1, the first decoder_start.
 
     -100 (an ignored label) becomes pad: (B,T) -> (B,T).
     """
@@ -507,8 +576,9 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
         super().__init__(config)
         # 3.4 "we share the same weight matrix between the two embedding layers and the pre-softmax linear
         # transformation": this one. The encoder's and decoder's `embed_tokens` and the `lm_head` of
-        # VanillaTransformerForConditionalGeneration are tied to it by `_tied_weights_keys`, which transformers
-        # applies after init and loading, and keeps through save_pretrained and resize_token_embeddings.
+        # VanillaTransformerForConditionalGeneration are tied to it by `_tied_weights_keys`, which
+        # transformers applies after init and loading, and keeps through save_pretrained and
+        # resize_token_embeddings.
         self.shared = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
         self.encoder = VanillaTransformerEncoder(config)
         self.decoder = VanillaTransformerDecoder(config)
@@ -523,7 +593,8 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
         self.decoder.set_input_embeddings(value)
 
     def get_expanded_tied_weights_keys(self, all_submodels: bool = False) -> dict:
-        """3.4 Both stacks read `shared`, whatever tie_word_embeddings (which unties the output projection only)."""
+        """3.4 Both stacks read `shared`, whatever tie_word_embeddings (which unties the output projection
+        only)."""
         if all_submodels:
             return super().get_expanded_tied_weights_keys(all_submodels=True)
         return dict(self._tied_weights_keys)
@@ -544,18 +615,11 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
         **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqModelOutput:
         r"""
-        inputs_embeds, decoder_inputs_embeds (`torch.Tensor` of shape `(batch_size, length, d_model)`): in place of
-            `input_ids` / `decoder_input_ids`, what `get_input_embeddings()` gives for them (the model scales them
-            by sqrt(d_model) and adds positions, as it does for ids).
+        inputs_embeds, decoder_inputs_embeds (`torch.Tensor` of shape `(batch_size, length, d_model)`): in
+            place of `input_ids` / `decoder_input_ids`, what `get_input_embeddings()` gives for them (the
+            model scales them by sqrt(d_model) and adds positions, as it does for ids).
         """
-        if encoder_outputs is None:
-            if input_ids is None and inputs_embeds is None:
-                raise ValueError("pass input_ids (the source tokens), inputs_embeds or encoder_outputs")
-            encoder_outputs = self.encoder(
-                input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, **kwargs
-            )
-        elif not isinstance(encoder_outputs, BaseModelOutput):
-            encoder_outputs = BaseModelOutput(*encoder_outputs)
+        encoder_outputs = self._encode(input_ids, attention_mask, inputs_embeds, encoder_outputs, kwargs)
         if decoder_input_ids is None and decoder_inputs_embeds is None:
             raise ValueError("pass decoder_input_ids or labels (decoder inputs are labels shifted right)")
         decoder_outputs = self.decoder(
@@ -579,9 +643,28 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
             **{CACHE_NAME: getattr(decoder_outputs, CACHE_NAME)},
         )
 
+    def _encode(
+        self,
+        input_ids: torch.LongTensor | None,
+        attention_mask: torch.Tensor | None,
+        inputs_embeds: torch.Tensor | None,
+        encoder_outputs: BaseModelOutput | tuple | None,
+        kwargs: dict,
+    ) -> BaseModelOutput:
+        """The encoder's output z, computed here unless given (generate computes it once, before decoding)."""
+        if encoder_outputs is not None:
+            if isinstance(encoder_outputs, BaseModelOutput):
+                return encoder_outputs
+            return BaseModelOutput(*encoder_outputs)
+        if input_ids is None and inputs_embeds is None:
+            raise ValueError("pass input_ids (the source tokens), inputs_embeds or encoder_outputs")
+        return self.encoder(
+            input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, **kwargs
+        )
+
 
 class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedModel, GenerationMixin):
-    """3.4 The model plus the pre-softmax projection, the shared embedding matrix unless untied: -> logits (B,T,V)."""
+    """3.4 The model plus the pre-softmax projection, the shared embedding unless untied: -> (B,T,V)."""
 
     # 3.4: the pre-softmax projection is the one shared matrix (with tie_word_embeddings, the default)
     _tied_weights_keys = {"lm_head.weight": "model.shared.weight"}
@@ -614,12 +697,13 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         r"""
         inputs_embeds, decoder_inputs_embeds (`torch.Tensor` of shape `(batch_size, length, d_model)`): see
             `VanillaTransformerModel.forward`.
-        labels (`torch.LongTensor` of shape `(batch_size, target_length)`): target ids, -100 where ignored. When
-            given, decoder inputs default to the labels shifted right and the loss is cross-entropy averaged over
-            the labelled tokens, or summed and divided by `num_items_in_batch`. The paper's label smoothing
-            (section 5.4) is a training setting: `hf_vanilla.training.train` applies it to the logits.
-        logits_to_keep (`int` or `torch.Tensor`): project only the last `logits_to_keep` positions (0: all), or
-            these target positions, to the vocabulary; `generate` asks for the last one.
+        labels (`torch.LongTensor` of shape `(batch_size, target_length)`): target ids, -100 where ignored.
+            When given, decoder inputs default to the labels shifted right and the loss is cross-entropy
+            averaged over the labelled tokens, or summed and divided by `num_items_in_batch`. The paper's
+            label smoothing (section 5.4) is a training setting: `hf_vanilla.training.train` applies it to
+            the logits.
+        logits_to_keep (`int` or `torch.Tensor`): project only the last `logits_to_keep` positions (0: all),
+            or these target positions, to the vocabulary; `generate` asks for the last one.
         """
         if labels is not None:
             use_cache = False
@@ -639,14 +723,8 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         )
         kept = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep
         logits = self.lm_head(outputs.last_hidden_state[:, kept])
-        loss = None
-        if labels is not None:
-            reduction = "mean" if num_items_in_batch is None else "sum"
-            loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), reduction=reduction)
-            if num_items_in_batch is not None:
-                loss = loss / num_items_in_batch
         return Seq2SeqLMOutput(
-            loss=loss,
+            loss=None if labels is None else cross_entropy(logits, labels, num_items_in_batch),
             logits=logits,
             decoder_hidden_states=outputs.decoder_hidden_states,
             decoder_attentions=outputs.decoder_attentions,
@@ -658,9 +736,10 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         )
 
     def generate(self, *args, generation_config: GenerationConfig | None = None, **kwargs):
-        """transformers' `generate`; asked for no output limit anywhere, it runs to the decoder's positions rather
-        than to transformers' default of 20 new tokens, which would cut most translations. (A limit saved in the
-        generation config instead would make generate warn at every call that sets max_new_tokens.)"""
+        """transformers' `generate`; asked for no output limit anywhere, it runs to the decoder's positions
+        rather than to transformers' default of 20 new tokens, which would cut most translations. (A limit
+        saved in the generation config instead would make generate warn at every call that sets
+        max_new_tokens.)"""
         settings = generation_config if generation_config is not None else self.generation_config
         limits = ("max_length", "max_new_tokens")  # generate's two ways to bound a translation
         if all(kwargs.get(name) is None and getattr(settings, name, None) is None for name in limits):
