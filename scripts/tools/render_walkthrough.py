@@ -17,7 +17,7 @@ import re
 import sys
 from pathlib import Path
 
-from hf_vanilla.cli import ArgumentParser
+from hf_vanilla.cli import ArgumentParser, add_logging_argument, configure_logging
 
 REPO = Path(__file__).resolve().parents[2]
 NOTEBOOK = REPO / "docs" / "walkthrough.ipynb"
@@ -40,6 +40,7 @@ def build_parser() -> ArgumentParser:
         action="store_true",
         help="execute nothing; exit 1 when docs/walkthrough.md's cell sources differ from the notebook's",
     )
+    add_logging_argument(parser)
     return parser
 
 
@@ -123,6 +124,7 @@ def render(cells: list[dict]) -> str:
 
 def main() -> None:
     args = build_parser().parse_args()
+    configure_logging(args.log_level)
     if args.check:
         if stale_cells():
             sys.exit(f"{RENDERED} differs from {NOTEBOOK.name}: python scripts/tools/render_walkthrough.py")
