@@ -3,10 +3,11 @@
 POST / takes {"inputs": text or [texts], "parameters": {...}, "options": {...}} and answers
 [{"translation_text": ...}, ...], one a text, in order, as a Hub translation model answers, so that
 `huggingface_hub.InferenceClient(model="http://HOST:PORT").translation(...)` works unchanged. GET / is the
-page for a browser; POST /attention gives one translation with the cross-attention behind it. Every error,
+page for a browser; POST /attention gives one translation with the cross-attention behind it, from the
+serving engine or, where it gives none, from the reference model loaded beside it on first use. Every error,
 whoever raises it, is {"error": one line} with the status saying whose fault it is: 400 a malformed
-request, 413 / 422 a request over the server's limits, 501 attention from an engine without it, 503 (with
-Retry-After) a full queue or a model still loading, 500 the server's own failure (never the client's input).
+request, 413 / 422 a request over the server's limits, 503 (with Retry-After) a full queue or a model still
+loading, 500 the server's own failure (never the client's input).
 A body is refused once it passes the byte limit, before it is all read. The routes read what they share from
 the app's state (`Service`).
 """
@@ -36,7 +37,7 @@ from hf_vanilla.checkpoints.loading import decoding_for, load_config
 from hf_vanilla.model.configuration_vanilla import VanillaTransformerConfig
 from hf_vanilla.model.decoding import PAPER_GENERATION_KWARGS, max_new_tokens_room, resolve_decoding
 from hf_vanilla.model.hub import checkpoint_card
-from hf_vanilla.serving.attention import AttentionQuery
+from hf_vanilla.serving.attention import AttentionModel, AttentionQuery, attention_settings
 from hf_vanilla.serving.batching import DEFAULT_BATCHING, Batcher, BatchingSettings, QueueFull, RequestRefused
 from hf_vanilla.serving.page import PageSettings, page_html
 from hf_vanilla.translation.decoding import DecodingOptions, unencodable_character
@@ -190,6 +191,10 @@ class AttentionOutput(BaseModel):
     )
     cross_attention_heads: list[list[list[list[float]]]] | None = Field(
         None, description="layer, head, output token, source token: with parameters.heads"
+    )
+    translation_engine: str = Field(description="the engine that translated: the one serving POST /")
+    attention_engine: str = Field(
+        description="the engine that gave the weights: the serving one, or the reference loaded beside it"
     )
 
 
@@ -365,7 +370,8 @@ async def worker_answer(
 class Service:
     """What the routes share, kept in the app's state: the batcher, the options a request without
     generate_parameters decodes with, the request limits, the decoder's room for new tokens, the language
-    pair of the model (if its card names one), and the page."""
+    pair of the model (if its card names one), the page, and the model that weighs translations for
+    POST /attention where the serving engine gives no attention."""
 
     batcher: Batcher
     base: DecodingOptions
@@ -373,6 +379,7 @@ class Service:
     room: int
     pair: tuple[str, str] | None
     page: str
+    attention_model: AttentionModel
 
 
 def _service(request: Request) -> Service:
@@ -451,7 +458,9 @@ async def attention(
     def submit():
         check_request_size([body.inputs], limits)
         options = request_options(service.base, parameters.generate_parameters, limits, service.room)
-        query = AttentionQuery(body.inputs, options, parameters.heads, limits.max_attention_tokens)
+        query = AttentionQuery(
+            body.inputs, options, parameters.heads, limits.max_attention_tokens, service.attention_model
+        )
         return batcher.submit_job(query)
 
     answer = await worker_answer(batcher, request, submit)
@@ -517,7 +526,9 @@ def create_app(
     app = FastAPI(title="hf_vanilla translation", summary=f"Translation with {checkpoint}", lifespan=lifespan)
     app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes)
     app.state.batcher = batcher
-    app.state.service = Service(batcher, base, limits, room, pair, service_page(base, limits, pair))
+    attention_model = AttentionModel(lambda: load_engine(checkpoint, attention_settings(engine)))
+    page = service_page(base, limits, pair)
+    app.state.service = Service(batcher, base, limits, room, pair, page, attention_model)
     app.add_exception_handler(RequestValidationError, malformed)
     app.add_exception_handler(HTTPException, http_error)
     app.add_exception_handler(Exception, internal_error)

@@ -1,9 +1,19 @@
 """POST /attention's work on the worker: one sentence translated as POST / translates it, and the
-cross-attention behind that translation as JSON (`hf_vanilla.translation.attention`), for the page's heatmap and for any
-other client."""
+cross-attention behind that translation as JSON (`hf_vanilla.translation.attention`), for the page's heatmap
+and for any other client.
+
+The engine that serves translates; an engine with the `ATTENTION` ability weighs its translation (every
+layer and head, teacher-forced): the serving engine itself where it has the ability, else the reference
+engine loaded beside it on the first request for attention (`AttentionModel`), so that a server whose clients
+never ask for attention holds one model only.
+"""
 
 from __future__ import annotations
 
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,36 +23,81 @@ from hf_vanilla.model.decoding import cut_source
 from hf_vanilla.serving.batching import RequestRefused
 from hf_vanilla.translation.attention import SentenceAttentions
 from hf_vanilla.translation.decoding import DecodingOptions
-from hf_vanilla.translation.engines import ATTENTION, TranslationEngine, missing_ability
+from hf_vanilla.translation.engines import (
+    ATTENTION,
+    EngineSettings,
+    TranslationEngine,
+    engine_abilities,
+    engine_names,
+)
 
+logger = logging.getLogger(__name__)
 DECIMALS = 4  # of each weight in the JSON: a heatmap shows no finer difference, and the answer stays small
+
+
+def attention_settings(serving: EngineSettings) -> EngineSettings:
+    """The engine that weighs translations beside the serving engine: the first registered with `ATTENTION`
+    (the reference first), on the same device and threads."""
+    able = next(name for name in engine_names() if ATTENTION in engine_abilities()[name])
+    return EngineSettings(able, device=serving.device, threads=serving.threads)
+
+
+class AttentionModel:
+    """The engine that weighs translations for an engine without `ATTENTION`: loaded by `load` on first use,
+    once, and used by one worker at a time (teacher forcing switches the model's attention kernel)."""
+
+    def __init__(self, load: Callable[[], TranslationEngine]):
+        self._load = load
+        self._engine: TranslationEngine | None = None
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def weigher(self, serving: TranslationEngine) -> Iterator[TranslationEngine]:
+        """The engine that weighs `serving`'s translations: `serving` itself where it has `ATTENTION`, else
+        the one loaded beside it."""
+        if ATTENTION in serving.abilities:
+            yield serving
+            return
+        with self._lock:
+            if self._engine is None:
+                self._engine = self._load()
+                logger.info("attention: %s loaded beside the serving engine", self._engine.describe())
+            yield self._engine
 
 
 @dataclass(frozen=True)
 class AttentionQuery:
     """One sentence, the options it decodes with, whether every head's weights are wanted (else their mean a
-    layer), and the most source tokens the server draws attention for."""
+    layer), the most source tokens the server draws attention for, and the model that weighs translations
+    where the serving engine cannot."""
 
     text: str
     options: DecodingOptions
     heads: bool
     max_tokens: int
+    beside: AttentionModel
 
     def __call__(self, engine: TranslationEngine) -> dict[str, Any]:
-        """The answer, computed on the worker (`Batcher.submit_job`); RequestRefused for an engine that gives
-        no attention (501) or a source over `max_tokens` (422)."""
-        if ATTENTION not in engine.abilities:
-            why = "this server's engine gives no attention weights: they need the attention behind a translation"
-            raise RequestRefused(501, missing_ability(engine.describe()["engine"], ATTENTION, why))
+        """The answer, computed on the worker (`Batcher.submit_job`); RequestRefused (422) for a source over
+        `max_tokens`."""
         [source_ids] = engine.encode([self.text])  # its one tokenization
         if len(source_ids) > self.max_tokens:
             raise RequestRefused(
                 422,
-                f"inputs is {len(source_ids)} tokens, over the {self.max_tokens} this server shows attention for "
-                "(--request-max-attention-tokens): send a shorter sentence",
+                f"inputs is {len(source_ids)} tokens, over the {self.max_tokens} this server shows attention "
+                "for (--request-max-attention-tokens): send a shorter sentence",
             )
         source_ids = cut_source(source_ids, engine.max_source_tokens)
-        return attention_json(engine.attention(source_ids, self.options), self.heads)
+        [output_ids] = engine.translate_encoded([source_ids], self.options)
+        [text] = engine.detokenize([output_ids], self.options)
+        with self.beside.weigher(engine) as weigher:
+            attentions = weigher.forced_attention(source_ids, output_ids, text)
+            engines = {"translation_engine": engine_name(engine), "attention_engine": engine_name(weigher)}
+        return {**attention_json(attentions, self.heads), **engines}
+
+
+def engine_name(engine: TranslationEngine) -> str:
+    return engine.describe()["engine"]
 
 
 def attention_json(attentions: SentenceAttentions, heads: bool) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """The translation page (GET /) as a user sees it: headless Chromium, driven by Selenium, on a real server
-process with the tiny model. Its translations are compared with offline `translate_sentences`, its heatmap with
-the attention endpoint's token counts. The browser tests skip where Chromium, chromedriver or Selenium is missing
-(.ci/run installs them); the page's HTTP side is checked in this process without them.
+process with the tiny model. Its translations are compared with offline `translate_sentences`, its heatmap
+with the attention endpoint's token counts, the line under it with the endpoint's engines. The browser tests
+skip where Chromium, chromedriver or Selenium is missing (.ci/run installs them); the page's HTTP side is
+checked in this process without them.
 """
 
 import json
@@ -148,6 +149,8 @@ def test_the_heatmap_has_a_row_an_output_token_and_a_column_a_source_token(page,
     assert heatmap_shape(page) == (outputs, [sources] * outputs)
     labels = [th.text for th in page.find_elements("css selector", "#heatmap thead th")[1:]]
     assert labels == expected["source_tokens"]
+    engine_line = page.find_element("id", "attention-engine").text
+    assert engine_line == f"Attention from the {expected['attention_engine']} engine."
     assert [option.text for option in Select(page.find_element("id", "layer")).options] == ["1", "2"]
 
     assert [option.text for option in Select(page.find_element("id", "head")).options][1:] == [

@@ -1,10 +1,10 @@
-"""The translation service as clients see it: real server processes (scripts/serve.py) on free loopback ports,
-huggingface_hub's InferenceClient and plain HTTP, the tiny model.
+"""The translation service as clients see it: real server processes (scripts/serve.py) on free loopback
+ports, huggingface_hub's InferenceClient and plain HTTP, the tiny model.
 
-Two servers start side by side once for the module: `quick` (the default 5 ms wait) for the answers; `patient`
-(a 3 s wait, so that requests sent together are certain to meet in one batch, and tight limits) for batching and
-misuse, and, in the module's last test, SIGTERM. The model is conftest's sharpened one, so answers are
-compared exactly.
+Two servers start side by side once for the module: `quick` (the default 5 ms wait) for the answers;
+`patient` (a 3 s wait, so that requests sent together are certain to meet in one batch, and tight limits) for
+batching and misuse, and, in the module's last test, SIGTERM. The model is conftest's sharpened one, so
+answers are compared exactly.
 """
 
 import json
@@ -37,7 +37,8 @@ from huggingface_hub import InferenceClient  # noqa: E402
 from hf_vanilla.serving.app import GenerateParameters, RequestLimits, request_options, server_options  # noqa: E402
 from hf_vanilla.serving.batching import DEFAULT_BATCHING  # noqa: E402
 
-PATIENT = ["--max-wait-ms", "3000", "--fixed-wait", "--max-queued-sentences", "6", "--request-max-sentences", "4"]
+PATIENT = ["--max-wait-ms", "3000", "--fixed-wait", "--max-queued-sentences", "6"]
+PATIENT += ["--request-max-sentences", "4"]
 PATIENT += ["--request-max-characters", "300", "--request-max-beams", "4", "--request-max-new-tokens", "16"]
 PATIENT += ["--request-max-attention-tokens", "12"]
 
@@ -149,15 +150,31 @@ BAD_REQUESTS = [
     ({"inputs": "x", "parameters": {"beams": 2}}, 400, "parameters.beams: Extra inputs"),
     (b'{"inputs": "tea \\ud800 cup"}', 400, "inputs holds a lone surrogate ('\\ud800') at character 4"),
     (b'{"inputs": ["a", "\\udfff"]}', 400, "inputs[1] holds a lone surrogate"),
-    (b'{"inputs": "x", "parameters": {"generate_parameters": {"length_penalty": NaN}}}', 400, "length_penalty"),
+    (
+        b'{"inputs": "x", "parameters": {"generate_parameters": {"length_penalty": NaN}}}',
+        400,
+        "length_penalty",
+    ),
     (b'{"inputs": "x", "parameters": {"generate_parameters": {"length_penalty": -Infinity}}}', 400, "length"),
     ({"inputs": "x", "parameters": {"generate_parameters": {"length_penalty": 1e308}}}, 400, "less than or"),
-    ({"inputs": "x", "parameters": {"generate_parameters": {"num_beams": 10**20}}}, 422, "(--request-max-beams)"),
+    (
+        {"inputs": "x", "parameters": {"generate_parameters": {"num_beams": 10**20}}},
+        422,
+        "(--request-max-beams)",
+    ),
     (b"[" * 100_000 + b"]" * 100_000, 413, "the request body is over this server's 7708 bytes"),
     (b'{"inputs": ' + b"[" * 1500 + b"]" * 1500 + b"}", 400, "malformed JSON: nested too deeply"),
     (b'{"inputs": "caf\xe9"}', 400, "malformed JSON: the body is not UTF-8"),
-    ({"inputs": "x", "parameters": {"src_lang": "fr"}}, 422, "src_lang 'fr': this server translates de -> en"),
-    ({"inputs": "x", "parameters": {"tgt_lang": "de"}}, 422, "tgt_lang 'de': this server translates de -> en"),
+    (
+        {"inputs": "x", "parameters": {"src_lang": "fr"}},
+        422,
+        "src_lang 'fr': this server translates de -> en",
+    ),
+    (
+        {"inputs": "x", "parameters": {"tgt_lang": "de"}},
+        422,
+        "tgt_lang 'de': this server translates de -> en",
+    ),
     ({"inputs": "x", "parameters": {"truncation": "cut"}}, 400, "parameters.truncation: Input should be"),
     ({"inputs": "x", "options": {"use_gpu": True}}, 400, "options.use_gpu: Extra inputs"),
     ({"inputs": ["Ein Hund"] * 5}, 413, "5 sentences in one request, this server takes at most 4"),
@@ -183,11 +200,16 @@ BAD_ATTENTION_REQUESTS = [
     (b'{"inputs": "tea \\ud800 cup"}', 400, "inputs holds a lone surrogate"),
     ({"inputs": "x", "parameters": {"heads": "yes"}}, 400, "parameters.heads: Input should be a valid"),
     ({"inputs": "x" * 301}, 413, "301 characters in one request, this server takes at most 300"),
-    ({"inputs": "x", "parameters": {"generate_parameters": {"num_beams": 5}}}, 422, "limit of 4 (--request-max-beams)"),
+    (
+        {"inputs": "x", "parameters": {"generate_parameters": {"num_beams": 5}}},
+        422,
+        "limit of 4 (--request-max-beams)",
+    ),
     (
         {"inputs": "Zwei junge Männer stehen am Ufer eines breiten Flusses."},
         422,
-        "over the 12 this server shows attention for (--request-max-attention-tokens): send a shorter sentence",
+        "over the 12 this server shows attention for (--request-max-attention-tokens): send a shorter "
+        "sentence",
     ),
 ]
 
@@ -216,6 +238,7 @@ def test_attention_comes_with_the_translation_post_gives_rows_summing_to_one(ser
         attention = answer.json()
         assert attention["translation_text"] == offline(sentences[:1], **{**BEAM, **settings})[0]
         assert ("cross_attention_heads" in attention) == heads
+        assert attention["translation_engine"] == attention["attention_engine"] == "transformers"
     sources, outputs = len(attention["source_tokens"]), len(attention["output_tokens"])
     assert attention["source_tokens"][-1] == "</s>" and outputs >= 1
     greedy = quick.attention(sentences[0], True, num_beams=1).json()
@@ -228,8 +251,14 @@ def test_attention_comes_with_the_translation_post_gives_rows_summing_to_one(ser
 
 def test_the_translation_tasks_documented_parameters_are_taken(servers, offline, sentences):
     patient = servers["patient"]
-    parameters = {"src_lang": "de", "tgt_lang": "en", "truncation": "longest_first", "clean_up_tokenization_spaces": False}
-    payload = {"inputs": sentences[:2], "parameters": parameters, "options": {"use_cache": False, "wait_for_model": True}}
+    parameters = {
+        "src_lang": "de",
+        "tgt_lang": "en",
+        "truncation": "longest_first",
+        "clean_up_tokenization_spaces": False,
+    }
+    options = {"use_cache": False, "wait_for_model": True}
+    payload = {"inputs": sentences[:2], "parameters": parameters, "options": options}
     answer = requests.post(patient.url, json=payload, timeout=30)
     assert answer.status_code == 200, answer.text
     assert [row["translation_text"] for row in answer.json()] == offline(sentences[:2], **BEAM)
@@ -248,7 +277,8 @@ def test_a_source_too_long_to_cut_is_refused_with_do_not_truncate(servers, serve
     payload = {"inputs": ["Ein Hund", long_text], "parameters": {"truncation": "do_not_truncate"}}
     answer = requests.post(patient.url, json=payload, timeout=30)
     assert answer.status_code == 422
-    assert answer.json()["error"].startswith("inputs[1] is ") and f"over the model's {positions} positions" in answer.text
+    assert answer.json()["error"].startswith("inputs[1] is ")
+    assert f"over the model's {positions} positions" in answer.text
     payload["parameters"] = {"truncation": "only_first", "generate_parameters": {"max_new_tokens": 8}}
     assert requests.post(patient.url, json=payload, timeout=30).status_code == 200
 
@@ -272,7 +302,8 @@ def test_an_oversized_body_is_refused_before_it_is_read_and_memory_stays_flat(se
 
     # declared: refused on the header alone; chunked (no length said): refused once the bytes pass the limit
     declared = requests.post(quick.url, data=b"[" * (300 << 20), timeout=60)
-    assert declared.status_code == 413 and "the request body is over this server's" in declared.json()["error"]
+    assert declared.status_code == 413
+    assert "the request body is over this server's" in declared.json()["error"]
     try:
         chunked = requests.post(quick.url, data=stream(300), timeout=60)
         assert chunked.status_code == 413
@@ -358,8 +389,9 @@ def test_sigterm_stops_accepting_answers_every_accepted_request_and_exits_0(serv
     assert "batch: 6 sentences" in stopped.batch_lines()[-1]
 
 
-# Generated requests, valid and not: the Inference API's keys with values of every JSON type, text of every Unicode
-# character (lone surrogates and control characters included), numbers at the edges of float, nesting, extra keys.
+# Generated requests, valid and not: the Inference API's keys with values of every JSON type, text of every
+# Unicode character (lone surrogates and control characters included), numbers at the edges of float, nesting,
+# extra keys.
 _json_leaf = (
     st.none()
     | st.booleans()
@@ -367,9 +399,14 @@ _json_leaf = (
     | st.floats(allow_nan=True, allow_infinity=True)
     | st.text(st.characters(codec=None, exclude_categories=()), max_size=40)
 )
-_json = st.recursive(_json_leaf, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3), max_leaves=12)
+_json = st.recursive(
+    _json_leaf,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=12,
+)
 _character = st.characters(codec=None, exclude_categories=())
-# Short texts, and texts over the server's 20,000 characters (a long text that fits would take minutes to decode)
+# Short texts, and texts over the server's 20,000 characters (a long text that fits would take minutes to
+# decode)
 _text = st.text(_character, max_size=60) | st.builds(str.__mul__, _character, st.integers(20_001, 60_000))
 _generate_parameters = st.fixed_dictionaries(
     {},
@@ -386,7 +423,9 @@ _parameters = st.fixed_dictionaries(
         "generate_parameters": _generate_parameters | _json,
         "src_lang": st.sampled_from(["de", "en", "fr"]) | _json_leaf,
         "tgt_lang": st.sampled_from(["de", "en", "fr"]) | _json_leaf,
-        "truncation": st.sampled_from(["do_not_truncate", "longest_first", "only_first", "only_second"]) | _json_leaf,
+        "truncation": (
+            st.sampled_from(["do_not_truncate", "longest_first", "only_first", "only_second"]) | _json_leaf
+        ),
         "clean_up_tokenization_spaces": _json_leaf,
     },
 )
@@ -405,10 +444,13 @@ _requests = st.fixed_dictionaries(
 )
 
 
-@hypothesis.settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@hypothesis.settings(
+    max_examples=200, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True
+)
 @given(payload=_requests)
 def test_fuzz_any_request_is_answered_200_or_4xx_with_one_line(fuzzed_server, payload):
-    # json.dumps writes NaN and Infinity as Python's parser (and so FastAPI's) reads them, lone surrogates as \ud800
+    # json.dumps writes NaN and Infinity as Python's parser (and so FastAPI's) reads them, lone surrogates as
+    # \ud800
     answer = requests.post(
         fuzzed_server.url, data=json.dumps(payload), headers={"Content-Type": "application/json"}, timeout=60
     )
@@ -433,7 +475,9 @@ _attention_requests = st.fixed_dictionaries(
 ) | st.fixed_dictionaries({}, optional={"inputs": _text | _json, "parameters": _json, "extra": _json})
 
 
-@hypothesis.settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@hypothesis.settings(
+    max_examples=60, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True
+)
 @given(payload=_attention_requests)
 def test_fuzz_any_attention_request_is_answered_200_or_4xx_with_one_line(fuzzed_server, payload):
     answer = requests.post(
@@ -466,11 +510,12 @@ def fuzzed_server(servers, offline, sentences):
 def test_the_ctranslate2_engine_serves_what_generate_answers_batched_and_drains_on_sigterm(
     served_model_dir, offline, sentences, tmp_path
 ):
-    """scripts/serve.py --engine ctranslate2 (float32): the same answers as `translate_sentences`, requests sent
-    together in one batch, the checkpoint's defaults, limits and attention refused in one line, a drained
-    SIGTERM."""
+    """scripts/serve.py --engine ctranslate2 (float32): the same answers as `translate_sentences`, requests
+    sent together in one batch, the checkpoint's defaults and limits, attention from the reference model
+    loaded beside it, a drained SIGTERM."""
     pytest.importorskip("ctranslate2")
-    engine = ("--engine", "ctranslate2", "--compute-type", "float32", "--ctranslate2-dir", str(tmp_path / "ct2"))
+    engine = ("--engine", "ctranslate2", "--compute-type", "float32")
+    engine += ("--ctranslate2-dir", str(tmp_path / "ct2"))
     server = Server(served_model_dir, tmp_path / "ctranslate2.log", *PATIENT, *engine)
     try:
         server.wait_until_ready(STARTUP_SECONDS)
@@ -484,14 +529,35 @@ def test_the_ctranslate2_engine_serves_what_generate_answers_batched_and_drains_
         assert [item["translation_text"] for item in defaults.json()] == offline(sentences[:2], **BEAM)
         assert [item["translation_text"] for item in greedy.json()] == offline(sentences[:2], num_beams=1)
         over = server.translate("Ein Hund.", num_beams=8)
-        assert over.status_code == 422 and list(over.json()) == ["error"] and "--request-max-beams" in over.json()["error"]
-        no_attention = server.attention("Ein Hund.")  # CTranslate2 gives no attention weights
-        assert no_attention.status_code == 501 and "gives no attention weights" in no_attention.json()["error"]
+        assert over.status_code == 422 and list(over.json()) == ["error"]
+        assert "--request-max-beams" in over.json()["error"]
+        check_attention_from_the_model_beside(server)
         with ThreadPoolExecutor(2) as pool:
-            in_flight = [pool.submit(server.translate, inputs) for inputs in (["Ein Hund"], ["Eine Frau", "Ein Mann"])]
+            requests_in_flight = (["Ein Hund"], ["Eine Frau", "Ein Mann"])
+            in_flight = [pool.submit(server.translate, inputs) for inputs in requests_in_flight]
             server.wait_for_queued(3)
             server.process.send_signal(signal.SIGTERM)
             assert [len(future.result().json()) for future in in_flight] == [1, 2]
         assert server.process.wait(timeout=30) == 0
     finally:
         server.kill()
+
+
+def check_attention_from_the_model_beside(server: Server) -> None:
+    """The ctranslate2 server's attention: the reference model, loaded on the first request for it and only
+    once, weighs the translation POST / gives (CTranslate2 gives one layer's attention, not each layer's
+    heads)."""
+    assert "loaded beside the serving engine" not in server.log.read_text()
+    translated = server.translate("Ein Hund.", num_beams=2).json()[0]["translation_text"]
+    answers = {heads: server.attention("Ein Hund.", heads, num_beams=2) for heads in (True, False)}
+    for answer in answers.values():
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["translation_text"] == translated
+        engines = answer.json()["translation_engine"], answer.json()["attention_engine"]
+        assert engines == ("ctranslate2", "transformers")
+    attention = answers[True].json()
+    every_head = torch.tensor(attention["cross_attention_heads"])
+    outputs, sources = len(attention["output_tokens"]), len(attention["source_tokens"])
+    assert every_head.shape == (2, attention["num_heads"], outputs, sources)  # the tiny model's 2 layers
+    torch.testing.assert_close(every_head.sum(-1), torch.ones(every_head.shape[:3]), atol=1e-3, rtol=0)
+    assert server.log.read_text().count("loaded beside the serving engine") == 1

@@ -104,7 +104,18 @@ class TransformersEngine:
         (`hf_vanilla.translation.attention`)."""
         [output_ids] = self.translate_encoded([source_ids], options)
         [text] = self.detokenize([output_ids], options)
-        return teacher_forced_attentions(self.model, self.tokenizer, list(source_ids), output_ids, text)
+        return self.forced_attention(source_ids, output_ids, text)
+
+    def forced_attention(
+        self, source_ids: Sequence[int], output_ids: Sequence[int], text: str
+    ) -> SentenceAttentions:
+        """The attention behind a translation already made, by this engine or another: `output_ids` as an
+        engine's `translate_encoded` gives them for `source_ids` (led by the decoder start token as
+        `generate`'s are, or not as CTranslate2's), teacher-forced through the model; `text` is how it
+        reads."""
+        start = self.model.config.decoder_start_token_id
+        target_ids = list(output_ids) if list(output_ids[:1]) == [start] else [start, *output_ids]
+        return teacher_forced_attentions(self.model, self.tokenizer, list(source_ids), target_ids, text)
 
 
 def load_transformers_engine(
@@ -114,9 +125,8 @@ def load_transformers_engine(
     set."""
     if settings.threads:
         torch.set_num_threads(settings.threads)
-    engine = TransformersEngine(
-        *load_model_and_tokenizer(model_name_or_path, settings.device, settings.dtype)
-    )
+    model, tokenizer = load_model_and_tokenizer(model_name_or_path, settings.device, settings.dtype)
+    engine = TransformersEngine(model, tokenizer)
     if engine.model.device.type == "cpu":
         logger.info("transformers engine: %d threads (--threads)", torch.get_num_threads())
     return engine
