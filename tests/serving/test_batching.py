@@ -18,8 +18,8 @@ TOGETHER = BatchingSettings(max_tokens=1000, max_wait_ms=200)  # sentences sent 
 
 
 class EchoEngine:
-    """Translates a text to itself upper-cased, a word a token; fails a batch holding "poison", cannot tokenize
-    "untokenizable"; counts the texts it tokenizes."""
+    """Translates a text to itself upper-cased, a word a token; fails a batch holding "poison", cannot
+    tokenize "untokenizable"; counts the texts it tokenizes."""
 
     max_source_tokens = 8
     concurrent_batches = 1
@@ -168,7 +168,10 @@ def test_a_job_runs_alone_ahead_of_waiting_batches_and_fails_alone(engine_and_ba
 
 def test_an_engine_without_attention_is_refused_with_one_line(engine_and_batcher):
     engine, _ = engine_and_batcher
-    refusal = r"^this server's engine gives no attention weights.*which the echo engine cannot \(attention\): decode with --engine transformers$"
+    refusal = (
+        r"^this server's engine gives no attention weights.*"
+        r"which the echo engine cannot \(attention\): decode with --engine transformers$"
+    )
     with pytest.raises(RequestRefused, match=refusal) as err:
         AttentionQuery("a b", OPTIONS, heads=False, max_tokens=8)(engine)
     assert err.value.status == 501
@@ -198,18 +201,25 @@ def test_a_served_sentence_meets_the_real_tokenizer_once(tiny_model_dir, monkeyp
     calls = []
     tokenize = type(engine.tokenizer).__call__
     monkeypatch.setattr(
-        type(engine.tokenizer), "__call__", lambda self, text, **kw: calls.append(text) or tokenize(self, text, **kw)
+        type(engine.tokenizer),
+        "__call__",
+        lambda self, text, **kw: calls.append(text) or tokenize(self, text, **kw),
     )
     batcher = Batcher(lambda: engine, OPTIONS, TOGETHER)
     batcher.start()
     batcher.wait_until_loaded()
     calls.clear()  # the warm-up's
     try:
-        answers = asyncio.run(_answers(batcher, (["Ein Hund.", "Zwei Kinder spielen."], True), (["Eine Frau."], True)))
+        answers = asyncio.run(
+            _answers(batcher, (["Ein Hund.", "Zwei Kinder spielen."], True), (["Eine Frau."], True))
+        )
     finally:
         batcher.stop()
     assert calls == [["Ein Hund.", "Zwei Kinder spielen."], ["Eine Frau."]]
-    assert answers == [engine.translate(["Ein Hund.", "Zwei Kinder spielen."], OPTIONS), engine.translate(["Eine Frau."], OPTIONS)]
+    assert answers == [
+        engine.translate(["Ein Hund.", "Zwei Kinder spielen."], OPTIONS),
+        engine.translate(["Eine Frau."], OPTIONS),
+    ]
 
 
 class TwoBatchEngine(EchoEngine):
@@ -244,9 +254,9 @@ def test_an_engine_of_two_replicas_gets_two_workers_and_every_request_its_answer
 @pytest.mark.parametrize("engine_class", [EchoEngine, TwoBatchEngine])
 def test_a_batch_goes_once_the_clients_just_answered_are_back_not_after_the_whole_wait(engine_class):
     """Closed-loop clients (each sends its next sentence when answered): after the first batch, which waits
-    `max_wait_ms` for company, no batch waits for it again (it goes once it holds as many sentences as are still
-    to come back), with one worker or two, but maybe one of the last round: clients that are done look like clients
-    about to come back."""
+    `max_wait_ms` for company, no batch waits for it again (it goes once it holds as many sentences as are
+    still to come back), with one worker or two, but maybe one of the last round: clients that are done look
+    like clients about to come back."""
     engine = engine_class()
     wait_ms, clients, rounds = 1000, 4, 4
     batcher = Batcher(lambda: engine, OPTIONS, BatchingSettings(max_tokens=1000, max_wait_ms=wait_ms))
@@ -265,8 +275,10 @@ def test_a_batch_goes_once_the_clients_just_answered_are_back_not_after_the_whol
     finally:
         batcher.stop()
     assert answers == [[[f"C{number} R{round_}"] for round_ in range(rounds)] for number in range(clients)]
-    assert sorted(engine.batches[1]) == [f"c{number} r0" for number in range(clients)]  # after the warm-up: one wait
-    # The rule of max_wait_ms alone would take `rounds` waits; the first wait, and maybe the last, are the only ones.
+    # after the warm-up: one wait
+    assert sorted(engine.batches[1]) == [f"c{number} r0" for number in range(clients)]
+    # The rule of max_wait_ms alone would take `rounds` waits; the first wait, and maybe the last, are the
+    # only ones.
     assert time.monotonic() - started < (rounds - 1) * wait_ms / 1000
 
 
