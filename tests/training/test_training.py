@@ -251,8 +251,8 @@ def test_late_dropout_trains_without_dropout_then_switches_it_on(tiny_dataset, t
 
 @pytest.mark.parametrize("setting", ["auto", "no"])
 def test_compile_auto_and_no_train_eager(setting):
-    """Only compile=yes compiles: auto stays eager on every device (the CUDA-graph step crashed on an
-    H100)."""
+    """Only compile=yes compiles: auto stays eager on every device (why, the crash included:
+    docs/training.md)."""
     loss_function, how = training_loss_function(setting, rdrop_alpha=1.0)
     assert how == "eager" and loss_function.func is label_smoothed_loss
     assert loss_function.keywords == {"rdrop_alpha": 1.0}
