@@ -1,4 +1,5 @@
-"""Serve a saved model over HTTP: the Hugging Face Inference API's translation task, requests batched on the fly.
+"""Serve a saved model over HTTP: the Hugging Face Inference API's translation task, requests batched on the
+fly.
 
     pip install 'hf_vanilla[serve]'
     python scripts/serve.py outputs/multi30k-small-de-en/checkpoint_best --port 8000
@@ -8,8 +9,8 @@
 Decodes with the checkpoint's generation_config.json (beam size, length penalty) unless a request's
 generate_parameters say otherwise, within the limits set here. GET / is a translation page for a browser, with
 the attention behind each translation (POST /attention); GET /health, /ready, /stats; /docs is the API.
-SIGTERM stops accepting, answers every accepted request and exits 0 (docs/serving.md). Should the model fail to
-load or the worker stop, the service answers 500, drains and exits 1, for its supervisor to restart it.
+SIGTERM stops accepting, answers every accepted request and exits 0 (docs/serving.md). Should the model fail
+to load or the worker stop, the service answers 500, drains and exits 1, for its supervisor to restart it.
 """
 
 import dataclasses
@@ -64,8 +65,8 @@ def build_parser() -> ArgumentParser:
     batching.add_argument(
         "--fixed-wait",
         action="store_true",
-        help="every batch waits the whole --max-wait-ms (default: it goes once the clients just answered have sent "
-        "again)",
+        help="every batch waits the whole --max-wait-ms (default: it goes once the clients just answered "
+        "have sent again)",
     )
     batching.add_argument(
         "--max-queued-sentences",
@@ -105,8 +106,9 @@ def main() -> None:
         )
     except (ValueError, FileNotFoundError) as err:  # a bad setting, or no checkpoint at the path
         sys.exit(f"error: {err}")
-    # uvicorn answers the accepted requests on SIGTERM, then raises the signal again under the handler it found:
-    # this one, so that a drained shutdown exits 0 (as training does on preemption) instead of dying by the signal.
+    # uvicorn answers the accepted requests on SIGTERM, then raises the signal again under the handler it
+    # found: this one, so that a drained shutdown exits 0 (as training does on preemption) instead of dying by
+    # the signal.
     for stop in (signal.SIGTERM, signal.SIGINT):
         signal.signal(stop, lambda signum, frame: logging.info("stopped by %s", signal.Signals(signum).name))
     server = uvicorn.Server(
@@ -123,13 +125,12 @@ def main() -> None:
 
 
 def log_http_stack() -> None:
-    """Which HTTP parser and event loop uvicorn picks ("auto"): the C ones of uvicorn[standard] answer a request
-    in a fraction of the CPU time of the pure-Python h11 and asyncio, time the decoding shares on a small CPU."""
+    """Which HTTP parser and event loop uvicorn picks ("auto"): the C ones of uvicorn[standard] answer a
+    request in a fraction of the CPU time of the pure-Python h11 and asyncio, time the decoding shares on a
+    small CPU."""
     fast = all(importlib.util.find_spec(module) for module in ("httptools", "uvloop"))
-    logging.info(
-        "HTTP: %s",
-        "httptools and uvloop" if fast else "h11 and asyncio (pip install 'uvicorn[standard]' for httptools and uvloop)",
-    )
+    slow = "h11 and asyncio (pip install 'uvicorn[standard]' for httptools and uvloop)"
+    logging.info("HTTP: %s", "httptools and uvloop" if fast else slow)
 
 
 if __name__ == "__main__":

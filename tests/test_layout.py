@@ -7,7 +7,8 @@ import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "hf_vanilla"
-# What a checkpoint's code may import: the libraries a plain `transformers` install has, and the standard library.
+# What a checkpoint's code may import: the libraries a plain `transformers` install has, and the standard
+# library.
 MODEL_LIBRARIES = {"torch", "transformers", "huggingface_hub"}
 
 
@@ -28,8 +29,8 @@ def imports_of(source: str, package: tuple[str, ...]) -> set[str]:
     return modules
 
 
-# The layers, bottom first: a module may import its own layer and those before it, never one after it. The leaves
-# (files, precision, extras) sit with the model at the bottom: they import nothing of the package.
+# The layers, bottom first: a module may import its own layer and those before it, never one after it. The
+# leaves (files, precision, extras) sit with the model at the bottom: they import nothing of the package.
 LAYERS = (
     ("model", "files", "precision", "extras"),
     ("data",),
@@ -63,7 +64,9 @@ def upward_imports(path: Path) -> list[str]:
 
 
 def test_every_room_of_the_package_has_a_layer():
-    rooms = {path.stem if path.suffix else path.name for path in PACKAGE.iterdir() if not path.name.startswith("_")}
+    rooms = {
+        path.stem if path.suffix else path.name for path in PACKAGE.iterdir() if not path.name.startswith("_")
+    }
     rooms.discard("__pycache__")
     assert rooms == {room for layer in LAYERS for room in layer}
 
@@ -94,7 +97,8 @@ def test_at_most_six_modules_sit_at_the_package_root():
 
 
 def model_may_import(module: str) -> bool:
-    """Whether a file of the model a checkpoint carries may import `module`: itself, its libraries, the stdlib."""
+    """Whether a file of the model a checkpoint carries may import `module`: itself, its libraries, the
+    stdlib."""
     top = module.split(".")[0]
     return module.startswith("hf_vanilla.model") or top in MODEL_LIBRARIES or top in sys.stdlib_module_names
 
@@ -106,7 +110,8 @@ def test_the_model_imports_only_its_libraries_and_itself():
 
 
 def test_the_model_allowlist_refuses_the_rest_of_the_stack():
-    """The check itself can fail: the package outside the model and the training and data libraries are refused."""
+    """The check itself can fail: the package outside the model and the training and data libraries are
+    refused."""
     refused = ("hf_vanilla.files", "hf_vanilla", "datasets", "accelerate", "sacrebleu", "tokenizers", "yaml")
     assert not any(map(model_may_import, refused))
     assert all(map(model_may_import, ("hf_vanilla.model.hub", "torch.nn", "transformers.utils", "json")))
@@ -131,7 +136,9 @@ def test_nothing_outside_serving_imports_it():
 
 def test_the_boundary_check_resolves_relative_imports():
     """The check itself can fail: relative and absolute imports of research are both seen from evaluation."""
-    source = "from ..research.reranking import x\nfrom .scoring import y\nimport hf_vanilla.research.ensemble\n"
+    source = (
+        "from ..research.reranking import x\nfrom .scoring import y\nimport hf_vanilla.research.ensemble\n"
+    )
     assert imports_of(source, ("hf_vanilla", "evaluation")) == {
         "hf_vanilla.research.reranking",
         "hf_vanilla.evaluation.scoring",
@@ -139,8 +146,9 @@ def test_the_boundary_check_resolves_relative_imports():
     }
 
 
-# An engine asked for by name or type: a comparison with an engine's name, an isinstance of an engine class, or a
-# probe for a method. Callers ask for abilities (`hf_vanilla.translation.engines.require`, `engine.abilities`).
+# An engine asked for by name or type: a comparison with an engine's name, an isinstance of an engine class,
+# or a probe for a method. Callers ask for abilities (`hf_vanilla.translation.engines.require`,
+# `engine.abilities`).
 ENGINE_TESTS = re.compile(
     r"isinstance\([^)]*Engine\b"
     r"|(==|!=|\bin)\s*\(?\s*(TRANSFORMERS|CTRANSLATE2|[\"'](transformers|ctranslate2)[\"'])"

@@ -136,36 +136,17 @@ def select_on_validation(
     """
     if scoring.tokenized_bleu:
         require_moses_tokenizer()  # before the validation decodings, not after them
-    candidates = expand_candidates(models)
-    settings = [
-        {**setting, **options.settings()} for setting in decoding_grid(grid.num_beams, grid.length_penalties)
-    ]
-    pairs = data.pairs(grid.validation_split)
-    if grid.validation_pairs is not None:
-        pairs = pairs.select(range(min(grid.validation_pairs, len(pairs))))
-    quiet = replace(runtime, show_progress=False)  # one bar counts the validation decodings
-    rows, signature = _validation_rows(candidates, settings, pairs, data.target_lang, quiet, decoder)
+    pairs, rows, signature = _decode_validation(models, data, grid, runtime, decoder, options)
     chosen = max(rows, key=lambda row: row["bleu"])  # the first of equals: models and settings in given order
     decoding = {name: value for name, value in chosen.items() if name not in ("model", *ROW_SCORES)}
+    winner_options = options.replace(**decoding)
     reports = {
         split: evaluate_bleu(
-            chosen["model"],
-            data,
-            output_dir,
-            split,
-            runtime,
-            scoring,
-            decoder,
-            options=options.replace(**decoding),
+            chosen["model"], data, output_dir, split, runtime, scoring, decoder, options=winner_options
         )
         for split in grid.report_splits
     }
-    defaults_file = run_model = None
-    # An ensemble's or reranker's decoding and scores are not the checkpoint's own
-    if not decoder.extra_models:
-        defaults_file = str(_make_checkpoint_default(Path(chosen["model"]), decoding, data.dataset, reports))
-        if Path(chosen["model"]).name in RUN_CANDIDATES:
-            run_model = str(publish_run_model(chosen["model"]))
+    defaults_file, run_model = _adopt_choice(chosen["model"], decoding, data.dataset, reports, decoder)
     selection = {
         "validation_split": grid.validation_split,
         "validation_sentences": len(pairs),
@@ -182,6 +163,32 @@ def select_on_validation(
     }
     write_json(Path(output_dir) / "selection.json", selection)
     return selection
+
+
+def _decode_validation(models, data, grid, runtime, decoder, options):
+    """Every candidate of `models` decoded with every setting of `grid` on its validation split: the
+    validation pairs, the score rows and the BLEU signature."""
+    candidates = expand_candidates(models)
+    settings = [
+        {**setting, **options.settings()} for setting in decoding_grid(grid.num_beams, grid.length_penalties)
+    ]
+    pairs = data.pairs(grid.validation_split)
+    if grid.validation_pairs is not None:
+        pairs = pairs.select(range(min(grid.validation_pairs, len(pairs))))
+    quiet = replace(runtime, show_progress=False)  # one bar counts the validation decodings
+    rows, signature = _validation_rows(candidates, settings, pairs, data.target_lang, quiet, decoder)
+    return pairs, rows, signature
+
+
+def _adopt_choice(model, decoding, dataset, reports, decoder):
+    """The chosen checkpoint's decoding defaults and card, and its run's `RUN/model`, where the winner is one
+    model decoded alone: the defaults file written and the run model published (each None where not)."""
+    # An ensemble's or reranker's decoding and scores are not the checkpoint's own
+    if decoder.extra_models:
+        return None, None
+    defaults_file = str(_make_checkpoint_default(Path(model), decoding, dataset, reports))
+    run_model = str(publish_run_model(model)) if Path(model).name in RUN_CANDIDATES else None
+    return defaults_file, run_model
 
 
 def _make_checkpoint_default(

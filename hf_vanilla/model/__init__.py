@@ -1,1 +1,2 @@
-"""The model a checkpoint carries: these files import only torch, transformers, huggingface_hub and each other."""
+"""The model a checkpoint carries: these files import only torch, transformers, huggingface_hub and each
+other."""

@@ -1,1 +1,2 @@
-"""Training with the paper's recipe (section 5): settings, setup, the update loop, schedule and run directory."""
+"""Training with the paper's recipe (section 5): settings, setup, the update loop, schedule and run
+directory."""

@@ -1,4 +1,5 @@
-"""`TrainingConfig`: every setting of a training run, with its help text, read from YAML and command-line flags.
+"""`TrainingConfig`: every setting of a training run, with its help text, read from YAML and command-line
+flags.
 
 Defaults are the paper's recipe (section 5) for the base model on the public Multi30k (`bentrevett/multi30k`);
 configs/*.yaml set the rest. Each field is also a flag of the training scripts, with its help line
@@ -35,8 +36,8 @@ SETTING_GROUPS = {
     "schedule": "the learning rate over the run, and when the run stops (whichever limit comes first)",
     "hardware": "precision, batch shapes, loader processes, compilation",
     "logging": "training log records and TensorBoard",
-    "checkpoints": "the run directory, saves with validation, averaging, and the decoding defaults each checkpoint "
-    "carries",
+    "checkpoints": "the run directory, saves with validation, averaging, and the decoding defaults each "
+    "checkpoint carries",
 }
 
 
@@ -58,34 +59,46 @@ class TrainingConfig:
     # Data: the corpus, its splits and cleaning
     dataset: str = setting(
         PUBLIC_MULTI30K,
-        "the data: a Hub id or folder, a file (.jsonl .json .csv .tsv .parquet, compressed or not; FILE#en=3,fr=4 "
-        "for a TSV/CSV without a header), or two aligned text files as PATTERN.{lang}; a file alone is the "
-        "training split, SPLIT=FILE names another (several words on the command line, or a mapping in YAML)",
+        "the data: a Hub id or folder, a file (.jsonl .json .csv .tsv .parquet, compressed or not; "
+        "FILE#en=3,fr=4 for a TSV/CSV without a header), or two aligned text files as PATTERN.{lang}; a file "
+        "alone is the training split, SPLIT=FILE names another (several words on the command line, or a "
+        "mapping in YAML)",
         group="data",
     )
     dataset_config: str | None = setting(None, "Hub dataset config, e.g. de-en for wmt/wmt14", group="data")
-    source_lang: str = setting("", "source language code (a column or translation key of the dataset)", group="data")
+    source_lang: str = setting(
+        "", "source language code (a column or translation key of the dataset)", group="data"
+    )
     target_lang: str = setting("", "target language code", group="data")
     train_split: str = setting("train", "split to train on", group="data")
-    validation_split: str | None = setting("validation", "split to validate on at each save; null: none", group="data")
+    validation_split: str | None = setting(
+        "validation", "split to validate on at each save; null: none", group="data"
+    )
     holdout: float | None = setting(
         None,
-        "where the data has no validation or test split, hold out this many training pairs for each (a share when "
-        "below 1), by seed, into RUN/heldout/; null: 1,000 or a tenth, whichever is fewer; 0: hold out none",
+        "where the data has no validation or test split, hold out this many training pairs for each (a share "
+        "when below 1), by seed, into RUN/heldout/; null: 1,000 or a tenth, whichever is fewer; 0: hold out "
+        "none",
         group="data",
     )
-    validation_max_sentences: int | None = setting(None, "validate on the first N sentences only", group="data")
+    validation_max_sentences: int | None = setting(
+        None, "validate on the first N sentences only", group="data"
+    )
     clean_max_tokens: int = setting(
-        250, "drop training and validation pairs with a side longer than this many tokens (fairseq's 250)", group="data"
+        250,
+        "drop training and validation pairs with a side longer than this many tokens (fairseq's 250)",
+        group="data",
     )
     clean_max_length_ratio: float = setting(
-        9.0, "drop training and validation pairs whose token counts differ more than this (Moses' 9)", group="data"
+        9.0,
+        "drop training and validation pairs whose token counts differ more than this (Moses' 9)",
+        group="data",
     )
     right_to_left: bool = setting(
         False,
-        "train on every split with the target's words reversed, so the model writes its translations last word "
-        "first (its saved config says so: translations come back in reading order): a right-to-left model, for "
-        "reranking a left-to-right one's n-best lists (--rerank-right-to-left; not in the paper)",
+        "train on every split with the target's words reversed, so the model writes its translations last "
+        "word first (its saved config says so: translations come back in reading order): a right-to-left "
+        "model, for reranking a left-to-right one's n-best lists (--rerank-right-to-left; not in the paper)",
         group="data",
     )
     preprocessing_workers: int | None = setting(
@@ -99,7 +112,9 @@ class TrainingConfig:
         8000, "vocabulary size of a newly trained joint BPE" + BY_SIZE, group="model"
     )
     init_from: str | None = setting(
-        None, "start from these saved weights and their tokenizer (directory or Hub id): fine-tuning", group="model"
+        None,
+        "start from these saved weights and their tokenizer (directory or Hub id): fine-tuning",
+        group="model",
     )
     model_preset: str = setting(
         "base",
@@ -107,8 +122,12 @@ class TrainingConfig:
         "model_overrides under the config's",
         group="model",
     )
-    model_overrides: dict = setting({}, "model config fields over the preset, e.g. {d_model: 192}", group="model")
-    dropout: float | str = setting(0.1, "residual and embedding dropout (section 5.4)" + BY_SIZE, group="model")
+    model_overrides: dict = setting(
+        {}, "model config fields over the preset, e.g. {d_model: 192}", group="model"
+    )
+    dropout: float | str = setting(
+        0.1, "residual and embedding dropout (section 5.4)" + BY_SIZE, group="model"
+    )
     attention_dropout: float | str = setting(
         0.0, "dropout on attention weights (not in the paper)" + BY_SIZE, group="model"
     )
@@ -121,7 +140,9 @@ class TrainingConfig:
         group="model",
     )
     source_word_dropout: float | str = setting(
-        0.0, "each source token's embedding zeroed with this probability (not in the paper)" + BY_SIZE, group="model"
+        0.0,
+        "each source token's embedding zeroed with this probability (not in the paper)" + BY_SIZE,
+        group="model",
     )
     target_word_dropout: float | str = setting(
         0.0,
@@ -141,9 +162,9 @@ class TrainingConfig:
     )
     rdrop_alpha: float = setting(
         0.0,
-        "R-Drop (Liang et al., 2021; not in the paper): each batch runs twice with its own dropout and the loss "
-        "adds alpha/4 x the two predictions' symmetric KL divergence per target token (the weight of fairseq's "
-        "--rdrop-alpha; the logged training loss includes it); twice the compute an update; 0: off",
+        "R-Drop (Liang et al., 2021; not in the paper): each batch runs twice with its own dropout and the "
+        "loss adds alpha/4 x the two predictions' symmetric KL divergence per target token (the weight of "
+        "fairseq's --rdrop-alpha; the logged training loss includes it); twice the compute an update; 0: off",
         group="optimisation",
     )
     max_tokens: int | str = setting(
@@ -161,7 +182,9 @@ class TrainingConfig:
     )
     seed: int = setting(1, "seed of the weights, batches and dropout", group="optimisation")
     # Schedule: the learning rate over the run, and when it stops (whichever limit comes first)
-    warmup: int | str = setting(4000, "warm-up updates of the inverse-sqrt schedule" + BY_SIZE, group="schedule")
+    warmup: int | str = setting(
+        4000, "warm-up updates of the inverse-sqrt schedule" + BY_SIZE, group="schedule"
+    )
     lr_scale: float = setting(
         1.0, "factor on the paper's learning rate (the Annotated Transformer's `factor`)", group="schedule"
     )
@@ -181,8 +204,8 @@ class TrainingConfig:
     early_stopping_patience: int | str | None = setting(
         None,
         "stop once the validation score that picks checkpoint_best (BLEU, else loss) has not improved for N "
-        "validations in a row (fairseq's --patience), and average the checkpoints around the best; null: never"
-        + BY_SIZE,
+        "validations in a row (fairseq's --patience), and average the checkpoints around the best; null: "
+        "never" + BY_SIZE,
         group="schedule",
     )
     # Hardware: precision, batch shapes, loader processes, compilation
@@ -194,15 +217,15 @@ class TrainingConfig:
     )
     shape_buckets: str = setting(
         "auto",
-        "auto (on a GPU, off on a CPU), yes or no: batches of a few fixed shapes (length buckets, fixed rows), "
-        "which a GPU runs at its pace; the CPU keeps batches padded to their longest example",
+        "auto (on a GPU, off on a CPU), yes or no: batches of a few fixed shapes (length buckets, fixed "
+        "rows), which a GPU runs at its pace; the CPU keeps batches padded to their longest example",
         group="hardware",
     )
     dataloader_workers: str = setting(
         "auto",
-        "auto or N: processes that read and pad the training batches while the model trains (torch DataLoader "
-        "workers); auto: none on a CPU, whose cores train the model, and on a GPU one fewer than the machine's "
-        "cores per local process, at most 4",
+        "auto or N: processes that read and pad the training batches while the model trains (torch "
+        "DataLoader workers); auto: none on a CPU, whose cores train the model, and on a GPU one fewer than "
+        "the machine's cores per local process, at most 4",
         group="hardware",
     )
     compile: str = setting(
@@ -213,13 +236,21 @@ class TrainingConfig:
     )
     # Logging
     log_interval: int = setting(100, "updates between training log records", group="logging")
-    tensorboard: bool = setting(True, "also log to TensorBoard (needs the tensorboard package)", group="logging")
+    tensorboard: bool = setting(
+        True, "also log to TensorBoard (needs the tensorboard package)", group="logging"
+    )
     # Checkpoints: the run directory, saves and validation, averaging, and the decoding defaults
     # written to each checkpoint's generation_config.json (section 6.1)
     output_dir: str = setting("", "run directory: checkpoints, logs, the saved config", group="checkpoints")
-    save_interval_updates: int | None = setting(None, "save and validate every N updates", group="checkpoints")
-    save_interval_minutes: float | None = setting(None, "save and validate every N minutes", group="checkpoints")
-    keep_checkpoints: int | None = setting(None, "numbered checkpoints kept; null keeps all", group="checkpoints")
+    save_interval_updates: int | None = setting(
+        None, "save and validate every N updates", group="checkpoints"
+    )
+    save_interval_minutes: float | None = setting(
+        None, "save and validate every N minutes", group="checkpoints"
+    )
+    keep_checkpoints: int | None = setting(
+        None, "numbered checkpoints kept; null keeps all", group="checkpoints"
+    )
     average_last: int | None = setting(
         None, "at the end, average the last N numbered checkpoints (section 6.1)", group="checkpoints"
     )
@@ -237,7 +268,8 @@ class TrainingConfig:
     )
 
     def given(self, name: str):
-        """The key's value, None while it is left auto (the corpus-size table fills it when the run starts)."""
+        """The key's value, None while it is left auto (the corpus-size table fills it when the run
+        starts)."""
         value = getattr(self, name)
         return None if value == AUTO and name in RECIPE_KEYS else value
 
@@ -249,7 +281,8 @@ class TrainingConfig:
 
     def _check_required(self) -> None:
         """The keys a run cannot do without: its data, tokenizer (unless fine-tuning), output and budget."""
-        required = ("dataset", "source_lang", "target_lang", "output_dir", *(() if self.init_from else ("tokenizer",)))
+        unless_fine_tuning = () if self.init_from else ("tokenizer",)
+        required = ("dataset", "source_lang", "target_lang", "output_dir", *unless_fine_tuning)
         for name in required:
             if not getattr(self, name):
                 raise TrainingError(f"{name} is required")
@@ -269,8 +302,12 @@ class TrainingConfig:
             if getattr(self, name) not in ("auto", "yes", "no"):
                 raise TrainingError(f"{name} must be auto, yes or no, got {getattr(self, name)!r}")
         if self.dataloader_workers != "auto" and not str(self.dataloader_workers).isdigit():
-            raise TrainingError(f"dataloader_workers must be auto or a whole number, got {self.dataloader_workers!r}")
-        for name in ("max_tokens", "warmup", "log_interval", "tokenizer_vocab_size", "num_beams", "clean_max_tokens"):
+            raise TrainingError(
+                f"dataloader_workers must be auto or a whole number, got {self.dataloader_workers!r}"
+            )
+        for name in (
+            "max_tokens", "warmup", "log_interval", "tokenizer_vocab_size", "num_beams", "clean_max_tokens"
+        ):
             if self.given(name) is not None and self.given(name) <= 0:
                 raise TrainingError(f"{name} must be positive, got {getattr(self, name)}")
         for name in (
@@ -309,18 +346,19 @@ class TrainingConfig:
             raise TrainingError("early_stopping_patience counts validations: set validation_split")
         if patience is not None and self.save_interval_updates is None and self.save_interval_minutes is None:
             raise TrainingError(
-                "early_stopping_patience counts validations, which come at the saves: set save_interval_updates "
-                "or save_interval_minutes"
+                "early_stopping_patience counts validations, which come at the saves: set "
+                "save_interval_updates or save_interval_minutes"
             )
         if patience is not None and self.average_last and self.average_last > patience + 1:
             raise TrainingError(
-                f"average_last ({self.average_last}) can exceed the checkpoints of a run that early stopping ends "
-                f"(at least early_stopping_patience + 1 = {patience + 1}): lower average_last or raise "
+                f"average_last ({self.average_last}) can exceed the checkpoints of a run that early stopping "
+                f"ends (at least early_stopping_patience + 1 = {patience + 1}): lower average_last or raise "
                 "early_stopping_patience"
             )
         if self.keep_checkpoints and self.average_last and self.keep_checkpoints < self.average_last:
             raise TrainingError(
-                f"keep_checkpoints ({self.keep_checkpoints}) must be at least average_last ({self.average_last})"
+                f"keep_checkpoints ({self.keep_checkpoints}) must be at least average_last "
+                f"({self.average_last})"
             )
 
 
@@ -329,7 +367,8 @@ RENAMED_KEYS = {"patience": "early_stopping_patience"}
 
 
 def load_training_config(path: str | os.PathLike | None = None, **overrides) -> TrainingConfig:
-    """A TrainingConfig from a YAML file (if given) with `overrides` on top; values are coerced to the field types.
+    """A TrainingConfig from a YAML file (if given) with `overrides` on top; values are coerced to the field
+    types.
 
     Raises TrainingError for a missing file, an unknown key or a value of the wrong type.
     """

@@ -49,8 +49,8 @@ STANDARD_STREAM = "-"  # stdin as the input, stdout as the output
 OUTPUT_FORMATS = ("text", "jsonl")
 ERROR_HANDLERS = ("strict", "replace")
 DEFAULT_CHUNK_LINES = 2000
-# How long processes wait for each other (at the end, for the slowest to finish its share): torch's default, 10
-# minutes for NCCL and 30 for gloo, is less than the processes of a run of hours can drift apart.
+# How long processes wait for each other (at the end, for the slowest to finish its share): torch's
+# default, 10 minutes for NCCL and 30 for gloo, is less than the processes of a run of hours can drift apart.
 SHARE_WAIT = timedelta(days=7)
 CHUNKS_SUFFIX, FINGERPRINT_FILE = ".chunks", "fingerprint.json"
 # What each part of a run's fingerprint is, as a refusal to resume names it.
@@ -343,8 +343,9 @@ def _translate_share(
     state: PartialState,
     show_progress: bool,
 ) -> None:
-    """Translate and commit the chunks of this process's share (chunk i is process i % processes') not committed
-    yet; the main process's progress bar counts the share's lines, those committed before as done."""
+    """Translate and commit the chunks of this process's share (chunk i is process i % processes') not
+    committed yet; the main process's progress bar counts the share's lines, those committed before as
+    done."""
     chunk_lines, directory = job.settings.chunk_lines, job.chunks_directory
     share = range(state.process_index, math.ceil(line_count / chunk_lines), state.num_processes)
     to_do = {index for index in share if not _chunk_file(directory, index).is_file()}
@@ -361,7 +362,8 @@ def _translate_share(
             for index, chunk in enumerate(chunks):
                 if index in to_do:
                     translated = _translated(translate_chunk, index, chunk, job)
-                    write_text_atomic(_chunk_file(directory, index), translated)  # committed whole or not at all
+                    # committed whole or not at all
+                    write_text_atomic(_chunk_file(directory, index), translated)
                     progress.update(len(chunk))
         except KeyboardInterrupt:
             logger.warning(

@@ -39,7 +39,8 @@ PAPER_DECODING = GenerationConfig(num_beams=4, length_penalty=0.6)
 # What the paper's model states, and each departure the tests below make, as cards word them.
 POST_LAYERNORM, PRE_LAYERNORM = "post-LayerNorm, LayerNorm(x + Sublayer(x)), as in the paper", "pre-LayerNorm"
 TIED, UNTIED = "the pre-softmax projection, as in the paper", "a pre-softmax projection of its own"
-BEAM_4, BEAM_8 = "beam search with 4 beams, length penalty 0.6", "beam search with 8 beams, length penalty 1.0"
+BEAM_4 = "beam search with 4 beams, length penalty 0.6"
+BEAM_8 = "beam search with 8 beams, length penalty 1.0"
 
 
 def report(bleu: float, chrf: float = 60.0, **generation) -> dict:
@@ -111,12 +112,14 @@ def test_a_card_without_the_runs_settings_claims_no_recipe(tmp_path):
 
 @pytest.fixture(scope="module")
 def departing_run(tiny_dataset, tokenizer_dir, tmp_path_factory):
-    """A run whose checkpoints depart from the paper wherever a card states the paper's choice: pre-LayerNorm, an
-    untied pre-softmax projection, label smoothing 0.2, beam 8 with length penalty 1.0 as decoding defaults."""
+    """A run whose checkpoints depart from the paper wherever a card states the paper's choice: pre-LayerNorm,
+    an untied pre-softmax projection, label smoothing 0.2, beam 8 with length penalty 1.0 as decoding
+    defaults."""
     output_dir = tmp_path_factory.mktemp("departing") / "run"
     config = tiny_config(
-        tiny_dataset, tokenizer_dir, output_dir, max_steps=2, save_interval_updates=None, validation_bleu=False,
-        model_overrides={"pre_layernorm": True, "tie_word_embeddings": False}, label_smoothing=0.2,
+        tiny_dataset, tokenizer_dir, output_dir, max_steps=2, save_interval_updates=None,
+        validation_bleu=False, model_overrides={"pre_layernorm": True, "tie_word_embeddings": False},
+        label_smoothing=0.2,
         num_beams=8, length_penalty=1.0,
     )  # fmt: skip
     train(config)
@@ -124,7 +127,8 @@ def departing_run(tiny_dataset, tokenizer_dir, tmp_path_factory):
 
 
 def test_a_cards_facts_are_its_checkpoints_own(departing_run, trained_run):
-    """Every fact the card states is the checkpoint's, and the paper's choice is not stated where it departs."""
+    """Every fact the card states is the checkpoint's, and the paper's choice is not stated where it
+    departs."""
     departing = ModelCard.load(departing_run / LAST / CARD_FILE).text
     sizes = "d_model 32, d_ff 64, 4 heads, 2+2 layers"
     for fact in (PRE_LAYERNORM, UNTIED, BEAM_8, "- label_smoothing: 0.2\n", sizes):
@@ -139,7 +143,9 @@ def test_a_cards_facts_are_its_checkpoints_own(departing_run, trained_run):
 
 
 def test_new_decoding_defaults_go_into_the_generation_config_and_the_card(trained_run, tmp_path):
-    checkpoint = shutil.copytree(trained_run / LAST, tmp_path / "checkpoint", ignore=shutil.ignore_patterns(TRAINING_STATE))
+    checkpoint = shutil.copytree(
+        trained_run / LAST, tmp_path / "checkpoint", ignore=shutil.ignore_patterns(TRAINING_STATE)
+    )
     set_decoding_defaults(checkpoint, 8, 1.0)
     saved = GenerationConfig.from_pretrained(checkpoint)
     assert (saved.num_beams, saved.length_penalty, saved.eos_token_id) == (8, 1.0, 2)
@@ -154,11 +160,14 @@ def test_new_decoding_defaults_go_into_the_generation_config_and_the_card(traine
 
 
 def quickstart_card(directory: Path) -> str:
-    """The card this package writes for `bash scripts/quickstart.sh de en`'s checkpoint, as docs/results.md records
-    it: the multi30k-small recipe, checkpoint_best (update 5,934 of 6,524), beam 8 and length penalty 1.0 chosen on
-    validation, test2016 scores. Written into `directory` (the card is built as selection leaves it); its text."""
+    """The card this package writes for `bash scripts/quickstart.sh de en`'s checkpoint, as docs/results.md
+    records it: the multi30k-small recipe, checkpoint_best (update 5,934 of 6,524), beam 8 and length penalty
+    1.0 chosen on validation, test2016 scores. Written into `directory` (the card is built as selection leaves
+    it); its text."""
     config = load_training_config(REPO / "configs" / "multi30k-small.yaml")
-    model_config = VanillaTransformerConfig.from_preset(config.model_preset, vocab_size=config.tokenizer_vocab_size)
+    model_config = VanillaTransformerConfig.from_preset(
+        config.model_preset, vocab_size=config.tokenizer_vocab_size
+    )
     summary = "Checkpoint after 5934 updates, the best on validation of a 30-minute run (6,524 updates)."
     chosen = {"num_beams": 8, "length_penalty": 1.0}
     card = model_card(model_config, GenerationConfig(**chosen), run_record(config, summary, metrics=None))
@@ -185,7 +194,10 @@ if __name__ == "__main__":
     "saved, line",
     [
         ({}, f"none saved: the pipeline and the scripts use the paper's {BEAM_4}, a plain `generate` greedy"),
-        ({"num_beams": 8}, "beam search with 8 beams, length penalty 0.6 (the paper's penalty; a plain `generate`"),
+        (
+            {"num_beams": 8},
+            "beam search with 8 beams, length penalty 0.6 (the paper's penalty; a plain `generate`",
+        ),
         ({"num_beams": 8, "length_penalty": 1.0}, BEAM_8),
         ({"num_beams": 1}, "greedy search (num_beams 1)"),
     ],

@@ -1,5 +1,5 @@
-"""A run killed with SIGKILL anywhere (an update, each part of a save, averaging) and resumed ends bit-identical
-to a run never interrupted, and no directory ever looks complete that is not."""
+"""A run killed with SIGKILL anywhere (an update, each part of a save, averaging) and resumed ends
+bit-identical to a run never interrupted, and no directory ever looks complete that is not."""
 
 import json
 import subprocess
@@ -12,8 +12,8 @@ from safetensors.torch import load_file
 
 SETTINGS = {"max_steps": 12, "save_interval_updates": 4, "average_last": 2, "log_interval": 1}
 
-# Trains in a fresh process, as a user's run would; with a kill point, the process kills itself there (SIGKILL:
-# no cleanup of any kind). Every run of the test is such a process, so all do the same arithmetic.
+# Trains in a fresh process, as a user's run would; with a kill point, the process kills itself there
+# (SIGKILL: no cleanup of any kind). Every run of the test is such a process, so all do the same arithmetic.
 RUN = """
 import json, os, signal, sys
 from pathlib import Path
@@ -29,7 +29,7 @@ point, nth, values, mode = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3]
 calls = []
 
 def die():
-    os.kill(os.getpid(), signal.SIGTERM if point == "sigterm" else signal.SIGINT if point == "sigint" else signal.SIGKILL)
+    os.kill(os.getpid(), {"sigterm": signal.SIGTERM, "sigint": signal.SIGINT}.get(point, signal.SIGKILL))
 
 def kill_at(module, name, when=lambda *args: True, after=False):
     real = getattr(module, name)
@@ -153,5 +153,7 @@ def test_a_stop_signal_finishes_the_update_saves_and_resumes_bit_identical(
     assert finished.returncode == 0, finished.stderr[-3000:]
     assert training_losses(run_dir) == training_losses(uninterrupted)
     for name in ("checkpoint_8", "checkpoint_12", "checkpoint_average"):
-        expected, resumed = (load_file(directory / name / "model.safetensors") for directory in (uninterrupted, run_dir))
+        expected, resumed = (
+            load_file(directory / name / "model.safetensors") for directory in (uninterrupted, run_dir)
+        )
         assert all(torch.equal(expected[key], resumed[key]) for key in expected), name

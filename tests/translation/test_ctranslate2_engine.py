@@ -1,7 +1,8 @@
-"""The CTranslate2 engine decodes as the transformers engine does: every trainable variant converts, greedy and beam
-search give the same translations and n-best scores in float32, each option means the same, and what CTranslate2
-cannot do is refused before decoding. The models are sharpened (conftest.py), as a trained model's outputs are
-peaked, so that float rounding cannot flip a close call; an untrained model also runs into its output limits."""
+"""The CTranslate2 engine decodes as the transformers engine does: every trainable variant converts, greedy
+and beam search give the same translations and n-best scores in float32, each option means the same, and what
+CTranslate2 cannot do is refused before decoding. The models are sharpened (conftest.py), as a trained model's
+outputs are peaked, so that float rounding cannot flip a close call; an untrained model also runs into its
+output limits."""
 
 import json
 import logging
@@ -21,7 +22,10 @@ from hf_vanilla.translation.decoding import DecodingOptions
 from hf_vanilla.translation.engines import EngineSettings, load_engine
 
 ctranslate2 = pytest.importorskip("ctranslate2")
-from hf_vanilla.translation.engines.ctranslate2_engine import cached_conversion, checkpoint_digest  # noqa: E402
+from hf_vanilla.translation.engines.ctranslate2_engine import (  # noqa: E402
+    cached_conversion,
+    checkpoint_digest,
+)
 
 VARIANTS = {
     "post-LN, tied (the paper)": {},
@@ -37,9 +41,9 @@ def ctranslate2_float32(cache_dir) -> EngineSettings:
 
 
 def save_variant(directory, tokenizer_dir, **overrides):
-    """A sharpened tiny model with `overrides`, its LayerNorms scrambled (a misplaced one shows), saved with the
-    tokenizer of `tokenizer_dir`. The decoder start token's embedding is zero: an untrained pre-LN model would
-    otherwise carry it through its residual stream and say it again and again (blank translations)."""
+    """A sharpened tiny model with `overrides`, its LayerNorms scrambled (a misplaced one shows), saved with
+    the tokenizer of `tokenizer_dir`. The decoder start token's embedding is zero: an untrained pre-LN model
+    would otherwise carry it through its residual stream and say it again and again (blank translations)."""
     tokenizer = load_tokenizer(tokenizer_dir)
     base = VanillaTransformerConfig.from_pretrained(tokenizer_dir)
     model = VanillaTransformerForConditionalGeneration(
@@ -72,13 +76,18 @@ def cache_dir(tmp_path_factory):
 def engines(request, tiny_model_dir, tmp_path_factory, cache_dir):
     """The transformers engine and the CTranslate2 engine (float32) of one variant."""
     directory = save_variant(tmp_path_factory.mktemp("variant"), tiny_model_dir, **VARIANTS[request.param])
-    return load_engine(directory, EngineSettings(device="cpu")), load_engine(directory, ctranslate2_float32(cache_dir))
+    return (
+        load_engine(directory, EngineSettings(device="cpu")),
+        load_engine(directory, ctranslate2_float32(cache_dir)),
+    )
 
 
 def test_every_variant_scores_tokens_as_the_model_does(engines, tokenizer):
-    """CTranslate2's log-probabilities of given translations are the model's: the weights are where they belong."""
+    """CTranslate2's log-probabilities of given translations are the model's: the weights are where they
+    belong."""
     reference, engine = engines
-    sources, targets = ["Ein Hund rennt.", "Zwei Kinder spielen im Park."], ["A dog runs.", "Two children play."]
+    sources = ["Ein Hund rennt.", "Zwei Kinder spielen im Park."]
+    targets = ["A dog runs.", "Two children play."]
     source_ids, target_ids = tokenizer(sources)["input_ids"], tokenizer(targets)["input_ids"]
     results = engine.translator.score_batch(
         [tokenizer.convert_ids_to_tokens(ids) for ids in source_ids],
@@ -106,7 +115,8 @@ def test_every_variant_translates_as_generate_does_greedy_and_beam(engines, sour
 def test_nbest_lists_and_their_scores_are_generates(engines, sources):
     reference, engine = engines
     options = QUIET.replace(num_beams=4, length_penalty=0.6)
-    expected, found = reference.translate_nbest(sources[:8], options), engine.translate_nbest(sources[:8], options)
+    expected = reference.translate_nbest(sources[:8], options)
+    found = engine.translate_nbest(sources[:8], options)
     assert [[text for text, _ in hypotheses] for hypotheses in found] == [
         [text for text, _ in hypotheses] for hypotheses in expected
     ]
@@ -121,14 +131,18 @@ def test_nbest_lists_and_their_scores_are_generates(engines, sources):
 @pytest.fixture(scope="module")
 def paper_engines(tiny_model_dir, tmp_path_factory, cache_dir):
     directory = save_variant(tmp_path_factory.mktemp("paper"), tiny_model_dir)
-    engines = (load_engine(directory, settings) for settings in (EngineSettings(device="cpu"), ctranslate2_float32(cache_dir)))
+    engines = (
+        load_engine(directory, settings)
+        for settings in (EngineSettings(device="cpu"), ctranslate2_float32(cache_dir))
+    )
     return directory, *engines
 
 
 @pytest.mark.parametrize(
     "settings",
     [
-        {"num_beams": 4, "length_penalty": 0.0},  # the length penalty divides by length**lp, the end token counted
+        # the length penalty divides by length**lp, the end token counted
+        {"num_beams": 4, "length_penalty": 0.0},
         {"num_beams": 4, "length_penalty": 2.0},
         {"num_beams": 3, "length_penalty": 1.0, "max_new_tokens": 7},  # one limit for all
         {"num_beams": 1, "max_new_tokens": 3},
@@ -148,13 +162,23 @@ def test_both_engines_take_what_the_options_leave_open_from_the_checkpoint_else_
 ):
     directory, reference, engine = paper_engines  # its generation config saves no beam: the paper's 4 / 0.6
     paper = QUIET.replace(num_beams=4, length_penalty=0.6)
-    assert engine.translate(sources, QUIET) == reference.translate(sources, QUIET) == reference.translate(sources, paper)
+    assert (
+        engine.translate(sources, QUIET)
+        == reference.translate(sources, QUIET)
+        == reference.translate(sources, paper)
+    )
     assert [len(each) for each in engine.translate_nbest(sources[:3], QUIET)] == [4, 4, 4]
     chosen = shutil.copytree(directory, tmp_path / "chosen")
     set_decoding_defaults(chosen, 3, 1.0)
-    reference, engine = (load_engine(chosen, each) for each in (EngineSettings(device="cpu"), ctranslate2_float32(cache_dir)))
+    reference, engine = (
+        load_engine(chosen, each) for each in (EngineSettings(device="cpu"), ctranslate2_float32(cache_dir))
+    )
     saved = QUIET.replace(num_beams=3, length_penalty=1.0)
-    assert engine.translate(sources, QUIET) == reference.translate(sources, QUIET) == reference.translate(sources, saved)
+    assert (
+        engine.translate(sources, QUIET)
+        == reference.translate(sources, QUIET)
+        == reference.translate(sources, saved)
+    )
     for found in (engine.translate_nbest(sources[:3], QUIET), reference.translate_nbest(sources[:3], QUIET)):
         assert [len(each) for each in found] == [3, 3, 3]
     greedy = QUIET.replace(num_beams=1, length_penalty=2.0)  # greedy search takes no length penalty
@@ -162,8 +186,8 @@ def test_both_engines_take_what_the_options_leave_open_from_the_checkpoint_else_
 
 
 def test_each_sentence_stops_at_its_own_source_length_plus_extra(paper_engines, tokenizer):
-    """An untrained model repeats itself to the limit: batched with a long sentence, a short one still stops at
-    its own limit, where the long one's limit for all would let it run on."""
+    """An untrained model repeats itself to the limit: batched with a long sentence, a short one still stops
+    at its own limit, where the long one's limit for all would let it run on."""
     _, reference, engine = paper_engines
     sources = ["Ein Hund.", "Ein Hund rennt über die große grüne Wiese zu seinem Besitzer."]
     options = QUIET.replace(num_beams=4, extra_output_tokens=3)
@@ -218,9 +242,12 @@ def test_int8_translates_and_auto_chooses_and_logs_a_compute_type(paper_engines,
     chosen = engine.describe()["precision"]
     assert chosen in ctranslate2.get_supported_compute_types("cpu")
     assert f"ctranslate2 engine: {chosen} on cpu (auto: CTranslate2's fastest of" in caplog.text
-    int8 = load_engine(directory, EngineSettings("ctranslate2", "cpu", compute_type="int8", ctranslate2_dir=cache_dir))
+    int8 = load_engine(
+        directory, EngineSettings("ctranslate2", "cpu", compute_type="int8", ctranslate2_dir=cache_dir)
+    )
     translations = int8.translate(sources, QUIET.replace(num_beams=4))
-    # What int8 costs in quality is measured on a trained model (docs/speed.md): an untrained one has only close calls.
+    # What int8 costs in quality is measured on a trained model (docs/speed.md): an untrained one has only
+    # close calls.
     assert int8.describe()["precision"].startswith("int8") and len(translations) == len(sources)
     assert translations[20:22] == ["", ""] and all(translations[:20])
 
@@ -244,7 +271,9 @@ def test_a_compute_type_the_device_lacks_is_named(paper_engines, cache_dir):
     if "float16" in ctranslate2.get_supported_compute_types("cpu"):
         pytest.skip("this CPU runs float16")
     with pytest.raises(ValueError, match="compute type float16 is not supported on this cpu"):
-        load_engine(directory, EngineSettings("ctranslate2", "cpu", compute_type="float16", ctranslate2_dir=cache_dir))
+        load_engine(
+            directory, EngineSettings("ctranslate2", "cpu", compute_type="float16", ctranslate2_dir=cache_dir)
+        )
 
 
 def test_the_conversion_is_cached_outside_the_checkpoint_and_a_damaged_copy_is_rebuilt(
@@ -283,9 +312,13 @@ def test_a_directory_published_first_is_kept(tmp_path):
 
 
 
-def test_translate_evaluate_and_select_decode_with_either_engine(paper_engines, corpus_path, cache_dir, tmp_path):
+def test_translate_evaluate_and_select_decode_with_either_engine(
+    paper_engines, corpus_path, cache_dir, tmp_path
+):
     directory = paper_engines[0]
-    ctranslate2_flags = ("--engine", "ctranslate2", "--compute-type", "float32", "--ctranslate2-dir", cache_dir)
+    ctranslate2_flags = (
+        "--engine", "ctranslate2", "--compute-type", "float32", "--ctranslate2-dir", cache_dir
+    )
     lines = "Ein Hund rennt.\n\nZwei Kinder spielen im Park.\n"
     translations = [
         run_script("translate.py", directory, "--quiet", *flags, stdin=lines, check=True).stdout
@@ -298,8 +331,8 @@ def test_translate_evaluate_and_select_decode_with_either_engine(paper_engines, 
     assert (report["engine"], report["precision"], report["sentences"]) == ("ctranslate2", "float32", 4)
     selection = tmp_path / "selection"
     run_script(
-        "select_checkpoint.py", directory, *data, "--num-beams", "1", "2", "--output-dir", selection, *ctranslate2_flags,
-        check=True,
+        "select_checkpoint.py", directory, *data, "--num-beams", "1", "2", "--output-dir", selection,
+        *ctranslate2_flags, check=True,
     )  # fmt: skip
     assert len(json.loads((selection / "selection.json").read_text())["validation"]) == 2
 
@@ -307,11 +340,17 @@ def test_translate_evaluate_and_select_decode_with_either_engine(paper_engines, 
 @pytest.mark.parametrize(
     "flags, refusal",
     [
-        (("--engine", "ctranslate2", "--ensemble", "{model}"), "an ensemble mixes its members' scores into the decoded model's by logits processors, which the ctranslate2 engine cannot (logits processors): decode with --engine transformers"),
+        (
+            ("--engine", "ctranslate2", "--ensemble", "{model}"),
+            "an ensemble mixes its members' scores into the decoded model's by logits processors, which the "
+            "ctranslate2 engine cannot (logits processors): decode with --engine transformers",
+        ),
         (("--compute-type", "int8"), "compute type int8 is the ctranslate2 engine's"),
     ],
 )
 def test_what_an_engine_cannot_do_is_one_line_before_any_model_loads(paper_engines, flags, refusal):
     directory = paper_engines[0]
-    result = run_script("translate.py", directory, *(flag.format(model=directory) for flag in flags), stdin="Ein Hund.\n")
+    result = run_script(
+        "translate.py", directory, *(flag.format(model=directory) for flag in flags), stdin="Ein Hund.\n"
+    )
     assert result.returncode == 1 and result.stderr.startswith(f"error: {refusal}")
