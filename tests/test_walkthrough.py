@@ -1,5 +1,6 @@
-"""docs/walkthrough.ipynb runs top to bottom on this checkout's hf_vanilla, and what it shows holds: the copy model
-copies, greedy decoding by hand is generate's first choice, and the saved model translates through the pipeline."""
+"""docs/walkthrough.ipynb runs top to bottom on this checkout's hf_vanilla, and what it shows holds: the copy
+model copies, greedy decoding by hand is generate's first choice, and the saved model translates through the
+pipeline."""
 
 import json
 import os

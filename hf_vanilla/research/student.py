@@ -73,8 +73,8 @@ class StudentShape:
 @dataclass(frozen=True)
 class StudentRecipe:
     """How the student is made: the training config file and keys over it (`max_minutes`, `seed`...), its
-    shape, its shortlist's size, the teacher's decoding options (what they leave open, the teacher's generation
-    config's) and the splits the chosen student is evaluated on (those the data has)."""
+    shape, its shortlist's size, the teacher's decoding options (what they leave open, the teacher's
+    generation config's) and the splits the chosen student is evaluated on (those the data has)."""
 
     config_file: str | Path = STUDENT_CONFIG
     training_overrides: Mapping[str, Any] = field(default_factory=dict)
@@ -97,7 +97,11 @@ def make_student(
     stages = _Stages(output_dir)
     distilled = stages.run(
         "distilled",
-        {"teacher": model_digest(teacher), "data": asdict(data), "decoding": recipe.teacher_decoding.settings()},
+        {
+            "teacher": model_digest(teacher),
+            "data": asdict(data),
+            "decoding": recipe.teacher_decoding.settings(),
+        },
         lambda path: distill_dataset(
             data,
             path,

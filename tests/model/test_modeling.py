@@ -257,7 +257,9 @@ def test_invalid_config_raises_value_error_naming_the_field(overrides, field):
 def test_special_tokens_are_taken_as_pretrained_config_takes_them(copy_model):
     """None where a token is absent, and several end ids, which generate stops at (transformers' own tests set
     eos_token_id to None to generate to the length asked)."""
-    config = VanillaTransformerConfig.from_preset("tiny", vocab_size=VOCAB, bos_token_id=None, eos_token_id=[2, 3])
+    config = VanillaTransformerConfig.from_preset(
+        "tiny", vocab_size=VOCAB, bos_token_id=None, eos_token_id=[2, 3]
+    )
     config.eos_token_id = None
     source = copy_sources(2)
     copied = copy_model.generate(input_ids=source, max_new_tokens=12)
@@ -301,7 +303,8 @@ def test_source_longer_than_max_positions_raises_a_clear_error():
 
 @pytest.fixture(scope="module")
 def copy_model() -> VanillaTransformerForConditionalGeneration:
-    """The copy task of the Annotated Transformer, learned: a model whose decoding depends on what it learned."""
+    """The copy task of the Annotated Transformer, learned: a model whose decoding depends on what it
+    learned."""
     torch.manual_seed(0)
     config = VanillaTransformerConfig.from_preset(
         "tiny", vocab_size=14, d_model=64, d_ff=128, dropout=0.0
@@ -338,18 +341,24 @@ def test_learns_to_copy_random_sequences(copy_model):
 @pytest.mark.parametrize("implementation", ["sdpa", "eager"])
 @pytest.mark.parametrize("cache", ["dynamic", "static"])
 @pytest.mark.parametrize("num_beams", [1, 4])
-def test_a_trained_model_decodes_the_same_tokens_with_and_without_a_cache(copy_model, implementation, cache, num_beams):
+def test_a_trained_model_decodes_the_same_tokens_with_and_without_a_cache(
+    copy_model, implementation, cache, num_beams
+):
     """On weights that learned something, every step's logits matter: the cached path must not drift from the
-    uncached one (transformers 5.24 renamed the cache argument; a model that missed it decoded other tokens)."""
+    uncached one (transformers 5.24 renamed the cache argument; a model that missed it decoded other
+    tokens)."""
     copy_model.set_attn_implementation(implementation)
     source = copy_sources(6)
     mask = torch.ones_like(source)
     mask[1, 5:] = 0  # a padded source too
     source = source.masked_fill(mask == 0, copy_model.config.pad_token_id)
-    kwargs = dict(input_ids=source, attention_mask=mask, max_new_tokens=10, do_sample=False, num_beams=num_beams)
+    kwargs = dict(
+        input_ids=source, attention_mask=mask, max_new_tokens=10, do_sample=False, num_beams=num_beams
+    )
     try:
         uncached = copy_model.generate(**kwargs, use_cache=False)
-        cached = copy_model.generate(**kwargs, **({"cache_implementation": "static"} if cache == "static" else {}))
+        static = {"cache_implementation": "static"} if cache == "static" else {}
+        cached = copy_model.generate(**kwargs, **static)
     finally:
         copy_model.set_attn_implementation("sdpa")
     assert torch.equal(cached, uncached)
@@ -418,9 +427,13 @@ def test_plain_forward_honours_config_use_cache_and_accepts_a_dynamic_cache():
     model.config.use_cache = False
     assert getattr(model(input_ids=source, decoder_input_ids=target), CACHE_NAME) is None
     full = model(input_ids=source, decoder_input_ids=target).logits
-    first = model(input_ids=source, decoder_input_ids=target[:, :3], **{CACHE_NAME: DynamicCache()}, use_cache=True)
+    first = model(
+        input_ids=source, decoder_input_ids=target[:, :3], **{CACHE_NAME: DynamicCache()}, use_cache=True
+    )
     assert isinstance(getattr(first, CACHE_NAME), EncoderDecoderCache)
-    last = model(input_ids=source, decoder_input_ids=target[:, 3:], **{CACHE_NAME: getattr(first, CACHE_NAME)})
+    last = model(
+        input_ids=source, decoder_input_ids=target[:, 3:], **{CACHE_NAME: getattr(first, CACHE_NAME)}
+    )
     torch.testing.assert_close(last.logits, full[:, 3:])
 
 
@@ -436,8 +449,8 @@ def logits_of(model, seed: int = 0) -> torch.Tensor:
 
 @pytest.mark.parametrize("name", REGULARISERS)
 def test_regularisers_are_off_by_default_and_act_only_in_training(name):
-    """LayerDrop and word dropout: a model with the switch at 0 is today's model; on, training-mode outputs change
-    (a layer or a word gone) while evaluation-mode outputs do not."""
+    """LayerDrop and word dropout: a model with the switch at 0 is today's model; on, training-mode outputs
+    change (a layer or a word gone) while evaluation-mode outputs do not."""
     assert getattr(VanillaTransformerConfig(), name) == 0
     torch.manual_seed(0)
     plain = tiny_model(dropout=0.0)
