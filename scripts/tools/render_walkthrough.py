@@ -99,7 +99,8 @@ def rendered_outputs(outputs: list[dict], name: str) -> list[str]:
             parts.append(f"![output of the cell above]({FIGURES}/{path.name})")
             continue
         text = output.get("text") or data.get("text/plain") or "".join(output.get("traceback", []))
-        lines = "".join(text).rstrip("\n").splitlines()
+        # The checkout's own path says nothing to a reader elsewhere: it shows as the repository's root, `.`.
+        lines = "".join(text).replace(str(REPO), ".").rstrip("\n").splitlines()
         if len(lines) > LONGEST_OUTPUT:
             lines = [*lines[:LONGEST_OUTPUT], f"... ({len(lines) - LONGEST_OUTPUT} more lines)"]
         if lines:
