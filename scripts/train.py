@@ -22,8 +22,8 @@ from hf_vanilla.cli import (
     training_config,
 )
 from hf_vanilla.training.settings import TrainingError
+from hf_vanilla.training.stopping import TrainingStopped
 from hf_vanilla.training.train import train
-from hf_vanilla.training.trainer import TrainingStopped
 
 
 def build_parser() -> ArgumentParser:

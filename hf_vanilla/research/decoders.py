@@ -12,6 +12,7 @@ from typing import Any
 from transformers import PreTrainedModel
 
 from hf_vanilla.evaluation.scoring import BEAM_SEARCH, Runtime, Variant
+from hf_vanilla.model.decoding import DecodingOptions
 from hf_vanilla.research.ensemble import ensemble_logits_processors, load_ensemble
 from hf_vanilla.research.reranking import (
     RerankingModels,
@@ -19,7 +20,6 @@ from hf_vanilla.research.reranking import (
     translate_reranked,
     weight_grid,
 )
-from hf_vanilla.translation.decoding import DecodingOptions
 from hf_vanilla.translation.engines import LOGITS_PROCESSORS, TranslationEngine, require
 
 ENSEMBLE_NEEDS = "an ensemble mixes its members' scores into the decoded model's by logits processors"

@@ -24,6 +24,7 @@ from hf_vanilla.checkpoints.loading import decoding_for, load_config, model_dige
 from hf_vanilla.data.corpus import split_names, write_translation_jsonl
 from hf_vanilla.evaluation.scoring import DEFAULT_RUNTIME, Runtime, TranslationData, score_translations
 from hf_vanilla.files import atomic_directory, write_json
+from hf_vanilla.model.decoding import DEFAULT_DECODING, DecodingOptions
 from hf_vanilla.translation.corpus import (
     CorpusJob,
     CorpusSettings,
@@ -31,7 +32,7 @@ from hf_vanilla.translation.corpus import (
     engine_translator,
     translate_corpus,
 )
-from hf_vanilla.translation.decoding import DEFAULT_DECODING, DecodingOptions, read_lines, write_lines_atomic
+from hf_vanilla.translation.decoding import read_lines, write_lines_atomic
 from hf_vanilla.translation.engines import TranslationEngine, load_engine
 
 logger = logging.getLogger(__name__)

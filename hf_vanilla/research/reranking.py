@@ -24,14 +24,14 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from hf_vanilla.checkpoints.loading import load_models
 from hf_vanilla.data.batches import TokenBatchSampler
-from hf_vanilla.model.decoding import DEFAULT_MAX_TOKENS, reverse_words
+from hf_vanilla.model.decoding import DEFAULT_MAX_TOKENS, DecodingOptions, reverse_words
 from hf_vanilla.research.language_model import (
     IGNORED,
     load_language_models,
     mean_label_log_probs,
     sentence_log_probs,
 )
-from hf_vanilla.translation.decoding import BatchLogitsProcessors, DecodingOptions
+from hf_vanilla.translation.decoding import BatchLogitsProcessors
 from hf_vanilla.translation.engines import NBEST_SCORES, TranslationEngine, require
 
 T = TypeVar("T")

@@ -3,6 +3,6 @@ translation task on FastAPI, requests batched on the fly. Needs `pip install 'hf
 the core imports it."""
 
 from hf_vanilla.serving.app import RequestLimits, create_app
-from hf_vanilla.serving.batching import BatchingSettings
+from hf_vanilla.serving.policy import BatchingSettings
 
 __all__ = ["BatchingSettings", "RequestLimits", "create_app"]

@@ -35,12 +35,18 @@ from transformers import PretrainedConfig
 
 from hf_vanilla.checkpoints.loading import decoding_for, load_config
 from hf_vanilla.model.configuration_vanilla import VanillaTransformerConfig
-from hf_vanilla.model.decoding import PAPER_GENERATION_KWARGS, max_new_tokens_room, resolve_decoding
+from hf_vanilla.model.decoding import (
+    PAPER_GENERATION_KWARGS,
+    DecodingOptions,
+    max_new_tokens_room,
+    resolve_decoding,
+)
 from hf_vanilla.model.hub import checkpoint_card
 from hf_vanilla.serving.attention import AttentionModel, AttentionQuery, attention_settings
-from hf_vanilla.serving.batching import DEFAULT_BATCHING, Batcher, BatchingSettings, QueueFull, RequestRefused
+from hf_vanilla.serving.batching import DEFAULT_BATCHING, Batcher, QueueFull, RequestRefused
 from hf_vanilla.serving.page import PageSettings, page_html
-from hf_vanilla.translation.decoding import DecodingOptions, unencodable_character
+from hf_vanilla.serving.policy import BatchingSettings
+from hf_vanilla.translation.decoding import unencodable_character
 from hf_vanilla.translation.engines import DEFAULT_ENGINE, EngineSettings, load_engine
 
 logger = logging.getLogger(__name__)

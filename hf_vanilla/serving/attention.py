@@ -19,10 +19,9 @@ from typing import Any
 
 import torch
 
-from hf_vanilla.model.decoding import cut_source
+from hf_vanilla.model.decoding import DecodingOptions, cut_source
 from hf_vanilla.serving.batching import RequestRefused
 from hf_vanilla.translation.attention import SentenceAttentions
-from hf_vanilla.translation.decoding import DecodingOptions
 from hf_vanilla.translation.engines import (
     ATTENTION,
     EngineSettings,

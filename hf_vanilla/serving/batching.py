@@ -37,7 +37,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hf_vanilla.model.decoding import cut_source
+from hf_vanilla.model.decoding import DecodingOptions, cut_source
 from hf_vanilla.serving.policy import (
     BatchingSettings,
     QueueState,
@@ -47,7 +47,6 @@ from hf_vanilla.serving.policy import (
     next_work,
     seconds_to_next_due,
 )
-from hf_vanilla.translation.decoding import DecodingOptions
 from hf_vanilla.translation.engines import TranslationEngine
 
 logger = logging.getLogger(__name__)

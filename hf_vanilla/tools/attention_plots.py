@@ -17,9 +17,8 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from hf_vanilla.extras import require
 from hf_vanilla.files import atomic_file
-from hf_vanilla.model.decoding import cut_source
+from hf_vanilla.model.decoding import DecodingOptions, cut_source
 from hf_vanilla.translation.attention import SentenceAttentions, teacher_forced_attentions
-from hf_vanilla.translation.decoding import DecodingOptions
 from hf_vanilla.translation.engines import model_engine
 
 if TYPE_CHECKING:

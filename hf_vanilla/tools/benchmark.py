@@ -35,10 +35,10 @@ from hf_vanilla.extras import MissingExtra
 from hf_vanilla.files import write_json
 from hf_vanilla.model.attention_kernels import AUTO_ATTENTION
 from hf_vanilla.model.configuration_vanilla import SIZE_FIELDS, VanillaTransformerConfig
+from hf_vanilla.model.decoding import DecodingOptions
 from hf_vanilla.model.modeling_vanilla import VanillaTransformerForConditionalGeneration
 from hf_vanilla.precision import CLOCKS, cpu_description, matmul_peak_flops, resolve_precision, synchronize
 from hf_vanilla.tools.export import to_marian
-from hf_vanilla.translation.decoding import DecodingOptions
 from hf_vanilla.translation.engines import (
     EngineSettings,
     TranslationEngine,

@@ -53,7 +53,6 @@ from hf_vanilla.training.run_directory import (
 from hf_vanilla.training.schedule import DropoutRates, LearningRateSchedule, dropout_for_update, set_dropout
 from hf_vanilla.training.settings import TrainingConfig, TrainingError
 from hf_vanilla.training.stopping import StopRules, diverged, stopped_by_signal
-from hf_vanilla.training.stopping import TrainingStopped as TrainingStopped  # run's, for its callers
 from hf_vanilla.translation.decoding import translate_sentences
 
 logger = get_logger(__name__)  # logs on the main process only

@@ -39,8 +39,9 @@ from transformers import set_seed
 
 from hf_vanilla.data.corpus import not_utf8, raw_lines
 from hf_vanilla.files import atomic_file, write_json, write_text_atomic
+from hf_vanilla.model.decoding import DecodingOptions
 from hf_vanilla.precision import resolve_device
-from hf_vanilla.translation.decoding import DecodingOptions, lines_numbered_from, named_lines
+from hf_vanilla.translation.decoding import lines_numbered_from, named_lines
 from hf_vanilla.translation.engines import TranslationEngine
 
 logger = logging.getLogger(__name__)

@@ -24,9 +24,8 @@ from hf_vanilla.cli import (
     translation_data,
 )
 from hf_vanilla.files import write_json
-from hf_vanilla.model.decoding import PAPER_GENERATION_KWARGS
+from hf_vanilla.model.decoding import PAPER_GENERATION_KWARGS, DecodingOptions
 from hf_vanilla.precision import cpu_description
-from hf_vanilla.translation.decoding import DecodingOptions
 from hf_vanilla.translation.engines import EngineSettings, load_engine
 
 DECODINGS = {"greedy": {"num_beams": 1}, "beam": PAPER_GENERATION_KWARGS}

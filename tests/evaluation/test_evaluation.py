@@ -27,9 +27,8 @@ from hf_vanilla.evaluation.scoring import (
     score_translations,
 )
 from hf_vanilla.evaluation.selection import SelectionGrid, select_on_validation
-from hf_vanilla.model.decoding import cut_source
+from hf_vanilla.model.decoding import DecodingOptions, cut_source
 from hf_vanilla.translation.decoding import (
-    DecodingOptions,
     read_lines,
     translate_nbest,
     translate_sentences,

@@ -12,7 +12,7 @@ from transformers import pipeline
 from hf_vanilla.checkpoints.loading import load_model_and_tokenizer
 from hf_vanilla.evaluation.scoring import Runtime, TranslationData, evaluate_translation
 from hf_vanilla.evaluation.selection import SelectionGrid, select_on_validation
-from hf_vanilla.model.decoding import reverse_words
+from hf_vanilla.model.decoding import DecodingOptions, reverse_words
 from hf_vanilla.research.decoders import ResearchDecoder, ResearchModels, load_research_decoder
 from hf_vanilla.research.ensemble import ensemble_logits_processors
 from hf_vanilla.research.language_model import load_language_models, sentence_log_probs
@@ -34,7 +34,7 @@ from hf_vanilla.research.reranking import (
     weight_grid,
     word_counts,
 )
-from hf_vanilla.translation.decoding import DecodingOptions, translate_nbest, translate_sentences
+from hf_vanilla.translation.decoding import translate_nbest, translate_sentences
 from hf_vanilla.translation.engines import EngineSettings, TransformersEngine
 
 # A sentence's log-probability is a float32 sum of ~50 terms: batched with other sentences or alone, on CPUs

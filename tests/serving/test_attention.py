@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from hf_vanilla.checkpoints.loading import load_model_and_tokenizer
+from hf_vanilla.model.decoding import DecodingOptions
 from hf_vanilla.serving.attention import AttentionModel, AttentionQuery, attention_settings
 from hf_vanilla.translation.attention import SentenceAttentions
-from hf_vanilla.translation.decoding import DecodingOptions
 from hf_vanilla.translation.engines import ATTENTION, NBEST_SCORES, EngineSettings, TransformersEngine
 
 from .test_batching import EchoEngine

@@ -8,8 +8,9 @@ import time
 
 import pytest
 
-from hf_vanilla.serving.batching import Batcher, BatchingSettings, RequestRefused
-from hf_vanilla.translation.decoding import DecodingOptions
+from hf_vanilla.model.decoding import DecodingOptions
+from hf_vanilla.serving.batching import Batcher, RequestRefused
+from hf_vanilla.serving.policy import BatchingSettings
 from hf_vanilla.translation.engines import EngineSettings, load_engine
 
 OPTIONS = DecodingOptions(num_beams=1, show_progress=False)

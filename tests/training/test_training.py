@@ -41,8 +41,9 @@ from hf_vanilla.training.schedule import (
     peak_learning_rate,
 )
 from hf_vanilla.training.settings import TrainingConfig, TrainingError, load_training_config
+from hf_vanilla.training.stopping import TrainingStopped
 from hf_vanilla.training.train import _loader_workers, train
-from hf_vanilla.training.trainer import Trainer, TrainingStopped
+from hf_vanilla.training.trainer import Trainer
 from hf_vanilla.translation.decoding import translate_sentences
 
 CONFIGS = sorted((REPO / "configs").glob("*.yaml"))

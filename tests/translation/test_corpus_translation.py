@@ -23,6 +23,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from hf_vanilla.checkpoints.loading import model_digest
 from hf_vanilla.data.corpus import CorpusError
+from hf_vanilla.model.decoding import DecodingOptions
 from hf_vanilla.translation import corpus as corpus_translation
 from hf_vanilla.translation.corpus import (
     CorpusJob,
@@ -31,7 +32,6 @@ from hf_vanilla.translation.corpus import (
     engine_translator,
     translate_corpus,
 )
-from hf_vanilla.translation.decoding import DecodingOptions
 from hf_vanilla.translation.engines import TransformersEngine
 
 GREEDY = DecodingOptions(num_beams=1, max_new_tokens=4, show_progress=False)

@@ -18,7 +18,7 @@ from hf_vanilla.checkpoints.cards import set_decoding_defaults
 from hf_vanilla.checkpoints.loading import load_tokenizer
 from hf_vanilla.data.corpus import load_translation_split
 from hf_vanilla.files import atomic_directory
-from hf_vanilla.translation.decoding import DecodingOptions
+from hf_vanilla.model.decoding import DecodingOptions
 from hf_vanilla.translation.engines import EngineSettings, load_engine
 
 ctranslate2 = pytest.importorskip("ctranslate2")

@@ -10,7 +10,7 @@ from transformers import AutoModelForSeq2SeqLM
 
 from hf_vanilla.checkpoints.loading import load_tokenizer
 from hf_vanilla.data.corpus import load_translation_split
-from hf_vanilla.translation.decoding import DecodingOptions
+from hf_vanilla.model.decoding import DecodingOptions
 from hf_vanilla.translation.engines import EngineSettings, load_engine
 from hf_vanilla.translation.shortlist import (
     VOCAB_MAP_FILE,

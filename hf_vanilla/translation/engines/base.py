@@ -11,7 +11,8 @@ from typing import Protocol
 
 import torch
 
-from hf_vanilla.translation.decoding import BatchLogitsProcessors, DecodingOptions
+from hf_vanilla.model.decoding import DecodingOptions
+from hf_vanilla.translation.decoding import BatchLogitsProcessors
 
 # Abilities beyond the protocol's plain decoding, which an engine lists in `abilities`:
 ATTENTION = "attention"  # `attention(source_ids, options)`: the attention behind a translation

@@ -52,15 +52,15 @@ from hf_vanilla.data.tokenization import check_tokenizer_matches_model
 from hf_vanilla.extras import require
 from hf_vanilla.files import atomic_directory, refuse_existing
 from hf_vanilla.model.configuration_vanilla import VanillaTransformerConfig
-from hf_vanilla.model.decoding import max_source_tokens, paper_max_new_tokens, resolve_decoding
-from hf_vanilla.model.modeling_vanilla import sinusoidal_positions
-from hf_vanilla.translation.decoding import (
+from hf_vanilla.model.decoding import (
     DEFAULT_DECODING,
-    BatchLogitsProcessors,
     DecodingOptions,
-    detokenize,
-    encoded_batches,
+    max_source_tokens,
+    paper_max_new_tokens,
+    resolve_decoding,
 )
+from hf_vanilla.model.modeling_vanilla import sinusoidal_positions
+from hf_vanilla.translation.decoding import BatchLogitsProcessors, detokenize, encoded_batches
 from hf_vanilla.translation.engines.base import (
     CTRANSLATE2,
     LOGITS_PROCESSORS,

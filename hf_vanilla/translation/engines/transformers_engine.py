@@ -12,12 +12,10 @@ import torch
 from transformers import PreTrainedConfig, PreTrainedModel, PreTrainedTokenizerBase
 
 from hf_vanilla.checkpoints.loading import load_model_and_tokenizer
-from hf_vanilla.model.decoding import max_source_tokens, resolve_decoding
+from hf_vanilla.model.decoding import DEFAULT_DECODING, DecodingOptions, max_source_tokens, resolve_decoding
 from hf_vanilla.translation.attention import SentenceAttentions, teacher_forced_attentions
 from hf_vanilla.translation.decoding import (
-    DEFAULT_DECODING,
     BatchLogitsProcessors,
-    DecodingOptions,
     detokenize,
     evaluation_mode,
     generate_batch,
