@@ -98,7 +98,7 @@ def chunk_translator(
     """How each chunk is translated: by the engine (n-best lists with --nbest), or by the research
     decoder's one variant (a reranking weight is one value here)."""
     if not decoder.extra_models:
-        return engine_translator(engine, runtime.decoding(options.settings()), settings)
+        return engine_translator(engine, options, settings, runtime.batching)
     if settings.nbest > 1:
         raise CorpusTranslationError(
             "--nbest lists beam search's own translations: not with research options"
@@ -113,7 +113,8 @@ def corpus_job(
     one continues."""
     research = {**decoder.extra_models, **decoder.weights}
     decoding = describe_decoding(
-        runtime.decoding(options.settings()),
+        options,
+        runtime.max_tokens,
         engine=runtime.engine.engine,
         precision=runtime.engine.precision,
         **research,

@@ -34,7 +34,7 @@ from hf_vanilla.model.decoding import (
     decoding_report,
     resolve_decoding,
 )
-from hf_vanilla.translation.decoding import write_lines_atomic
+from hf_vanilla.translation.decoding import Batching, write_lines_atomic
 from hf_vanilla.translation.engines import DEFAULT_ENGINE, EngineSettings, TranslationEngine, load_engine
 
 logger = logging.getLogger(__name__)
@@ -164,12 +164,10 @@ class Runtime:
     max_tokens: int = DEFAULT_MAX_TOKENS
     show_progress: bool = True
 
-    def decoding(self, settings: Mapping[str, Any]) -> DecodingOptions:
-        """A variant's `settings` (`translate_sentences` keywords) as options batched as this runtime
-        batches."""
-        return DecodingOptions(max_tokens=self.max_tokens, show_progress=self.show_progress).replace(
-            **settings
-        )
+    @property
+    def batching(self) -> Batching:
+        """How the engine batches sentences and whether a progress bar shows, beside the decoding options."""
+        return Batching(self.max_tokens, self.show_progress)
 
 
 @dataclass(frozen=True)
@@ -227,7 +225,8 @@ class BeamSearch:
     extra_models: Mapping[str, Sequence[str]] = field(default_factory=dict)
 
     def __call__(self, engine, sources, settings, runtime: Runtime) -> list[Variant]:
-        return [Variant(dict(settings), engine.translate(sources, runtime.decoding(settings)))]
+        options = DEFAULT_DECODING.replace(**settings)
+        return [Variant(dict(settings), engine.translate(sources, options, runtime.batching))]
 
 
 BEAM_SEARCH = BeamSearch()

@@ -113,7 +113,7 @@ DECODING_NAMES = ("num_beams", "length_penalty", "max_new_tokens")
 
 @dataclass(frozen=True)
 class DecodingOptions:
-    """How sentences are decoded and batched: the one object the pipeline, scripts, evaluation, engines and
+    """How sentences are decoded: the one object the pipeline, scripts, evaluation, engines and
     the service share. Here, beside the paper's values, so that `resolve_decoding` returns it to the pipeline
     too, which a checkpoint carries without the rest of the package.
 
@@ -125,9 +125,8 @@ class DecodingOptions:
     than the model's positions to "" rather than cut it; `clean_up_tokenization_spaces`, detokenize with
     transformers' clean-up of spaces before punctuation (the service takes it per request).
     How a decoding runs, not what it gives: `cache_implementation` (generate's cache, the same tokens;
-    reports record it with the search), `max_tokens` (source tokens a batch: sentences * longest source) and
-    `show_progress`. The last two belong to `Runtime`; they stay here while the engines batch by them and
-    resumable translations' fingerprints (`describe_decoding`) hold `max_tokens`.
+    reports record it with the search). How sentences are batched travels beside these options
+    (`hf_vanilla.translation.decoding.Batching`).
     Frozen and hashable, so options can key batches."""
 
     num_beams: int | None = None
@@ -136,8 +135,6 @@ class DecodingOptions:
     cache_implementation: str | None = None
     extra_output_tokens: int = PAPER_EXTRA_OUTPUT_TOKENS
     skip_long_lines: bool = False
-    max_tokens: int = DEFAULT_MAX_TOKENS
-    show_progress: bool = True
     clean_up_tokenization_spaces: bool = False
     # Left out of the hash (a dict has none) but not of equality, so equal options still hash alike.
     other_generate_kwargs: Mapping[str, Any] = field(default_factory=dict, hash=False)

@@ -12,7 +12,7 @@ from typing import Any
 from transformers import PreTrainedModel
 
 from hf_vanilla.evaluation.scoring import BEAM_SEARCH, Runtime, Variant
-from hf_vanilla.model.decoding import DecodingOptions
+from hf_vanilla.model.decoding import DEFAULT_DECODING
 from hf_vanilla.research.ensemble import ensemble_logits_processors, load_ensemble
 from hf_vanilla.research.reranking import (
     RerankingModels,
@@ -63,20 +63,27 @@ class ResearchDecoder:
     ) -> list[Variant]:
         if not self.members and not self.weights:
             return BEAM_SEARCH(engine, sources, settings, runtime)
-        options = DecodingOptions(max_tokens=runtime.max_tokens, show_progress=runtime.show_progress)
         processors = None
         if self.members:
             require(engine, LOGITS_PROCESSORS, ENSEMBLE_NEEDS)
             processors = ensemble_logits_processors(engine.model, engine.tokenizer, self.members)
         if not self.weights:
-            translations = engine.translate(sources, options.replace(**settings), processors)
+            translations = engine.translate(
+                sources, DEFAULT_DECODING.replace(**settings), runtime.batching, processors
+            )
             return [Variant(dict(settings), translations)]
         beam_search = {name: value for name, value in settings.items() if name not in self.weights}
         weightings = weight_grid(
             {name: [settings[name]] if name in settings else tried for name, tried in self.weights.items()}
         )
         translations = translate_reranked(
-            engine, sources, weightings, self.rerankers, options.replace(**beam_search), processors
+            engine,
+            sources,
+            weightings,
+            self.rerankers,
+            DEFAULT_DECODING.replace(**beam_search),
+            runtime.batching,
+            processors,
         )
         return [
             Variant({**beam_search, **weights}, hypotheses)

@@ -7,7 +7,6 @@ select_checkpoint.py read with `--dataset DIR` like any other.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import logging
@@ -32,7 +31,7 @@ from hf_vanilla.translation.corpus import (
     engine_translator,
     translate_corpus,
 )
-from hf_vanilla.translation.decoding import read_lines, write_lines_atomic
+from hf_vanilla.translation.decoding import Batching, read_lines, write_lines_atomic
 from hf_vanilla.translation.engines import TranslationEngine, load_engine
 
 logger = logging.getLogger(__name__)
@@ -121,9 +120,8 @@ def distill_dataset(
         directory = output_dir.parent / f".{output_dir.name}.translations"
     else:
         directory = Path(saved.directory)
-    batched = dataclasses.replace(options, max_tokens=runtime.max_tokens, show_progress=False)
     training_pairs, records = _distilled_pairs(
-        teachers, data, pairs[train_split], TeacherRun(runtime, batched, directory, saved.chunk_size)
+        teachers, data, pairs[train_split], TeacherRun(runtime, options, directory, saved.chunk_size)
     )
     provenance = {
         "dataset": data.dataset,
@@ -178,7 +176,7 @@ def _distilled_pairs(
                 run.translations_dir,
                 run.chunk_size,
                 run.options,
-                run.runtime.show_progress,
+                run.runtime,
             )
             del engine  # one teacher in memory at a time
             new_pairs = zip(inputs, translations, strict=True)
@@ -218,20 +216,23 @@ def _saved_translations(
     translations_dir: Path,
     chunk_size: int,
     options: DecodingOptions,
-    show_progress: bool,
+    runtime: Runtime,
 ) -> list[str]:
-    """`teacher.engine.translate(inputs, options)` a chunk at a time through
+    """`teacher.engine.translate(inputs, options)`, batched as `runtime` batches, a chunk at a time through
     `translation.corpus.translate_corpus` (a stopped run continues after the chunks committed), one
     translation a line in a file of `translations_dir` named by everything the translations depend on;
     translations already there are read, not decoded."""
-    job = _translations_job(teacher, inputs, translations_dir, chunk_size, options)
+    job = _translations_job(teacher, inputs, translations_dir, chunk_size, options, runtime.max_tokens)
     if not Path(job.output).is_file():
         broken = next((number for number, text in enumerate(inputs, 1) if "\n" in text), None)
         if broken:  # it would be two lines of the file the chunks are read from
             raise ValueError(f"training sentence {broken} holds a line break: make each sentence one line")
         write_lines_atomic(job.source, inputs)
         logger.info("translating %d sentences with %s", len(inputs), teacher.description)
-        translate_corpus(engine_translator(teacher.engine, options, job.settings), job, show_progress)
+        # one bar counts the chunks, not one a chunk
+        batching = Batching(runtime.max_tokens, show_progress=False)
+        translate_chunk = engine_translator(teacher.engine, options, job.settings, batching)
+        translate_corpus(translate_chunk, job, runtime.show_progress)
         # a run beside this one, on the same inputs, may have done it
         Path(job.source).unlink(missing_ok=True)
     translations = read_lines(job.output)
@@ -241,7 +242,12 @@ def _saved_translations(
 
 
 def _translations_job(
-    teacher: Teacher, inputs: Sequence[str], translations_dir: Path, chunk_size: int, options: DecodingOptions
+    teacher: Teacher,
+    inputs: Sequence[str],
+    translations_dir: Path,
+    chunk_size: int,
+    options: DecodingOptions,
+    max_tokens: int,
 ) -> CorpusJob:
     """`inputs` translated by `teacher` as a corpus job of `translations_dir`: `NAME.sources` into `NAME.txt`,
     where NAME is the digest of what the translations depend on, written out in `NAME.json` for a reader."""
@@ -250,7 +256,7 @@ def _translations_job(
         "inputs": hashlib.sha256(json.dumps(list(inputs)).encode()).hexdigest(),
         "chunk_size": chunk_size,
         "engine": teacher.engine.describe(),
-        "decoding": describe_decoding(options),
+        "decoding": describe_decoding(options, max_tokens),
     }
     name = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
     if (translations_dir / name).is_dir():  # an earlier version's chunks, chunk-NNNNN.txt in a directory
@@ -264,5 +270,5 @@ def _translations_job(
         str(translations_dir / f"{name}.sources"),
         str(translations_dir / f"{name}.txt"),
         CorpusSettings(chunk_lines=chunk_size),
-        {"model": teacher.digest, "decoding": describe_decoding(options, engine=key["engine"])},
+        {"model": teacher.digest, "decoding": describe_decoding(options, max_tokens, engine=key["engine"])},
     )

@@ -31,7 +31,7 @@ from hf_vanilla.research.language_model import (
     mean_label_log_probs,
     sentence_log_probs,
 )
-from hf_vanilla.translation.decoding import BatchLogitsProcessors
+from hf_vanilla.translation.decoding import DEFAULT_BATCHING, Batching, BatchLogitsProcessors
 from hf_vanilla.translation.engines import NBEST_SCORES, TranslationEngine, require
 
 T = TypeVar("T")
@@ -302,6 +302,7 @@ def translate_reranked(
     weightings: Sequence[Mapping[str, float]],
     models: RerankingModels,
     options: DecodingOptions,
+    batching: Batching = DEFAULT_BATCHING,
     logits_processors: BatchLogitsProcessors | None = None,
 ) -> list[list[str]]:
     """`engine`'s translations with beam search's n-best list (`options.num_beams`, else the model's
@@ -310,8 +311,8 @@ def translate_reranked(
     each): one list of translations each, the n-best list and its scores computed once for all. The engine
     must score its n-best lists as generate ranks them (`NBEST_SCORES`)."""
     require(engine, NBEST_SCORES, "reranking adds beam search's scores of the n-best list to the rerankers'")
-    nbest = engine.translate_nbest(sources, options, logits_processors)
-    features = reranking_features(nbest, sources, models, options.max_tokens, options.show_progress)
+    nbest = engine.translate_nbest(sources, options, batching, logits_processors)
+    features = reranking_features(nbest, sources, models, batching.max_tokens, batching.show_progress)
     if any(WORD_BONUS in weights for weights in weightings):
         features[WORD_BONUS] = word_counts(nbest)
     return [rerank(nbest, features, weights) for weights in weightings]

@@ -288,16 +288,11 @@ def check_pair(parameters: TranslationParameters, pair: tuple[str, str] | None) 
             )
 
 
-def server_options(
-    checkpoint: str | os.PathLike, batching: BatchingSettings, cache_implementation: str | None = None
-) -> DecodingOptions:
+def server_options(checkpoint: str | os.PathLike, cache_implementation: str | None = None) -> DecodingOptions:
     """The options a request without generate_parameters decodes with: the checkpoint's beam size, length
-    penalty and output limit, else the paper's (`resolve_decoding`, logged), each batch one `generate` call
-    within the batching budget, no progress bar."""
-    batched = DecodingOptions(
-        cache_implementation=cache_implementation, max_tokens=batching.max_tokens, show_progress=False
-    )
-    return decoding_for(checkpoint, batched)[0]
+    penalty and output limit, else the paper's (`resolve_decoding`, logged); each batch is one `generate`
+    call within the batching budget (`Batcher`)."""
+    return decoding_for(checkpoint, DecodingOptions(cache_implementation=cache_implementation))[0]
 
 
 def request_options(
@@ -525,7 +520,7 @@ def create_app(
             f"--request-max-sentences {limits.max_sentences} is more than the queue holds "
             f"({batching.max_queued_sentences}): such a request could never be taken"
         )
-    base = server_options(checkpoint, batching, cache_implementation)
+    base = server_options(checkpoint, cache_implementation)
     config = load_config(checkpoint)
     room, pair = max_new_tokens_room(config), model_pair(config)
     batcher = Batcher(lambda: load_engine(checkpoint, engine), base, batching)

@@ -47,6 +47,7 @@ from hf_vanilla.serving.policy import (
     next_work,
     seconds_to_next_due,
 )
+from hf_vanilla.translation.decoding import Batching
 from hf_vanilla.translation.engines import TranslationEngine
 
 logger = logging.getLogger(__name__)
@@ -158,6 +159,8 @@ class Batcher:
         settings: BatchingSettings = DEFAULT_BATCHING,
     ):
         self.settings = settings
+        # Each batch fits the budget already, so the engine cuts it no further; the service shows no bar.
+        self._batching = Batching(settings.max_tokens, show_progress=False)
         self.stats = BatchStats()
         self.ready = threading.Event()
         self.failure: str | None = None
@@ -267,7 +270,7 @@ class Batcher:
         """The first worker: load and warm the engine, start the others, then decode as they do."""
         try:
             engine = self._load()
-            engine.translate([WARM_UP_TEXT], self._warm_up)
+            engine.translate([WARM_UP_TEXT], self._warm_up, self._batching)
         except Exception as err:
             self._stop_failed(f"the model failed to load: {err}")
             return
@@ -346,10 +349,13 @@ class Batcher:
         request (with a line naming it); the worker goes on."""
         started = time.perf_counter()
         try:
-            outputs = self._engine.translate_encoded([sentence.ids for sentence in batch], options)
+            batch_ids = [sentence.ids for sentence in batch]
+            outputs = self._engine.translate_encoded(batch_ids, options, self._batching)
         except Exception:  # one bad batch must not end the service, nor fail the sentences not at fault
             logger.exception("a batch of %d sentences failed; decoding them one at a time", len(batch))
-            outputs = [_decode_alone(self._engine, options, sentence) for sentence in batch]
+            outputs = [
+                _decode_alone(self._engine, options, self._batching, sentence) for sentence in batch
+            ]
         tokens = [sentence.tokens for sentence in batch]
         logger.info(
             "batch: %d sentences, %d source tokens (%d padded), num_beams %s, %.0f ms",
@@ -382,11 +388,11 @@ def _run_job(job: _Job, engine: TranslationEngine) -> None:
 
 
 def _decode_alone(
-    engine: TranslationEngine, options: DecodingOptions, sentence: _Sentence
+    engine: TranslationEngine, options: DecodingOptions, batching: Batching, sentence: _Sentence
 ) -> list[int] | None:
     """The sentence's output ids, or None once its request has failed with the error."""
     try:
-        return engine.translate_encoded([sentence.ids], options)[0]
+        return engine.translate_encoded([sentence.ids], options, batching)[0]
     except Exception as err:
         logger.exception("inputs[%d] of a request failed alone", sentence.index)
         sentence.request.fail(

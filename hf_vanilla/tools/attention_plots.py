@@ -30,7 +30,7 @@ ATTENTION_KINDS = {
     "cross": ("cross-attention", "predicted target token (query)", "source (key)"),
 }
 HEADS_PER_ROW = 4
-GREEDY = DecodingOptions(num_beams=1, show_progress=False)
+GREEDY = DecodingOptions(num_beams=1)
 
 
 def sentence_attentions(

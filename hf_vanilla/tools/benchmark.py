@@ -39,6 +39,7 @@ from hf_vanilla.model.decoding import DecodingOptions
 from hf_vanilla.model.modeling_vanilla import VanillaTransformerForConditionalGeneration
 from hf_vanilla.precision import CLOCKS, cpu_description, matmul_peak_flops, resolve_precision, synchronize
 from hf_vanilla.tools.export import to_marian
+from hf_vanilla.translation.decoding import Batching
 from hf_vanilla.translation.engines import (
     EngineSettings,
     TranslationEngine,
@@ -627,13 +628,11 @@ def _engine_decoding(
         ids[mask.bool()].tolist()
         for ids, mask in zip(inputs["input_ids"], inputs["attention_mask"], strict=True)
     ]
-    options = DecodingOptions(
-        num_beams=num_beams,
-        max_new_tokens=new_tokens,
-        max_tokens=len(batch) * max(map(len, batch)),
-        show_progress=False,
-    ).replace(min_new_tokens=new_tokens)
-    return functools.partial(engine.translate_encoded, batch, options)
+    options = DecodingOptions(num_beams=num_beams, max_new_tokens=new_tokens).replace(
+        min_new_tokens=new_tokens
+    )
+    whole = Batching(max_tokens=len(batch) * max(map(len, batch)), show_progress=False)
+    return functools.partial(engine.translate_encoded, batch, options, whole)
 
 
 def environment(device: str | torch.device = "cpu") -> dict:

@@ -53,7 +53,7 @@ from hf_vanilla.training.run_directory import (
 from hf_vanilla.training.schedule import DropoutRates, LearningRateSchedule, dropout_for_update, set_dropout
 from hf_vanilla.training.settings import TrainingConfig, TrainingError
 from hf_vanilla.training.stopping import StopRules, diverged, stopped_by_signal
-from hf_vanilla.translation.decoding import translate_sentences
+from hf_vanilla.translation.decoding import Batching, translate_sentences
 
 logger = get_logger(__name__)  # logs on the main process only
 
@@ -529,8 +529,7 @@ def validate(
             model,
             tokenizer,
             [validation.sources[index] for index in share],
-            max_tokens=config.max_tokens,
-            show_progress=False,
+            batching=Batching(config.max_tokens, show_progress=False),
             num_beams=1,
             do_sample=False,
         )

@@ -41,7 +41,7 @@ from hf_vanilla.data.corpus import not_utf8, raw_lines
 from hf_vanilla.files import atomic_file, write_json, write_text_atomic
 from hf_vanilla.model.decoding import DecodingOptions
 from hf_vanilla.precision import resolve_device
-from hf_vanilla.translation.decoding import lines_numbered_from, named_lines
+from hf_vanilla.translation.decoding import DEFAULT_BATCHING, Batching, lines_numbered_from, named_lines
 from hf_vanilla.translation.engines import TranslationEngine
 
 logger = logging.getLogger(__name__)
@@ -117,18 +117,24 @@ class CorpusJob:
 
 
 def engine_translator(
-    engine: TranslationEngine, options: DecodingOptions, settings: CorpusSettings
+    engine: TranslationEngine,
+    options: DecodingOptions,
+    settings: CorpusSettings,
+    batching: Batching = DEFAULT_BATCHING,
 ) -> ChunkTranslator:
-    """Chunks translated by `engine` with `options`: each source's `settings.nbest` best with beam search's
-    scores where they are written (n-best lists, JSON lines), else the best alone."""
+    """Chunks translated by `engine` with `options`, batched as `batching` says: each source's
+    `settings.nbest` best with beam search's scores where they are written (n-best lists, JSON lines), else
+    the best alone."""
     if settings.nbest > (options.num_beams or 1):
         raise CorpusTranslationError(
             f"--nbest {settings.nbest} lists beam search's best translations: give "
             f"--num-beams {settings.nbest} or more"
         )
     if settings.nbest == 1 and settings.output_format == "text":
-        return best_only(lambda sources: engine.translate(sources, options))
-    return lambda sources: [each[: settings.nbest] for each in engine.translate_nbest(sources, options)]
+        return best_only(lambda sources: engine.translate(sources, options, batching))
+    return lambda sources: [
+        each[: settings.nbest] for each in engine.translate_nbest(sources, options, batching)
+    ]
 
 
 def best_only(translate: Callable[[Sequence[str]], Sequence[str]]) -> ChunkTranslator:
@@ -136,11 +142,11 @@ def best_only(translate: Callable[[Sequence[str]], Sequence[str]]) -> ChunkTrans
     return lambda sources: [[(text, None)] for text in translate(sources)]
 
 
-def describe_decoding(options: DecodingOptions, **more: Any) -> str:
-    """Decoding `options` (how they batch, not whether a progress bar shows) and `more` that decides the
-    translations (precision, engine, research models), as a fingerprint records them."""
-    described = dataclasses.asdict(options)
-    del described["show_progress"]
+def describe_decoding(options: DecodingOptions, max_tokens: int, **more: Any) -> str:
+    """Decoding `options`, the `max_tokens` they batch by (kept since fingerprints began with it, so
+    translations stopped before still resume) and `more` that decides the translations (precision, engine,
+    research models), as a fingerprint records them."""
+    described = {**dataclasses.asdict(options), "max_tokens": max_tokens}
     return json.dumps({**described, **more}, sort_keys=True, default=str)
 
 

@@ -1,6 +1,6 @@
 """Batched translation with `generate` (paper section 6.1): the decoding options every engine takes
-(`DecodingOptions`, at home in `hf_vanilla.model.decoding` so the pipeline resolves them too), `generate` over
-batches of them, and the text files they work on."""
+(`DecodingOptions`, at home in `hf_vanilla.model.decoding` so the pipeline resolves them too), how sentences
+are batched beside them (`Batching`), `generate` over batches of them, and the text files they work on."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from hf_vanilla.data.batches import TokenBatchSampler
 from hf_vanilla.files import write_text_atomic
 from hf_vanilla.model.decoding import (
     DEFAULT_DECODING,
+    DEFAULT_MAX_TOKENS,
     DecodingOptions,
     decode_translations,
     encode_sources,
@@ -45,6 +47,19 @@ BatchLogitsProcessors = Callable[[Mapping[str, torch.Tensor]], Sequence[LogitsPr
 # The line number of the first source, for the warnings that name lines: 1, unless a caller translating a file
 # a chunk at a time says where its chunk begins (`lines_numbered_from`).
 _FIRST_LINE_NUMBER = contextvars.ContextVar("first_line_number", default=1)
+
+
+@dataclass(frozen=True)
+class Batching:
+    """How a decoding runs, not what it gives, which travels beside its `DecodingOptions`: `max_tokens`,
+    source tokens a batch (sentences * longest source), and whether a progress bar shows."""
+
+    max_tokens: int = DEFAULT_MAX_TOKENS
+    show_progress: bool = True
+
+
+DEFAULT_BATCHING = Batching()
+QUIET = Batching(show_progress=False)
 
 
 def detokenize(
@@ -140,19 +155,20 @@ def encoded_batches(
     config: PreTrainedConfig,
     sources: Sequence[str],
     options: DecodingOptions,
+    batching: Batching = DEFAULT_BATCHING,
     batch_tokens: int | None = None,
 ) -> Iterator[tuple[list[int], list[list[int]]]]:
     """The token ids of the nonblank `sources` (`encoded_sources`) sorted by length and batched so that
-    sentences * longest source stays within `batch_tokens` (default: `options.max_tokens`), each batch with
-    the indices in `sources` of its sentences, under a progress bar."""
+    sentences * longest source stays within `batch_tokens` (default: `batching.max_tokens`), each batch with
+    the indices in `sources` of its sentences, under a progress bar unless `batching` hides it."""
     to_translate = encoded_sources(tokenizer, config, sources, options)
     if not to_translate:
         return
     indices, input_ids = list(to_translate), list(to_translate.values())
     lengths = [len(ids) for ids in input_ids]
-    sampler = TokenBatchSampler(lengths, batch_tokens or options.max_tokens, shuffle=False)
+    sampler = TokenBatchSampler(lengths, batch_tokens or batching.max_tokens, shuffle=False)
     with tqdm(
-        total=len(indices), unit="sent", desc="Translating", disable=not options.show_progress
+        total=len(indices), unit="sent", desc="Translating", disable=not batching.show_progress
     ) as progress:
         for batch in sampler:
             yield [indices[position] for position in batch], [input_ids[position] for position in batch]
@@ -197,13 +213,14 @@ def _generate_in_batches(
     tokenizer: PreTrainedTokenizerBase,
     sources: Sequence[str],
     options: DecodingOptions,
+    batching: Batching,
     logits_processors: BatchLogitsProcessors | None = None,
 ) -> Iterator[tuple[list[int], Any]]:
     """`generate`'s output for each batch of the nonblank `sources` (`encoded_batches`), with the indices in
     `sources` of its sentences."""
     options, _ = resolve_decoding(model.generation_config, options)
     with evaluation_mode(model):
-        for indices, batch_ids in encoded_batches(tokenizer, model.config, sources, options):
+        for indices, batch_ids in encoded_batches(tokenizer, model.config, sources, options, batching):
             yield indices, generate_batch(model, tokenizer, batch_ids, options, logits_processors)
 
 
@@ -212,6 +229,7 @@ def translate_sentences(
     tokenizer: PreTrainedTokenizerBase,
     sources: Sequence[str],
     options: DecodingOptions = DEFAULT_DECODING,
+    batching: Batching = DEFAULT_BATCHING,
     logits_processors: BatchLogitsProcessors | None = None,
     **settings,
 ) -> list[str]:
@@ -219,7 +237,7 @@ def translate_sentences(
 
     `settings` (fields of `DecodingOptions` or other `generate` keywords) go over `options`, as `generate`'s
     keywords go over its generation config. Sentences are sorted by length and batched so that sentences *
-    longest source stays within `max_tokens` (beam search multiplies the memory by num_beams). Unless
+    longest source stays within `batching.max_tokens` (beam search multiplies the memory by num_beams). Unless
     `max_new_tokens` is set, each sentence may produce up to its source length + `extra_output_tokens` new
     tokens (section 6.1), capped by the model's max_position_embeddings, whatever it is batched with. The beam
     size, length penalty and output limit not given are the model's generation config's, else the paper's
@@ -234,7 +252,9 @@ def translate_sentences(
     """
     translations = [""] * len(sources)
     options = options.replace(**settings)
-    for indices, outputs in _generate_in_batches(model, tokenizer, sources, options, logits_processors):
+    for indices, outputs in _generate_in_batches(
+        model, tokenizer, sources, options, batching, logits_processors
+    ):
         for index, text in zip(indices, detokenize(model.config, tokenizer, outputs, options), strict=True):
             translations[index] = text
     return translations
@@ -246,6 +266,7 @@ def translate_nbest(
     sources: Sequence[str],
     num_beams: int,
     options: DecodingOptions = DEFAULT_DECODING,
+    batching: Batching = DEFAULT_BATCHING,
     logits_processors: BatchLogitsProcessors | None = None,
     **settings,
 ) -> list[list[tuple[str, float]]]:
@@ -254,8 +275,8 @@ def translate_nbest(
     everything else as `translate_sentences`, whose first translations these are. A blank source gets [("",
     0.0)]; greedy search (`num_beams` 1) gives each source its one translation, scored 0.
 
-    Keeping the scores costs one (rows, vocab) tensor per decoding step until a batch ends: lower `max_tokens`
-    if that does not fit."""
+    Keeping the scores costs one (rows, vocab) tensor per decoding step until a batch ends: lower
+    `batching.max_tokens` if that does not fit."""
     nbest = [[("", 0.0)] for _ in sources]
     beam_search = num_beams > 1  # greedy search returns no sequence scores
     nbest_options = options.replace(
@@ -265,7 +286,9 @@ def translate_nbest(
         return_dict_in_generate=True,
         output_scores=beam_search,
     )
-    batches = _generate_in_batches(model, tokenizer, sources, nbest_options, logits_processors)
+    batches = _generate_in_batches(
+        model, tokenizer, sources, nbest_options, batching, logits_processors
+    )
     for indices, outputs in batches:
         texts = detokenize(model.config, tokenizer, outputs.sequences, nbest_options)
         scores = outputs.sequences_scores.tolist() if beam_search else [0.0] * len(texts)

@@ -59,6 +59,7 @@ from hf_vanilla.model.decoding import DecodingOptions
 from hf_vanilla.precision import cpu_description
 from hf_vanilla.serving.batching import DEFAULT_BATCHING
 from hf_vanilla.tools.benchmark import recorded_validation_bleu
+from hf_vanilla.translation.decoding import Batching
 from hf_vanilla.translation.engines import COMPUTE_TYPES, EngineSettings, engine_names, load_engine
 
 STARTUP_SECONDS = 300
@@ -255,8 +256,9 @@ def service_runs(args, sentences: list[str], settings: EngineSettings, workdir: 
 def offline_decoding(args, settings: EngineSettings) -> Callable[[list], object]:
     """The engine's translation of sentences, all at once, in length-sorted batches."""
     engine = load_engine(args.model, settings)
-    options = DecodingOptions(max_tokens=args.max_tokens, show_progress=False).replace(**decoding(args))
-    return lambda batch: engine.translate(batch, options)
+    options = DecodingOptions().replace(**decoding(args))
+    batching = Batching(args.max_tokens, show_progress=False)
+    return lambda batch: engine.translate(batch, options, batching)
 
 
 def raw_translate_batch(args, settings: EngineSettings) -> Callable[[list], object]:

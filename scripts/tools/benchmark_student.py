@@ -15,6 +15,7 @@ vocabulary, and decodes with it from a scratch copy.
         --output docs/benchmarks/student-int8-epyc-2core.json --plot docs/images/student-frontier.png
 """
 
+import functools
 import json
 import os
 import shutil
@@ -41,6 +42,7 @@ from hf_vanilla.cli import (
 from hf_vanilla.evaluation.scoring import score_translations
 from hf_vanilla.files import write_json
 from hf_vanilla.tools.machine import run_record
+from hf_vanilla.translation.decoding import Batching
 from hf_vanilla.translation.engines import COMPUTE_TYPES, EngineSettings, load_engine
 from hf_vanilla.translation.engines.base import CTRANSLATE2
 from hf_vanilla.translation.shortlist import VOCAB_MAP_FILE
@@ -123,14 +125,14 @@ def measure(args, sentences: list[str], references: list[str], target_lang: str,
     """Every system decoded offline (timed in turn) and scored, then served, each with its own decoding."""
     decoders, decodings, translations, settings = {}, {}, {}, {}
     measured = systems(args, scratch)
+    batching = Batching(args.max_tokens, show_progress=False)
     for name, (model, vocab_map) in measured.items():
-        asked = decoding_options(args).replace(max_tokens=args.max_tokens, show_progress=False)
-        options, _ = decoding_for(model, asked)
+        options, _ = decoding_for(model, decoding_options(args))
         decodings[name] = options.generate_kwargs()
         settings[name] = engine_settings(args, vocab_map, scratch / "ctranslate2")
         engine = load_engine(model, settings[name])
-        translations[name] = engine.translate(sentences, options)
-        decoders[name] = lambda batch, engine=engine, options=options: engine.translate(batch, options)
+        translations[name] = engine.translate(sentences, options, batching)
+        decoders[name] = functools.partial(engine.translate, options=options, batching=batching)
     timings = offline(args, sentences, decoders)
     report = {}
     for name, (model, vocab_map) in measured.items():

@@ -26,6 +26,7 @@ from hf_vanilla.cli import (
 from hf_vanilla.files import write_json
 from hf_vanilla.model.decoding import PAPER_GENERATION_KWARGS, DecodingOptions
 from hf_vanilla.precision import cpu_description
+from hf_vanilla.translation.decoding import QUIET
 from hf_vanilla.translation.engines import EngineSettings, load_engine
 
 DECODINGS = {"greedy": {"num_beams": 1}, "beam": PAPER_GENERATION_KWARGS}
@@ -58,7 +59,7 @@ def main() -> None:
         engine = load_engine(args.model, EngineSettings(device=args.device, **settings))
         for decoding, kwargs in DECODINGS.items():
             started = time.perf_counter()
-            outputs = engine.translate(sources, DecodingOptions(show_progress=False, **kwargs))
+            outputs = engine.translate(sources, DecodingOptions(**kwargs), QUIET)
             reference_outputs.setdefault(decoding, outputs)  # transformers' come first
             report["runs"][f"{engine_name} {decoding}"] = {
                 "bleu": round(sacrebleu.corpus_bleu(outputs, [references]).score, 2),

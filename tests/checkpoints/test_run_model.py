@@ -96,7 +96,7 @@ def test_every_tool_opens_the_model_to_use(run_dir, corpus_path, tmp_path):
     model_dir = run_dir / MODEL_NAME
     model = AutoModelForSeq2SeqLM.from_pretrained(model_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    expected = translate_sentences(model, tokenizer, SOURCES, show_progress=False, max_new_tokens=4)
+    expected = translate_sentences(model, tokenizer, SOURCES, batching=QUIET.batching, max_new_tokens=4)
     flags = ("--max-new-tokens", "4", "--device", "cpu", "--quiet")
     translated = run_script("translate.py", model_dir, *flags, stdin="\n".join(SOURCES) + "\n", check=True)
     assert translated.stdout.splitlines() == expected

@@ -29,6 +29,7 @@ from hf_vanilla.evaluation.scoring import (
 from hf_vanilla.evaluation.selection import SelectionGrid, select_on_validation
 from hf_vanilla.model.decoding import DecodingOptions, cut_source
 from hf_vanilla.translation.decoding import (
+    Batching,
     read_lines,
     translate_nbest,
     translate_sentences,
@@ -82,7 +83,7 @@ SOURCES = [
 def test_translations_come_back_in_input_order_with_blank_lines_blank(tiny_model_and_tokenizer):
     _, tokenizer = tiny_model_and_tokenizer
     echo = EchoModel()
-    translations = translate_sentences(echo, tokenizer, SOURCES, max_tokens=40, show_progress=False)
+    translations = translate_sentences(echo, tokenizer, SOURCES, batching=Batching(40, show_progress=False))
     assert translations == [source if source.strip() else "" for source in SOURCES]
     assert sum(call["batch_size"] for call in echo.calls) == 4
     assert len(echo.calls) > 1  # the token budget split the sentences into several batches
@@ -92,7 +93,7 @@ def test_translations_come_back_in_input_order_with_blank_lines_blank(tiny_model
 def test_batches_are_length_sorted_within_the_token_budget_with_paper_output_length(tiny_model_and_tokenizer):
     _, tokenizer = tiny_model_and_tokenizer
     echo = EchoModel()
-    translate_sentences(echo, tokenizer, SOURCES, max_tokens=40, show_progress=False, num_beams=4)
+    translate_sentences(echo, tokenizer, SOURCES, batching=Batching(40, show_progress=False), num_beams=4)
     longest = [call["longest"] for call in echo.calls]
     assert longest == sorted(longest)
     for call in echo.calls:
@@ -104,7 +105,7 @@ def test_batches_are_length_sorted_within_the_token_budget_with_paper_output_len
 def test_explicit_max_new_tokens_wins(tiny_model_and_tokenizer):
     _, tokenizer = tiny_model_and_tokenizer
     echo = EchoModel()
-    translate_sentences(echo, tokenizer, SOURCES, show_progress=False, max_new_tokens=7)
+    translate_sentences(echo, tokenizer, SOURCES, batching=QUIET.batching, max_new_tokens=7)
     assert {call["max_new_tokens"] for call in echo.calls} == {7}
 
 
@@ -115,9 +116,9 @@ def test_an_explicit_output_limit_beyond_the_decoders_positions_is_refused_befor
     echo = EchoModel()
     room = echo.config.max_position_embeddings - 1
     with pytest.raises(ValueError, match=f"max_new_tokens={room + 1} is more than .* at most {room}"):
-        translate_sentences(echo, tokenizer, SOURCES, show_progress=False, max_new_tokens=room + 1)
+        translate_sentences(echo, tokenizer, SOURCES, batching=QUIET.batching, max_new_tokens=room + 1)
     assert echo.calls == []
-    translate_sentences(echo, tokenizer, SOURCES, show_progress=False, max_new_tokens=room)
+    translate_sentences(echo, tokenizer, SOURCES, batching=QUIET.batching, max_new_tokens=room)
     assert {call["max_new_tokens"] for call in echo.calls} == {room}
 
 
@@ -138,9 +139,11 @@ def test_each_sentence_stops_at_its_own_source_length_plus_50_whatever_it_is_bat
         return outputs
 
     monkeypatch.setattr(model, "generate", recording_generate)
-    batched = translate_sentences(model, tokenizer, [short, long], show_progress=False, num_beams=num_beams)
+    batched = translate_sentences(
+        model, tokenizer, [short, long], batching=QUIET.batching, num_beams=num_beams
+    )
     alone = [
-        translate_sentences(model, tokenizer, [source], show_progress=False, num_beams=num_beams)[0]
+        translate_sentences(model, tokenizer, [source], batching=QUIET.batching, num_beams=num_beams)[0]
         for source in (short, long)
     ]
     assert batched == alone
@@ -151,9 +154,9 @@ def test_each_sentence_stops_at_its_own_source_length_plus_50_whatever_it_is_bat
 
 def test_real_model_batched_greedy_equals_one_by_one(tiny_model_and_tokenizer):
     model, tokenizer = tiny_model_and_tokenizer
-    batched = translate_sentences(model, tokenizer, SOURCES, show_progress=False, max_new_tokens=12)
+    batched = translate_sentences(model, tokenizer, SOURCES, batching=QUIET.batching, max_new_tokens=12)
     one_by_one = [
-        translate_sentences(model, tokenizer, [source], show_progress=False, max_new_tokens=12)[0]
+        translate_sentences(model, tokenizer, [source], batching=QUIET.batching, max_new_tokens=12)[0]
         for source in SOURCES
     ]
     assert batched == one_by_one
@@ -168,7 +171,7 @@ REFERENCES = ["The dog bit the man.", "It was not unexpected.", "The man bit him
 def test_the_transformers_engine_decodes_as_translate_sentences_and_translate_nbest(tiny_model_and_tokenizer):
     model, tokenizer = tiny_model_and_tokenizer
     engine = TransformersEngine(model, tokenizer)
-    options = DecodingOptions(num_beams=2, length_penalty=0.6, max_new_tokens=6, show_progress=False)
+    options = DecodingOptions(num_beams=2, length_penalty=0.6, max_new_tokens=6)
     assert engine.translate(SOURCES, options) == translate_sentences(model, tokenizer, SOURCES, options)
     assert engine.translate_nbest(SOURCES, options) == translate_nbest(model, tokenizer, SOURCES, 2, options)
     long_line = " ".join(["Hund"] * 2 * model.config.max_position_embeddings)
@@ -244,7 +247,7 @@ def test_evaluate_bleu_writes_hypotheses_and_report_with_paper_beam_search(
         model,
         tokenizer,
         pairs["source"],
-        show_progress=False,
+        batching=QUIET.batching,
         num_beams=4,
         length_penalty=0.6,
         max_new_tokens=6,
@@ -320,7 +323,7 @@ def test_loading_rejects_a_tokenizer_that_does_not_match_the_model(tiny_model_di
 def test_bfloat16_model_translates_on_cpu(tiny_model_dir):
     model, tokenizer = load_model_and_tokenizer(tiny_model_dir, device="cpu", dtype="bfloat16")
     assert model.dtype == torch.bfloat16
-    assert translate_sentences(model, tokenizer, ["Ein Hund."], show_progress=False, max_new_tokens=3)[0]
+    assert translate_sentences(model, tokenizer, ["Ein Hund."], batching=QUIET.batching, max_new_tokens=3)[0]
 
 
 def test_lines_round_trip_through_files(tmp_path):
@@ -349,7 +352,7 @@ def test_translate_script_keeps_lines_in_order(tiny_model_dir, tiny_model_and_to
     )  # fmt: skip
     model, tokenizer = tiny_model_and_tokenizer
     expected = translate_sentences(
-        model, tokenizer, lines, show_progress=False, num_beams=2, max_new_tokens=4
+        model, tokenizer, lines, batching=QUIET.batching, num_beams=2, max_new_tokens=4
     )
     assert completed.stdout.split("\n") == [*expected, ""]
     assert expected[1] == ""
@@ -364,7 +367,7 @@ def test_translate_script_decodes_with_the_checkpoints_saved_beam_unless_told(
     completed = run_script("translate.py", tiny_model_copy, *flags, stdin="\n".join(lines) + "\n", check=True)
     model, tokenizer = tiny_model_and_tokenizer
     chosen = translate_sentences(
-        model, tokenizer, lines, show_progress=False, num_beams=3, length_penalty=1.0, max_new_tokens=4
+        model, tokenizer, lines, batching=QUIET.batching, num_beams=3, length_penalty=1.0, max_new_tokens=4
     )
     assert completed.stdout.splitlines() == chosen
     assert (
@@ -638,11 +641,13 @@ def short_model(tiny_model_and_tokenizer):
 def test_a_line_longer_than_the_model_is_cut_or_left_blank_and_named_once(short_model, caplog):
     model, tokenizer = short_model
     sources = ["Ein Hund rennt.", LONG_LINE, "", "Kinder.", LONG_LINE]
-    alone = translate_sentences(model, tokenizer, [sources[0], sources[3]], show_progress=False, num_beams=1)
+    alone = translate_sentences(
+        model, tokenizer, [sources[0], sources[3]], batching=QUIET.batching, num_beams=1
+    )
     with caplog.at_level("WARNING"):
-        cut = translate_sentences(model, tokenizer, sources, show_progress=False, num_beams=1)
+        cut = translate_sentences(model, tokenizer, sources, batching=QUIET.batching, num_beams=1)
         skipped = translate_sentences(
-            model, tokenizer, sources, show_progress=False, num_beams=1, skip_long_lines=True
+            model, tokenizer, sources, batching=QUIET.batching, num_beams=1, skip_long_lines=True
         )
     assert [cut[0], cut[3]] == [skipped[0], skipped[3]] == alone
     assert cut[1] and cut[1] == cut[4]  # the first 24 tokens of the long line, translated

@@ -2,7 +2,7 @@ import pytest
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
 
 from hf_vanilla.model.pipeline import VanillaTranslationPipeline
-from hf_vanilla.translation.decoding import translate_sentences
+from hf_vanilla.translation.decoding import QUIET, translate_sentences
 
 SOURCES = ["Ein Mann fährt Fahrrad.", "", "Zwei Hunde spielen im Schnee.", "Kinder."]
 
@@ -52,7 +52,7 @@ def test_batched_list_matches_evaluation_translations_in_order(translator, num_b
         translator.model,
         translator.tokenizer,
         SOURCES,
-        show_progress=False,
+        batching=QUIET,
         num_beams=num_beams,
         max_new_tokens=6,
     )

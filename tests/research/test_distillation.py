@@ -45,7 +45,7 @@ def distilled(tiny_model_dir, tiny_dataset, tmp_path_factory):
 
 
 def translated(teacher, sentences):
-    return translate_sentences(*teacher, sentences, show_progress=False, options=OPTIONS)
+    return translate_sentences(*teacher, sentences, batching=QUIET.batching, options=OPTIONS)
 
 
 def test_forward_targets_are_the_teachers_translations_of_the_sources_in_order(teacher, original, distilled):
@@ -140,17 +140,17 @@ class CountingTranslations:
     def __init__(self, fail_after=None):
         self.sentences, self.calls, self.fail_after = 0, 0, fail_after
 
-    def __call__(self, engine, sentences, options):
+    def __call__(self, engine, sentences, options, batching):
         if self.calls == self.fail_after:
             raise RuntimeError("out of memory")
         self.calls += 1
         self.sentences += len(sentences)
-        return TRANSLATE(engine, sentences, options)
+        return TRANSLATE(engine, sentences, options, batching)
 
 
 def count_translations(monkeypatch, counting: CountingTranslations) -> None:
-    def translate(engine, sentences, options):
-        return counting(engine, sentences, options)
+    def translate(engine, sentences, options, batching):
+        return counting(engine, sentences, options, batching)
 
     monkeypatch.setattr(TransformersEngine, "translate", translate)
 

@@ -15,7 +15,7 @@ from hf_vanilla.model.decoding import DecodingOptions
 from hf_vanilla.model.modeling_vanilla import VanillaTransformerForConditionalGeneration
 from hf_vanilla.research.decoders import ResearchModels, load_research_decoder
 from hf_vanilla.research.ensemble import EnsembleLogitsProcessor, ensemble_logits_processors
-from hf_vanilla.translation.decoding import translate_sentences
+from hf_vanilla.translation.decoding import QUIET, translate_sentences
 from hf_vanilla.translation.engines import EngineSettings
 
 SOURCES = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee.", "", "Kinder."]
@@ -39,13 +39,13 @@ def mixture_log_probs(models, encoded, decoder_ids):
 def test_a_model_in_ensemble_with_itself_translates_as_it_does_alone(first, tokenizer):
     for settings in ({"num_beams": 1}, {"num_beams": 3, "length_penalty": 1.0}):
         alone = translate_sentences(
-            first, tokenizer, SOURCES, show_progress=False, max_new_tokens=8, **settings
+            first, tokenizer, SOURCES, batching=QUIET, max_new_tokens=8, **settings
         )
         doubled = translate_sentences(
             first,
             tokenizer,
             SOURCES,
-            show_progress=False,
+            batching=QUIET,
             max_new_tokens=8,
             **as_one(first, tokenizer, first),
             **settings,
@@ -55,10 +55,10 @@ def test_a_model_in_ensemble_with_itself_translates_as_it_does_alone(first, toke
 
 def test_two_models_translate_otherwise_than_either_alone(first, second, tokenizer):
     both = translate_sentences(
-        first, tokenizer, SOURCES, show_progress=False, max_new_tokens=8, **as_one(first, tokenizer, second)
+        first, tokenizer, SOURCES, batching=QUIET, max_new_tokens=8, **as_one(first, tokenizer, second)
     )
-    assert both != translate_sentences(first, tokenizer, SOURCES, show_progress=False, max_new_tokens=8)
-    assert both != translate_sentences(second, tokenizer, SOURCES, show_progress=False, max_new_tokens=8)
+    assert both != translate_sentences(first, tokenizer, SOURCES, batching=QUIET, max_new_tokens=8)
+    assert both != translate_sentences(second, tokenizer, SOURCES, batching=QUIET, max_new_tokens=8)
 
 
 def test_greedy_ensemble_takes_the_argmax_of_the_averaged_probabilities(first, second, tokenizer):

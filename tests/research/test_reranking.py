@@ -34,7 +34,7 @@ from hf_vanilla.research.reranking import (
     weight_grid,
     word_counts,
 )
-from hf_vanilla.translation.decoding import translate_nbest, translate_sentences
+from hf_vanilla.translation.decoding import QUIET, translate_nbest, translate_sentences
 from hf_vanilla.translation.engines import EngineSettings, TransformersEngine
 
 # A sentence's log-probability is a float32 sum of ~50 terms: batched with other sentences or alone, on CPUs
@@ -51,7 +51,7 @@ def reverse(second, tokenizer):
 
 
 def test_nbest_lists_start_with_beam_searchs_translation_and_fall_in_score(first, tokenizer):
-    settings = {"length_penalty": 1.0, "max_new_tokens": 8, "show_progress": False}
+    settings = {"length_penalty": 1.0, "max_new_tokens": 8, "batching": QUIET}
     nbest = translate_nbest(first, tokenizer, SOURCES, num_beams=3, **settings)
     chosen = translate_sentences(first, tokenizer, SOURCES, num_beams=3, **settings)
     assert [hypotheses[0][0] for hypotheses in nbest] == chosen
@@ -60,9 +60,9 @@ def test_nbest_lists_start_with_beam_searchs_translation_and_fall_in_score(first
         scores = [score for _, score in nbest[index]]
         assert len(scores) == 3 and scores == sorted(scores, reverse=True)
     greedy = translate_sentences(
-        first, tokenizer, SOURCES, num_beams=1, max_new_tokens=8, show_progress=False
+        first, tokenizer, SOURCES, num_beams=1, max_new_tokens=8, batching=QUIET
     )
-    one_best = translate_nbest(first, tokenizer, SOURCES, num_beams=1, max_new_tokens=8, show_progress=False)
+    one_best = translate_nbest(first, tokenizer, SOURCES, num_beams=1, max_new_tokens=8, batching=QUIET)
     assert one_best == [[(translation, 0.0)] for translation in greedy]
 
 
@@ -85,7 +85,7 @@ def test_conditional_log_probs_are_the_models_per_token_log_likelihood(reverse, 
 
 
 def test_reverse_scores_average_the_reverse_models_and_skip_blank_sources(first, reverse, tokenizer):
-    nbest = translate_nbest(first, tokenizer, SOURCES, num_beams=2, max_new_tokens=8, show_progress=False)
+    nbest = translate_nbest(first, tokenizer, SOURCES, num_beams=2, max_new_tokens=8, batching=QUIET)
     alone = reverse_scores(nbest, SOURCES, [reverse], show_progress=False)
     other = reverse_scores(nbest, SOURCES, [(first, tokenizer)], show_progress=False)
     both = reverse_scores(nbest, SOURCES, [reverse, (first, tokenizer)], show_progress=False)
@@ -99,7 +99,7 @@ def test_reverse_scores_average_the_reverse_models_and_skip_blank_sources(first,
 
 
 def test_right_to_left_scores_read_each_translations_words_reversed(first, second, tokenizer):
-    nbest = translate_nbest(first, tokenizer, SOURCES, num_beams=2, max_new_tokens=8, show_progress=False)
+    nbest = translate_nbest(first, tokenizer, SOURCES, num_beams=2, max_new_tokens=8, batching=QUIET)
     scores = right_to_left_scores(nbest, SOURCES, [(second, tokenizer)], show_progress=False)
     assert scores[2] == [0.0]  # a blank source
     for index in (0, 1, 3):
@@ -153,8 +153,8 @@ def test_a_word_bonus_favours_longer_translations_and_a_penalty_shorter_ones():
 
 def test_a_language_model_reranks_by_how_likely_each_translation_reads(first, tokenizer, language_model_dir):
     language_models = load_language_models([language_model_dir], "cpu")
-    settings = {"length_penalty": 1.0, "max_new_tokens": 8, "show_progress": False}
-    nbest = translate_nbest(first, tokenizer, SOURCES, num_beams=3, **settings)
+    settings = {"length_penalty": 1.0, "max_new_tokens": 8}
+    nbest = translate_nbest(first, tokenizer, SOURCES, num_beams=3, batching=QUIET, **settings)
     scores = language_model_scores(nbest, SOURCES, language_models, show_progress=False)
     assert scores[2] == [0.0]  # a blank source
     ((model, lm_tokenizer),) = language_models
@@ -169,6 +169,7 @@ def test_a_language_model_reranks_by_how_likely_each_translation_reads(first, to
         weightings,
         RerankingModels(language=language_models),
         DecodingOptions(num_beams=3, **settings),
+        QUIET,
     )
     assert unchanged == [hypotheses[0][0] for hypotheses in nbest]
     features = {LANGUAGE_MODEL_WEIGHT: scores, WORD_BONUS: word_counts(nbest)}
@@ -225,7 +226,7 @@ def test_reranking_with_weight_zero_scores_as_beam_search(first, reverse, tokeni
         heavy_report["generation"][RIGHT_TO_LEFT_WEIGHT] == 1.0
         and heavy_report["generation"][WORD_BONUS] == 0.1
     )
-    nbest = translate_nbest(first, tokenizer, SOURCES, num_beams=3, show_progress=False, **settings)
+    nbest = translate_nbest(first, tokenizer, SOURCES, num_beams=3, batching=QUIET, **settings)
     features = reranking_features(nbest, SOURCES, rerankers, show_progress=False)
     weighting = {name: heavy[name] for name in weights}
     assert reranked == rerank(nbest, {**features, WORD_BONUS: word_counts(nbest)}, weighting)
@@ -348,7 +349,7 @@ def test_translate_script_reranks_as_the_library_does(
         SOURCES,
         [weights],
         reranking,
-        DecodingOptions(num_beams=3, max_new_tokens=8, length_penalty=0.6, show_progress=False),
+        DecodingOptions(num_beams=3, max_new_tokens=8, length_penalty=0.6),
     )
     assert reranked == expected and len(reranked) == len(SOURCES) and reranked[2] == ""
     alone = run("--word-bonus", 0.1)
@@ -359,7 +360,7 @@ def test_a_right_to_left_model_translates_in_reading_order(second, right_to_left
     """The same weights marked right to left: every translation and n-best entry comes back with its words put
     back in reading order, through our helpers and the pipeline."""
     right_to_left, _ = load_model_and_tokenizer(right_to_left_dir, "cpu")
-    options = {"max_new_tokens": 8, "show_progress": False}
+    options = {"max_new_tokens": 8, "batching": QUIET}
     as_written = translate_sentences(second, tokenizer, SOURCES, num_beams=2, **options)
     assert any(len(text.split()) > 1 for text in as_written)  # else the order could not show
     read = translate_sentences(right_to_left, tokenizer, SOURCES, num_beams=2, **options)

@@ -16,7 +16,7 @@ from huggingface_hub import ModelCard, ModelCardData
 from transformers import AutoModelForSeq2SeqLM
 
 from hf_vanilla.checkpoints.loading import load_model_and_tokenizer
-from hf_vanilla.translation.decoding import translate_sentences
+from hf_vanilla.translation.decoding import QUIET, translate_sentences
 
 STARTUP_SECONDS = 180  # two processes importing torch at once on a busy 2-core machine (20 s when idle)
 BEAM = {"num_beams": 4, "length_penalty": 0.6}  # what the model's generation_config.json says
@@ -73,6 +73,6 @@ def offline(served_model_dir):
     model, tokenizer = load_model_and_tokenizer(served_model_dir, "cpu")
 
     def translate(sources, **settings):
-        return translate_sentences(model, tokenizer, sources, show_progress=False, **settings)
+        return translate_sentences(model, tokenizer, sources, batching=QUIET, **settings)
 
     return translate

@@ -17,7 +17,7 @@ from hf_vanilla.translation.engines import ATTENTION, NBEST_SCORES, EngineSettin
 
 from .test_batching import EchoEngine
 
-OPTIONS = DecodingOptions(num_beams=1, show_progress=False)
+OPTIONS = DecodingOptions(num_beams=1)
 WITHOUT_ATTENTION = EngineSettings("ctranslate2", compute_type="int8", device="cpu", threads=2)
 
 
@@ -100,7 +100,7 @@ def test_the_weigher_is_the_reference_engine_on_the_serving_engines_device_and_t
 def test_a_translation_weighed_from_its_ids_without_the_start_token_is_weighed_as_its_own(tiny_model_dir):
     engine = TransformersEngine(*load_model_and_tokenizer(tiny_model_dir, "cpu"))
     [source_ids] = engine.encode(["Ein Hund läuft über die Wiese."])
-    greedy = DecodingOptions(num_beams=1, show_progress=False)
+    greedy = DecodingOptions(num_beams=1)
     own = engine.attention(source_ids, greedy)
     [output_ids] = engine.translate_encoded([source_ids], greedy)
     assert output_ids[0] == engine.config.decoder_start_token_id

@@ -13,7 +13,7 @@ from hf_vanilla.serving.batching import Batcher, RequestRefused
 from hf_vanilla.serving.policy import BatchingSettings
 from hf_vanilla.translation.engines import EngineSettings, load_engine
 
-OPTIONS = DecodingOptions(num_beams=1, show_progress=False)
+OPTIONS = DecodingOptions(num_beams=1)
 TOGETHER = BatchingSettings(max_tokens=1000, max_wait_ms=200)  # sentences sent together meet in one batch
 
 
@@ -29,10 +29,10 @@ class EchoEngine:
         self.batches: list[list[str]] = []
         self.tokenized: list[str] = []
 
-    def translate(self, sources, options):
-        return self.detokenize(self.translate_encoded(self.encode(sources), options), options)
+    def translate(self, sources, options, batching=None):
+        return self.detokenize(self.translate_encoded(self.encode(sources), options, batching), options)
 
-    def translate_nbest(self, sources, options):
+    def translate_nbest(self, sources, options, batching=None):
         raise NotImplementedError
 
     def encode(self, sources):
@@ -41,7 +41,7 @@ class EchoEngine:
         self.tokenized += sources
         return [[*source.split(), "</s>"] for source in sources]
 
-    def translate_encoded(self, batch, options):
+    def translate_encoded(self, batch, options, batching=None):
         self.batches.append([" ".join(ids[:-1]) for ids in batch])
         if ["poison", "</s>"] in batch:
             raise RuntimeError("the engine choked")
@@ -219,10 +219,10 @@ class TwoBatchEngine(EchoEngine):
         super().__init__()
         self.threads: set[str] = set()
 
-    def translate_encoded(self, batch, options):
+    def translate_encoded(self, batch, options, batching=None):
         self.threads.add(threading.current_thread().name)
         time.sleep(0.05)
-        return super().translate_encoded(batch, options)
+        return super().translate_encoded(batch, options, batching)
 
 
 def test_an_engine_of_two_replicas_gets_two_workers_and_every_request_its_answer():

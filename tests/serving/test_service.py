@@ -35,7 +35,6 @@ import huggingface_hub  # noqa: E402
 from huggingface_hub import InferenceClient  # noqa: E402
 
 from hf_vanilla.serving.app import GenerateParameters, RequestLimits, request_options, server_options  # noqa: E402
-from hf_vanilla.serving.batching import DEFAULT_BATCHING  # noqa: E402
 
 PATIENT = ["--max-wait-ms", "3000", "--fixed-wait", "--max-queued-sentences", "6"]
 PATIENT += ["--request-max-sentences", "4"]
@@ -76,7 +75,7 @@ def test_the_load_benchmark_counts_every_answer_and_the_cpu_of_each_side(servers
 def test_requests_decode_with_the_checkpoints_choice_unless_they_choose(served_model_dir, tmp_path):
     checkpoint = Path(shutil.copytree(served_model_dir, tmp_path / "checkpoint"))
     set_decoding_defaults(checkpoint, 2, 1.0)
-    base = server_options(checkpoint, DEFAULT_BATCHING)
+    base = server_options(checkpoint)
     assert (base.num_beams, base.length_penalty, base.max_new_tokens) == (2, 1.0, None)
 
     def asked(options=base, **parameters):
@@ -87,7 +86,7 @@ def test_requests_decode_with_the_checkpoints_choice_unless_they_choose(served_m
     assert (asked(length_penalty=2.0).num_beams, asked(length_penalty=2.0).length_penalty) == (2, 2.0)
     assert (asked(num_beams=1, length_penalty=2.0).num_beams, asked(num_beams=1).length_penalty) == (1, None)
     set_decoding_defaults(checkpoint, 1, None)
-    greedy = server_options(checkpoint, DEFAULT_BATCHING)
+    greedy = server_options(checkpoint)
     assert (greedy.num_beams, greedy.length_penalty) == (1, None)
     assert asked(greedy, num_beams=4).length_penalty == 0.6  # none saved: the paper's
 

@@ -5,7 +5,7 @@ from conftest import run_script
 
 from hf_vanilla.checkpoints.loading import load_model_and_tokenizer
 from hf_vanilla.tools.attention_plots import save_attention_plots, sentence_attentions
-from hf_vanilla.translation.decoding import translate_sentences
+from hf_vanilla.translation.decoding import QUIET, translate_sentences
 
 SOURCE = "Zwei junge Männer sind im Freien."
 TARGET = "Two young men are outside."
@@ -41,7 +41,7 @@ def test_without_target_the_greedy_translation_is_used(model_and_tokenizer):
     attentions = sentence_attentions(*model_and_tokenizer, SOURCE)
     assert (
         attentions.target_text
-        == translate_sentences(*model_and_tokenizer, [SOURCE], num_beams=1, show_progress=False)[0]
+        == translate_sentences(*model_and_tokenizer, [SOURCE], num_beams=1, batching=QUIET)[0]
     )
     with pytest.raises(ValueError, match="source sentence is blank"):
         sentence_attentions(*model_and_tokenizer, "  ")

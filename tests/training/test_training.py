@@ -44,7 +44,7 @@ from hf_vanilla.training.settings import TrainingConfig, TrainingError, load_tra
 from hf_vanilla.training.stopping import TrainingStopped
 from hf_vanilla.training.train import _loader_workers, train
 from hf_vanilla.training.trainer import Trainer
-from hf_vanilla.translation.decoding import translate_sentences
+from hf_vanilla.translation.decoding import QUIET, translate_sentences
 
 CONFIGS = sorted((REPO / "configs").glob("*.yaml"))
 
@@ -398,7 +398,7 @@ def test_right_to_left_run_trains_as_a_run_on_reversed_target_words(
     rows = [json.loads(line)["translation"] for line in validation.splitlines()]
     sources, references = [row["de"] for row in rows[:4]], [row["en"] for row in rows[:4]]
     translations = translate_sentences(
-        model, tokenizer, sources, show_progress=False, num_beams=1, do_sample=False
+        model, tokenizer, sources, batching=QUIET, num_beams=1, do_sample=False
     )
     assert scored == [(translations, references, "en")]
 

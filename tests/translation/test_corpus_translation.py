@@ -34,7 +34,7 @@ from hf_vanilla.translation.corpus import (
 )
 from hf_vanilla.translation.engines import TransformersEngine
 
-GREEDY = DecodingOptions(num_beams=1, max_new_tokens=4, show_progress=False)
+GREEDY = DecodingOptions(num_beams=1, max_new_tokens=4)
 SAMPLING = GREEDY.replace(do_sample=True, top_k=0)
 SOURCES = [german for german, _ in synthetic_pairs(11)]
 LONG_LINE = " ".join(["Hund"] * 1100)  # longer than the tiny model's 1024 positions

@@ -18,7 +18,8 @@ from hf_vanilla.checkpoints.cards import set_decoding_defaults
 from hf_vanilla.checkpoints.loading import load_tokenizer
 from hf_vanilla.data.corpus import load_translation_split
 from hf_vanilla.files import atomic_directory
-from hf_vanilla.model.decoding import DecodingOptions
+from hf_vanilla.model.decoding import DEFAULT_DECODING, DEFAULT_MAX_TOKENS
+from hf_vanilla.translation.decoding import Batching
 from hf_vanilla.translation.engines import EngineSettings, load_engine
 
 ctranslate2 = pytest.importorskip("ctranslate2")
@@ -33,7 +34,6 @@ VARIANTS = {
     "untied output projection": {"tie_word_embeddings": False},
     "right to left": {"right_to_left": True},
 }
-QUIET = DecodingOptions(show_progress=False)
 
 
 def ctranslate2_float32(cache_dir) -> EngineSettings:
@@ -105,7 +105,7 @@ def test_every_variant_scores_tokens_as_the_model_does(engines, tokenizer):
 @pytest.mark.parametrize("num_beams", [1, 4])
 def test_every_variant_translates_as_generate_does_greedy_and_beam(engines, sources, num_beams):
     reference, engine = engines
-    options = QUIET.replace(num_beams=num_beams, length_penalty=0.6 if num_beams > 1 else None)
+    options = DEFAULT_DECODING.replace(num_beams=num_beams, length_penalty=0.6 if num_beams > 1 else None)
     expected = reference.translate(sources, options)
     assert engine.translate(sources, options) == expected
     assert expected[20:22] == ["", ""]  # blank lines stay blank
@@ -114,7 +114,7 @@ def test_every_variant_translates_as_generate_does_greedy_and_beam(engines, sour
 
 def test_nbest_lists_and_their_scores_are_generates(engines, sources):
     reference, engine = engines
-    options = QUIET.replace(num_beams=4, length_penalty=0.6)
+    options = DEFAULT_DECODING.replace(num_beams=4, length_penalty=0.6)
     expected = reference.translate_nbest(sources[:8], options)
     found = engine.translate_nbest(sources[:8], options)
     assert [[text for text, _ in hypotheses] for hypotheses in found] == [
@@ -153,36 +153,44 @@ def paper_engines(tiny_model_dir, tmp_path_factory, cache_dir):
 )
 def test_each_option_means_what_it_means_to_generate(paper_engines, sources, settings):
     _, reference, engine = paper_engines
-    options = QUIET.replace(**settings)
-    assert engine.translate(sources, options) == reference.translate(sources, options)
+    settings = dict(settings)
+    batching = Batching(settings.pop("max_tokens", DEFAULT_MAX_TOKENS), show_progress=False)
+    options = DEFAULT_DECODING.replace(**settings)
+    assert engine.translate(sources, options, batching) == reference.translate(sources, options, batching)
 
 
 def test_both_engines_take_what_the_options_leave_open_from_the_checkpoint_else_the_paper(
     paper_engines, sources, cache_dir, tmp_path
 ):
     directory, reference, engine = paper_engines  # its generation config saves no beam: the paper's 4 / 0.6
-    paper = QUIET.replace(num_beams=4, length_penalty=0.6)
+    paper = DEFAULT_DECODING.replace(num_beams=4, length_penalty=0.6)
     assert (
-        engine.translate(sources, QUIET)
-        == reference.translate(sources, QUIET)
+        engine.translate(sources, DEFAULT_DECODING)
+        == reference.translate(sources, DEFAULT_DECODING)
         == reference.translate(sources, paper)
     )
-    assert [len(each) for each in engine.translate_nbest(sources[:3], QUIET)] == [4, 4, 4]
+    assert [len(each) for each in engine.translate_nbest(sources[:3], DEFAULT_DECODING)] == [4, 4, 4]
     chosen = shutil.copytree(directory, tmp_path / "chosen")
     set_decoding_defaults(chosen, 3, 1.0)
     reference, engine = (
         load_engine(chosen, each) for each in (EngineSettings(device="cpu"), ctranslate2_float32(cache_dir))
     )
-    saved = QUIET.replace(num_beams=3, length_penalty=1.0)
+    saved = DEFAULT_DECODING.replace(num_beams=3, length_penalty=1.0)
     assert (
-        engine.translate(sources, QUIET)
-        == reference.translate(sources, QUIET)
+        engine.translate(sources, DEFAULT_DECODING)
+        == reference.translate(sources, DEFAULT_DECODING)
         == reference.translate(sources, saved)
     )
-    for found in (engine.translate_nbest(sources[:3], QUIET), reference.translate_nbest(sources[:3], QUIET)):
+    for found in (
+        engine.translate_nbest(sources[:3], DEFAULT_DECODING),
+        reference.translate_nbest(sources[:3], DEFAULT_DECODING),
+    ):
         assert [len(each) for each in found] == [3, 3, 3]
-    greedy = QUIET.replace(num_beams=1, length_penalty=2.0)  # greedy search takes no length penalty
-    assert engine.translate(sources, greedy) == reference.translate(sources, QUIET.replace(num_beams=1))
+    # greedy search takes no length penalty
+    greedy = DEFAULT_DECODING.replace(num_beams=1, length_penalty=2.0)
+    assert engine.translate(sources, greedy) == reference.translate(
+        sources, DEFAULT_DECODING.replace(num_beams=1)
+    )
 
 
 def test_each_sentence_stops_at_its_own_source_length_plus_extra(paper_engines, tokenizer):
@@ -190,7 +198,7 @@ def test_each_sentence_stops_at_its_own_source_length_plus_extra(paper_engines, 
     at its own limit, where the long one's limit for all would let it run on."""
     _, reference, engine = paper_engines
     sources = ["Ein Hund.", "Ein Hund rennt über die große grüne Wiese zu seinem Besitzer."]
-    options = QUIET.replace(num_beams=4, extra_output_tokens=3)
+    options = DEFAULT_DECODING.replace(num_beams=4, extra_output_tokens=3)
     own_limits = engine.translate(sources, options)
     assert own_limits == reference.translate(sources, options)
     longest_limit = options.replace(max_new_tokens=len(tokenizer(sources[1])["input_ids"]) + 3)
@@ -206,7 +214,7 @@ def test_lines_longer_than_the_positions_are_cut_or_left_blank_with_the_same_war
     directory = save_variant(tmp_path / "short", tiny_model_dir, max_position_embeddings=24)
     long_line = " ".join(["Ein Hund rennt über die Wiese."] * 8)
     sources = ["Ein Hund.", long_line, ""]
-    options = QUIET.replace(num_beams=2, skip_long_lines=skip_long_lines)
+    options = DEFAULT_DECODING.replace(num_beams=2, skip_long_lines=skip_long_lines)
     found = {}
     float32 = {"transformers": EngineSettings(device="cpu"), "ctranslate2": ctranslate2_float32(cache_dir)}
     for name, settings in float32.items():
@@ -232,7 +240,7 @@ def test_lines_longer_than_the_positions_are_cut_or_left_blank_with_the_same_war
 def test_what_ctranslate2_cannot_do_is_refused_before_decoding(paper_engines, settings, refusal):
     _, _, engine = paper_engines
     with pytest.raises(ValueError, match=refusal):
-        engine.translate(["Ein Hund."], QUIET.replace(**settings))
+        engine.translate(["Ein Hund."], DEFAULT_DECODING.replace(**settings))
 
 
 def test_int8_translates_and_auto_chooses_and_logs_a_compute_type(paper_engines, sources, cache_dir, caplog):
@@ -245,7 +253,7 @@ def test_int8_translates_and_auto_chooses_and_logs_a_compute_type(paper_engines,
     int8 = load_engine(
         directory, EngineSettings("ctranslate2", "cpu", compute_type="int8", ctranslate2_dir=cache_dir)
     )
-    translations = int8.translate(sources, QUIET.replace(num_beams=4))
+    translations = int8.translate(sources, DEFAULT_DECODING.replace(num_beams=4))
     # What int8 costs in quality is measured on a trained model (docs/speed.md): an untrained one has only
     # close calls.
     assert int8.describe()["precision"].startswith("int8") and len(translations) == len(sources)
@@ -291,7 +299,7 @@ def test_the_conversion_is_cached_outside_the_checkpoint_and_a_damaged_copy_is_r
     with caplog.at_level(logging.WARNING, logger="hf_vanilla.translation.engines.ctranslate2_engine"):
         engine = load_engine(directory, settings)
     assert "does not load" in caplog.text and "converting again" in caplog.text
-    assert engine.translate(sources, QUIET) == reference.translate(sources, QUIET)
+    assert engine.translate(sources, DEFAULT_DECODING) == reference.translate(sources, DEFAULT_DECODING)
 
 
 def test_two_conversions_at_once_leave_one_whole_copy(paper_engines, tmp_path):

@@ -23,7 +23,7 @@ from hf_vanilla.translation.shortlist import (
 )
 
 pytest.importorskip("ctranslate2")
-BEAM = DecodingOptions(num_beams=4, show_progress=False)
+BEAM = DecodingOptions(num_beams=4)
 SMALL = ShortlistSize(top_k=3, frequent=5)  # far fewer tokens than the model's 600: the map bites
 
 

@@ -12,7 +12,7 @@ from typing import Protocol
 import torch
 
 from hf_vanilla.model.decoding import DecodingOptions
-from hf_vanilla.translation.decoding import BatchLogitsProcessors
+from hf_vanilla.translation.decoding import DEFAULT_BATCHING, Batching, BatchLogitsProcessors
 
 # Abilities beyond the protocol's plain decoding, which an engine lists in `abilities`:
 ATTENTION = "attention"  # `attention(source_ids, options)`: the attention behind a translation
@@ -29,8 +29,8 @@ COMPUTE_TYPES = (
 
 
 class TranslationEngine(Protocol):
-    """What decodes sentences with `DecodingOptions`, whichever engine is behind it: transformers' `generate`
-    (the reference) or another that gives the options the same meaning.
+    """What decodes sentences with `DecodingOptions`, batched as `Batching` says, whichever engine is behind
+    it: transformers' `generate` (the reference) or another that gives the options the same meaning.
 
     Text in, text out (`translate`, `translate_nbest`), or in three steps for a caller that batches sentences
     itself (the service): `encode` once, `translate_encoded` a batch of those ids, `detokenize` the outputs.
@@ -43,6 +43,7 @@ class TranslationEngine(Protocol):
         self,
         sources: Sequence[str],
         options: DecodingOptions,
+        batching: Batching = DEFAULT_BATCHING,
         logits_processors: BatchLogitsProcessors | None = None,
     ) -> list[str]:
         """`translate_sentences`' contract: one translation a source, in order, "" for a blank one."""
@@ -52,6 +53,7 @@ class TranslationEngine(Protocol):
         self,
         sources: Sequence[str],
         options: DecodingOptions,
+        batching: Batching = DEFAULT_BATCHING,
         logits_processors: BatchLogitsProcessors | None = None,
     ) -> list[list[tuple[str, float]]]:
         """`translate_nbest`'s contract, `options.num_beams` (1 if None) translations a source."""
@@ -73,7 +75,9 @@ class TranslationEngine(Protocol):
         one)."""
         ...
 
-    def translate_encoded(self, batch: Sequence[Sequence[int]], options: DecodingOptions) -> list[list[int]]:
+    def translate_encoded(
+        self, batch: Sequence[Sequence[int]], options: DecodingOptions, batching: Batching = DEFAULT_BATCHING
+    ) -> list[list[int]]:
         """The output token ids of one batch of nonblank encoded sources, each within `max_source_tokens`,
         decoded together as given: no sorting, no cutting into smaller batches. Thread-safe."""
         ...

@@ -60,7 +60,13 @@ from hf_vanilla.model.decoding import (
     resolve_decoding,
 )
 from hf_vanilla.model.modeling_vanilla import sinusoidal_positions
-from hf_vanilla.translation.decoding import BatchLogitsProcessors, detokenize, encoded_batches
+from hf_vanilla.translation.decoding import (
+    DEFAULT_BATCHING,
+    Batching,
+    BatchLogitsProcessors,
+    detokenize,
+    encoded_batches,
+)
 from hf_vanilla.translation.engines.base import (
     CTRANSLATE2,
     LOGITS_PROCESSORS,
@@ -319,17 +325,20 @@ class CTranslate2Engine:
         self,
         sources: Sequence[str],
         options: DecodingOptions = DEFAULT_DECODING,
+        batching: Batching = DEFAULT_BATCHING,
         logits_processors: BatchLogitsProcessors | None = None,
     ) -> list[str]:
-        return [hypotheses[0][0] for hypotheses in self._decode(sources, options, False, logits_processors)]
+        decoded = self._decode(sources, options, batching, False, logits_processors)
+        return [hypotheses[0][0] for hypotheses in decoded]
 
     def translate_nbest(
         self,
         sources: Sequence[str],
         options: DecodingOptions = DEFAULT_DECODING,
+        batching: Batching = DEFAULT_BATCHING,
         logits_processors: BatchLogitsProcessors | None = None,
     ) -> list[list[tuple[str, float]]]:
-        return self._decode(sources, options, True, logits_processors)
+        return self._decode(sources, options, batching, True, logits_processors)
 
     @property
     def max_source_tokens(self) -> int:
@@ -343,10 +352,14 @@ class CTranslate2Engine:
         return self.tokenizer(list(sources), verbose=False)["input_ids"]
 
     def translate_encoded(
-        self, batch: Sequence[Sequence[int]], options: DecodingOptions = DEFAULT_DECODING
+        self,
+        batch: Sequence[Sequence[int]],
+        options: DecodingOptions = DEFAULT_DECODING,
+        batching: Batching = DEFAULT_BATCHING,
     ) -> list[list[int]]:
         options, _ = resolve_decoding(self.generation, options)
-        hypotheses = self._translate_batch(batch, options, self.translate_keywords(options, nbest=False))
+        keywords = self.translate_keywords(options, nbest=False)
+        hypotheses = self._translate_batch(batch, options, batching.max_tokens, keywords)
         return [best for [(best, _)] in hypotheses]
 
     def detokenize(
@@ -365,6 +378,7 @@ class CTranslate2Engine:
         self,
         sources: Sequence[str],
         options: DecodingOptions,
+        batching: Batching,
         nbest: bool,
         logits_processors: BatchLogitsProcessors | None,
     ) -> list[list[tuple[str, float]]]:
@@ -379,17 +393,21 @@ class CTranslate2Engine:
         keywords = self.translate_keywords(options, nbest)
         results = [[("", 0.0)] for _ in sources]
         chunks = encoded_batches(
-            self.tokenizer, self.config, sources, options, CHUNK_BATCHES * options.max_tokens
+            self.tokenizer, self.config, sources, options, batching, CHUNK_BATCHES * batching.max_tokens
         )
         for indices, chunk_ids in chunks:
-            hypotheses = self._translate_batch(chunk_ids, options, keywords)
+            hypotheses = self._translate_batch(chunk_ids, options, batching.max_tokens, keywords)
             texts = iter(self.detokenize([ids for sentence in hypotheses for ids, _ in sentence], options))
             for index, sentence in zip(indices, hypotheses, strict=True):
                 results[index] = [(next(texts), score) for _, score in sentence]
         return results
 
     def _translate_batch(
-        self, batch_ids: Sequence[Sequence[int]], options: DecodingOptions, keywords: Mapping[str, Any]
+        self,
+        batch_ids: Sequence[Sequence[int]],
+        options: DecodingOptions,
+        max_tokens: int,
+        keywords: Mapping[str, Any],
     ) -> list[list[tuple[list[int], float]]]:
         """The hypotheses of sentences sorted by length, as token ids with scores, each sentence within its
         own output limit.
@@ -407,7 +425,7 @@ class CTranslate2Engine:
                 paper_max_new_tokens(self.config, len(ids), options.extra_output_tokens) for ids in batch_ids
             ]
         wanted, beam_size, longest = keywords["num_hypotheses"], keywords["beam_size"], max(limits)
-        keywords = {**keywords, "max_batch_size": options.max_tokens, "batch_type": "tokens"}
+        keywords = {**keywords, "max_batch_size": max_tokens, "batch_type": "tokens"}
         everything = range(len(batch_ids))
         if beam_size > 1 and keywords["length_penalty"] == 0:
             hypotheses, again = {}, list(everything)

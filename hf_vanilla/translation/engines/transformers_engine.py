@@ -15,6 +15,8 @@ from hf_vanilla.checkpoints.loading import load_model_and_tokenizer
 from hf_vanilla.model.decoding import DEFAULT_DECODING, DecodingOptions, max_source_tokens, resolve_decoding
 from hf_vanilla.translation.attention import SentenceAttentions, teacher_forced_attentions
 from hf_vanilla.translation.decoding import (
+    DEFAULT_BATCHING,
+    Batching,
     BatchLogitsProcessors,
     detokenize,
     evaluation_mode,
@@ -48,19 +50,21 @@ class TransformersEngine:
         self,
         sources: Sequence[str],
         options: DecodingOptions = DEFAULT_DECODING,
+        batching: Batching = DEFAULT_BATCHING,
         logits_processors: BatchLogitsProcessors | None = None,
     ) -> list[str]:
-        return translate_sentences(self.model, self.tokenizer, sources, options, logits_processors)
+        return translate_sentences(self.model, self.tokenizer, sources, options, batching, logits_processors)
 
     def translate_nbest(
         self,
         sources: Sequence[str],
         options: DecodingOptions = DEFAULT_DECODING,
+        batching: Batching = DEFAULT_BATCHING,
         logits_processors: BatchLogitsProcessors | None = None,
     ) -> list[list[tuple[str, float]]]:
         options, _ = resolve_decoding(self.model.generation_config, options)
         return translate_nbest(
-            self.model, self.tokenizer, sources, options.num_beams, options, logits_processors
+            self.model, self.tokenizer, sources, options.num_beams, options, batching, logits_processors
         )
 
     @property
@@ -79,8 +83,12 @@ class TransformersEngine:
         return self.tokenizer(list(sources), verbose=False)["input_ids"]
 
     def translate_encoded(
-        self, batch: Sequence[Sequence[int]], options: DecodingOptions = DEFAULT_DECODING
+        self,
+        batch: Sequence[Sequence[int]],
+        options: DecodingOptions = DEFAULT_DECODING,
+        batching: Batching = DEFAULT_BATCHING,
     ) -> list[list[int]]:
+        del batching  # generate decodes the batch as given
         options, _ = resolve_decoding(self.model.generation_config, options)
         with evaluation_mode(self.model):
             return generate_batch(self.model, self.tokenizer, batch, options).tolist()
