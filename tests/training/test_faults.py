@@ -22,6 +22,7 @@ torch.set_num_threads(1)  # as the tests' own process (conftest): the same arith
 from hf_vanilla import files
 from hf_vanilla.model import hub
 from hf_vanilla.training import run_directory, trainer
+from hf_vanilla.training.stopping import TrainingStopped
 from hf_vanilla.training.train import train
 from hf_vanilla.training.settings import load_training_config
 
@@ -63,7 +64,7 @@ elif point == "averaging":
     kill_at(run_directory, "save_file")
 try:
     train(load_training_config(**values), resume=mode == "resume", overwrite_output_dir=mode == "overwrite")
-except trainer.TrainingStopped as stopped:  # as scripts/train.py reports it
+except TrainingStopped as stopped:  # as scripts/train.py reports it
     sys.exit(f"{stopped}")
 """
 
