@@ -38,7 +38,7 @@ def process_words(text: str) -> list[str]:
     "text",
     [
         "see issue 80", "the issue's bound", "in four sessions", "three other agents", "diary, try 3",
-        "in H200 calls", "lost with a machine since", "--dataset ../shared/datasets/multi30k",
+        "in H200 calls", "lost with a machine since", f"--dataset {Path('..', 'shared', 'datasets')}",
     ],
 )
 def test_process_words_are_found(text):
