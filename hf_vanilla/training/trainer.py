@@ -138,7 +138,7 @@ class TrainerControl:
     """What to do after an update, decided on the main process (as transformers' `TrainerControl` names
     it)."""
 
-    should_stop: bool = False  # the clock or the step budget is spent
+    should_stop: bool = False  # the clock is spent (the time budget, shared by every process)
     should_save: bool = False  # a save interval has come round
     elapsed_seconds: float = 0.0  # the main process's clock, which the cooldown follows
     stop_signal: int = 0  # the signal that asked the run to stop (0: none)

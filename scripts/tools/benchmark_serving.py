@@ -25,7 +25,6 @@ measures it anyway. Writes a JSON report (the command, the CPU, the load on it, 
 import http.client
 import json
 import os
-import shlex
 import statistics
 import sys
 import tempfile
@@ -56,9 +55,9 @@ from hf_vanilla.cli import (
 from hf_vanilla.extras import require
 from hf_vanilla.files import write_json
 from hf_vanilla.model.decoding import DecodingOptions
-from hf_vanilla.precision import cpu_description
 from hf_vanilla.serving.batching import DEFAULT_BATCHING
 from hf_vanilla.tools.benchmark import recorded_validation_bleu
+from hf_vanilla.tools.machine import run_record
 from hf_vanilla.translation.decoding import Batching
 from hf_vanilla.translation.engines import COMPUTE_TYPES, EngineSettings, engine_names, load_engine
 
@@ -389,10 +388,7 @@ def main() -> None:
             for threads in args.thread_counts
         }
     report = {
-        "command": shlex.join(["python", *sys.argv]),
-        "cpu": cpu_description(),
-        "cores": os.cpu_count(),
-        "load_average_before_and_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
+        **run_record(load_before),
         "model_validation_bleu": bleu,
         # As scripts/tools/benchmark.py names its engine rows.
         "engine": args.engine,

@@ -15,7 +15,9 @@ from hf_vanilla.model.decoding import DecodingOptions
 from hf_vanilla.translation.decoding import DEFAULT_BATCHING, Batching, BatchLogitsProcessors
 
 # Abilities beyond the protocol's plain decoding, which an engine lists in `abilities`:
-ATTENTION = "attention"  # `attention(source_ids, options)`: the attention behind a translation
+# `attention(source_ids, options)`: the attention behind its own translation, and `forced_attention`: behind
+# another engine's (the service weighs a CTranslate2 translation with it)
+ATTENTION = "attention"
 NBEST_SCORES = "n-best scores"  # `translate_nbest` scores beam search's hypotheses as generate ranks them
 SAMPLING = "sampling"  # options with do_sample, top_k, temperature...
 LOGITS_PROCESSORS = "logits processors"  # `translate(..., logits_processors=)`: an ensemble's scores mixed in
