@@ -260,6 +260,20 @@ def test_int8_translates_and_auto_chooses_and_logs_a_compute_type(paper_engines,
     assert translations[20:22] == ["", ""] and all(translations[:20])
 
 
+def test_loading_leaves_torchs_threads_as_they_were(paper_engines, cache_dir):
+    """CTranslate2 sets the process's OpenMP threads to a replica's (one, here): a model trained in the same
+    process afterwards (the student after its teacher translated) would run on one thread."""
+    directory, _, _ = paper_engines
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        settings = EngineSettings("ctranslate2", "cpu", ctranslate2_dir=cache_dir, threads=2)
+        load_engine(directory, settings).translate(["Ein Hund."], DEFAULT_DECODING)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(threads)
+
+
 @pytest.mark.parametrize(
     "settings, problem",
     [
