@@ -62,7 +62,8 @@ def test_the_student_has_the_teachers_sizes_and_vocabulary_and_one_decoder_layer
     assert json.loads(run.stdout[run.stdout.index("{\n") :]) == record  # after the run's progress lines
     assert record["teacher_digest"] == model_digest(tiny_model_dir) and "departure" in record
     assert record["shortlist"] == {"file": VOCAB_MAP_FILE, "top_k": 5, "frequent": 10}
-    assert (output_dir / "selection" / "selection.json").is_file()
+    selection = json.loads((output_dir / "selection" / "selection.json").read_text())
+    assert {row["length_penalty"] for row in selection["validation"]} == {0.6, 1.0}  # the teacher's choices
     card = (output_dir / "student" / "README.md").read_text()
     assert "## Departures from the paper\n\nA student distilled from its teacher's" in card
     stages = json.loads((output_dir / STAGES_FILE).read_text())
