@@ -1,31 +1,34 @@
-"""The speed-quality frontier of a teacher and its fast student, in one run on the same sentences:
-teacher, teacher + shortlist, student and student + shortlist, all on the ctranslate2 engine in one compute
-type (int8 by default) with --threads threads, each with its own selected decoding (its generation config; the
-beam flags override all four). For each: offline decoding (`translate`, --repeats timings taken in turn),
-the service under --clients concurrent clients (one sentence a request), and the sacreBLEU of its offline
-translations; the rates' ratios to the teacher's; the CPU named. Writes a JSON report to --output and the
-frontier (sentences/s against BLEU) to --plot.
+"""The speed-quality frontier of a teacher and its fast students, in one run on the same sentences:
+the teacher, the teacher + shortlist, and each student (named by its encoder and decoder layers) with and
+without its shortlist, all on the ctranslate2 engine in one compute type (int8 by default) with --threads
+threads, each with its own selected decoding (its generation config; the beam flags override them all).
+For each: offline decoding (`translate`, --repeats timings taken in turn), the service under --clients
+concurrent clients (one sentence a request), and the sacreBLEU of its offline translations; the rates' ratios
+to the teacher's; the CPU named. Writes a JSON report to --output and the frontier (sentences/s against BLEU)
+to --plot.
 
-The shortlist is the student's vocab_map.txt (scripts/research/make_student.py): the teacher shares its
-vocabulary, and decodes with it from a scratch copy.
+The teacher's shortlist is the first student's vocab_map.txt (scripts/research/make_student.py): the teacher
+shares its vocabulary, and decodes with it from a scratch copy.
 
     python scripts/tools/benchmark_student.py --teacher outputs/multi30k-small-de-en/model \\
-        --student outputs/multi30k-student-de-en/student --dataset bentrevett/multi30k \\
-        --source-lang de --target-lang en --num-beams 4 --threads 1 --clients 32 \\
+        --student outputs/multi30k-student-de-en/student outputs/multi30k-student6-de-en/student \\
+        --dataset bentrevett/multi30k --source-lang de --target-lang en --threads 1 --clients 32 \\
         --output docs/benchmarks/student-int8-epyc-2core.json --plot docs/images/student-frontier.png
 """
 
 import functools
+import itertools
 import json
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
 from _server_process import ServerProcess  # beside this script
 from benchmark_serving import STARTUP_SECONDS, load, offline
 
-from hf_vanilla.checkpoints.loading import decoding_for
+from hf_vanilla.checkpoints.loading import decoding_for, load_config
 from hf_vanilla.cli import (
     ArgumentParser,
     add_beam_arguments,
@@ -53,7 +56,9 @@ BASELINE = "teacher"
 def build_parser() -> ArgumentParser:
     parser = ArgumentParser(description=__doc__)
     parser.add_argument("--teacher", required=True, help="the teacher's checkpoint directory")
-    parser.add_argument("--student", required=True, help="the student's directory, with its vocab_map.txt")
+    parser.add_argument(
+        "--student", required=True, nargs="+", help="students' directories, each with its vocab_map.txt"
+    )
     add_dataset_arguments(parser)
     parser.add_argument("--split", default="test", help="the split whose sources are decoded and scored")
     parser.add_argument(
@@ -78,16 +83,22 @@ def build_parser() -> ArgumentParser:
 
 
 def systems(args, scratch: Path) -> dict[str, tuple[str, bool]]:
-    """The four systems by name: a model directory and whether it decodes with the student's shortlist (the
-    teacher's from a scratch copy holding it)."""
+    """The systems by name: a model directory and whether it decodes with a shortlist (the teacher's: the
+    first student's, from a scratch copy holding it)."""
     shortlisted_teacher = shutil.copytree(args.teacher, scratch / "teacher-with-shortlist")
-    shutil.copy(Path(args.student) / VOCAB_MAP_FILE, shortlisted_teacher / VOCAB_MAP_FILE)
-    return {
-        BASELINE: (args.teacher, False),
-        f"{BASELINE} + shortlist": (str(shortlisted_teacher), True),
-        "student": (args.student, False),
-        "student + shortlist": (args.student, True),
-    }
+    shutil.copy(Path(args.student[0]) / VOCAB_MAP_FILE, shortlisted_teacher / VOCAB_MAP_FILE)
+    measured = {BASELINE: (args.teacher, False), f"{BASELINE} + shortlist": (str(shortlisted_teacher), True)}
+    for name, student in zip(student_names(args.student), args.student, strict=True):
+        measured |= {name: (student, False), f"{name} + shortlist": (student, True)}
+    return measured
+
+
+def student_names(students: list[str]) -> list[str]:
+    """Each student's name in the report: "student E-D" by its encoder and decoder layers, "student DIR"
+    where two share a shape."""
+    configs = [load_config(student) for student in students]
+    names = [f"student {config.encoder_layers}-{config.decoder_layers}" for config in configs]
+    return names if len(set(names)) == len(names) else [f"student {student}" for student in students]
 
 
 def engine_settings(args, vocab_map: bool, cache_dir: Path) -> EngineSettings:
@@ -173,28 +184,23 @@ def ratios(report: dict) -> dict:
 
 
 def plot_frontier(report: dict, path: str) -> None:
-    """Sentences/s (offline and service) against BLEU, a labelled point a system and setting."""
+    """Sentences/s against BLEU: a colour a system, a circle offline and a square in the service."""
     import matplotlib
 
     matplotlib.use("Agg")
     from matplotlib import pyplot
 
     figure, axes = pyplot.subplots(figsize=(7, 4.5))
-    for where, marker in (("offline", "o"), ("service", "s")):
-        points = [
-            (run[where]["sentences_per_second"], run["bleu"], name)
-            for name, run in report.items()
-            if where in run
-        ]
-        if points:
-            rates, bleus, _ = zip(*points, strict=True)
-            axes.scatter(rates, bleus, marker=marker, label=where)
-            for rate, bleu, name in points:
-                axes.annotate(name, (rate, bleu), textcoords="offset points", xytext=(4, 4), fontsize=8)
+    colors = itertools.cycle(pyplot.rcParams["axes.prop_cycle"].by_key()["color"])
+    for (name, run), color in zip(report.items(), colors, strict=False):
+        for where, marker in (("offline", "o"), ("service", "s")):
+            if where in run:
+                rate = run[where]["sentences_per_second"]
+                axes.scatter(rate, run["bleu"], marker=marker, color=color, label=f"{name}: {where}")
     axes.set_xlabel("sentences/s")
     axes.set_ylabel("BLEU")
     axes.set_title("Teacher and student: speed against quality")
-    axes.legend()
+    axes.legend(fontsize=7)
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     pyplot.close(figure)
@@ -203,6 +209,9 @@ def plot_frontier(report: dict, path: str) -> None:
 def main() -> None:
     args = build_parser().parse_args()
     configure_logging(args.log_level)
+    for student in args.student:
+        if not (Path(student) / VOCAB_MAP_FILE).is_file():
+            sys.exit(f"error: {student} has no {VOCAB_MAP_FILE}: give a student that make_student.py made")
     data = translation_data(args)
     pairs = data.pairs(args.split)
     sentences, references = list(pairs["source"]), list(pairs["target"])
