@@ -54,7 +54,7 @@ from hf_vanilla.cli import (
 )
 from hf_vanilla.extras import require
 from hf_vanilla.files import write_json
-from hf_vanilla.model.decoding import DecodingOptions
+from hf_vanilla.model.decoding import DecodingOptions, decoding_report
 from hf_vanilla.serving.batching import DEFAULT_BATCHING
 from hf_vanilla.tools.benchmark import recorded_validation_bleu
 from hf_vanilla.tools.machine import run_record
@@ -378,7 +378,7 @@ def main() -> None:
     configure_logging(args.log_level)
     bleu = checked_bleu(args)
     # The flags', else the checkpoint's, else the paper's: every run below decodes with these values.
-    args.decoding = decoding_for(args.model, decoding_options(args))[0]
+    args.decoding, decoding_sources = decoding_for(args.model, decoding_options(args))
     data = translation_data(args)
     sentences = list(data.pairs(args.split)["source"])
     load_before = os.getloadavg()
@@ -393,7 +393,7 @@ def main() -> None:
         # As scripts/tools/benchmark.py names its engine rows.
         "engine": args.engine,
         "compute_type": engine_settings(args).precision,
-        "decoding": args.decoding.report(),
+        "decoding": decoding_report(args.decoding, decoding_sources),
         "dataset": f"{data.dataset} {args.split} ({args.source_lang}), {len(sentences)} sentences",
         "scaling": scaling(args, by_threads),
         **by_threads,

@@ -94,11 +94,17 @@ def systems(args, scratch: Path) -> dict[str, tuple[str, bool]]:
 
 
 def student_names(students: list[str]) -> list[str]:
-    """Each student's name in the report: "student E-D" by its encoder and decoder layers, "student DIR"
-    where two share a shape."""
+    """Each student's name in the report: "student E-D" by its encoder and decoder layers, followed by its
+    work directory's name (make_student.py's OUTPUT_DIR, or the folder itself) where two share a shape."""
     configs = [load_config(student) for student in students]
-    names = [f"student {config.encoder_layers}-{config.decoder_layers}" for config in configs]
-    return names if len(set(names)) == len(names) else [f"student {student}" for student in students]
+    shapes = [f"student {config.encoder_layers}-{config.decoder_layers}" for config in configs]
+    if len(set(shapes)) == len(shapes):
+        return shapes
+    folders = [Path(student).resolve() for student in students]
+    work_dirs = [folder.parent.name if folder.name == "student" else folder.name for folder in folders]
+    if len(set(work_dirs)) < len(work_dirs):
+        work_dirs = list(students)
+    return [f"{shape} ({work_dir})" for shape, work_dir in zip(shapes, work_dirs, strict=True)]
 
 
 def engine_settings(args, vocab_map: bool, cache_dir: Path) -> EngineSettings:
@@ -190,7 +196,7 @@ def plot_frontier(report: dict, path: str) -> None:
     matplotlib.use("Agg")
     from matplotlib import pyplot
 
-    figure, axes = pyplot.subplots(figsize=(7, 4.5))
+    figure, axes = pyplot.subplots(figsize=(10, 4.5))
     colors = itertools.cycle(pyplot.rcParams["axes.prop_cycle"].by_key()["color"])
     for (name, run), color in zip(report.items(), colors, strict=False):
         for where, marker in (("offline", "o"), ("service", "s")):
@@ -200,7 +206,7 @@ def plot_frontier(report: dict, path: str) -> None:
     axes.set_xlabel("sentences/s")
     axes.set_ylabel("BLEU")
     axes.set_title("Teacher and student: speed against quality")
-    axes.legend(fontsize=7)
+    axes.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     pyplot.close(figure)

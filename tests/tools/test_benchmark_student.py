@@ -67,12 +67,12 @@ def test_each_system_is_served_too(tiny_model_dir, student_dir, tiny_dataset, tm
     assert report["ratios"]["teacher"]["service / teacher"] == 1.0
 
 
-def test_two_students_are_named_by_their_directories_where_they_share_a_shape(
+def test_two_students_of_one_shape_are_told_apart_by_their_work_directories(
     tiny_model_dir, student_dir, tiny_dataset, tmp_path
 ):
     twin = shutil.copytree(student_dir, tmp_path / "twin")
     report = benchmark(tiny_model_dir, [student_dir, twin], tiny_dataset, tmp_path, "--offline-only")
-    names = [f"student {student_dir}", f"student {twin}"]
+    names = [f"student 2-2 ({student_dir.parent.name})", "student 2-2 (twin)"]
     variants = [f"{name}{shortlist}" for name in names for shortlist in ("", " + shortlist")]
     assert list(report["systems"])[2:] == variants
 
