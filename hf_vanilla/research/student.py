@@ -77,7 +77,8 @@ class StudentShape:
 class StudentRecipe:
     """How the student is made: the training config file and keys over it (`max_minutes`, `seed`...), its
     shape, its shortlist's size, the teacher's decoding options (what they leave open, the teacher's
-    generation config's) and the splits the chosen student is evaluated on (those the data has)."""
+    generation config's), the splits the chosen student is evaluated on (those the data has) and whether it
+    trains on the original pairs too, beside the teacher's translations (`keep_original`)."""
 
     config_file: str | Path = STUDENT_CONFIG
     training_overrides: Mapping[str, Any] = field(default_factory=dict)
@@ -85,6 +86,7 @@ class StudentRecipe:
     shortlist: ShortlistSize = ShortlistSize()
     teacher_decoding: DecodingOptions = DEFAULT_DECODING
     report_splits: tuple[str, ...] = ("test",)
+    keep_original: bool = False
 
 
 def make_student(
@@ -104,11 +106,12 @@ def make_student(
             "teacher": model_digest(teacher),
             "data": asdict(data),
             "decoding": recipe.teacher_decoding.settings(),
+            "keep_original": recipe.keep_original,
         },
         lambda path: distill_dataset(
             data,
             path,
-            Teachers([teacher]),
+            Teachers([teacher], keep_original=recipe.keep_original),
             runtime,
             SavedTranslations(output_dir / "translations"),
             options=recipe.teacher_decoding,
@@ -167,6 +170,7 @@ def _save_student(
         "shape": asdict(recipe.shape),
         "shortlist": {"file": VOCAB_MAP_FILE, **asdict(recipe.shortlist)},
         "teacher_decoding": recipe.teacher_decoding.settings(),
+        "original_pairs_kept": recipe.keep_original,
         "training_pairs": len(pairs),
     }
     write_json(student_dir / STUDENT_FILE, record)

@@ -58,6 +58,11 @@ def build_parser() -> ArgumentParser:
         default=ShortlistSize.frequent,
         help="target tokens of the most training pairs, allowed in every translation",
     )
+    parser.add_argument(
+        "--keep-original",
+        action="store_true",
+        help="train on the original pairs too, beside the teacher's translations of their sources",
+    )
     add_dataset_arguments(parser)
     add_training_config_arguments(parser, TRAINING_KEYS)
     add_decoding_arguments(parser)
@@ -79,6 +84,7 @@ def main() -> None:
         StudentShape(args.encoder_layers, args.decoder_layers),
         ShortlistSize(args.shortlist_top_k, args.shortlist_frequent),
         decoding_options(args),
+        keep_original=args.keep_original,
     )
     runtime = Runtime(**runtime_kwargs(args), show_progress=not args.quiet)
     try:

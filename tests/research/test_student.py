@@ -1,6 +1,7 @@
 """The fast student, end to end on the tiny corpus in a few updates: the command distils, trains a student of
 the teacher's sizes and vocabulary with one decoder layer, selects it and saves its shortlist; given again, it
-makes nothing twice; the student decodes within its shortlist with --vocab-map."""
+makes nothing twice; the student decodes within its shortlist with --vocab-map; with --keep-original it
+trains on the original pairs too."""
 
 import json
 
@@ -9,6 +10,7 @@ import yaml
 from conftest import DE_EN, run_script
 
 from hf_vanilla.checkpoints.loading import load_config, model_digest
+from hf_vanilla.data.corpus import load_translation_split
 from hf_vanilla.research.student import STAGES_FILE, STUDENT_FILE
 from hf_vanilla.translation.engines import EngineSettings, load_engine
 from hf_vanilla.translation.shortlist import VOCAB_MAP_FILE, load_shortlist
@@ -35,12 +37,12 @@ def recipe_file(tmp_path_factory):
     return path
 
 
-def make_student(teacher, dataset, output_dir, recipe_file, cache_dir):
+def make_student(teacher, dataset, output_dir, recipe_file, cache_dir, *flags):
     return run_script(
         "research/make_student.py", "--teacher", teacher, "--dataset", dataset, *DE_EN,
         "--output-dir", output_dir, "--config", recipe_file, "--num-beams", "1", "--max-new-tokens", "8",
-        "--shortlist-top-k", "5", "--shortlist-frequent", "10",
-        "--engine", "ctranslate2", "--ctranslate2-dir", cache_dir, "--quiet", "--log-level", "warning",
+        "--shortlist-top-k", "5", "--shortlist-frequent", "10", "--engine", "ctranslate2",
+        "--ctranslate2-dir", cache_dir, "--quiet", "--log-level", "warning", *flags,
     )
 
 
@@ -89,3 +91,17 @@ def test_the_student_decodes_within_its_shortlist(made, tiny_dataset):
         [output] = engine.translate_encoded([source_ids])
         allowed = shortlist.allowed(engine.tokens[index] for index in source_ids)
         assert {engine.tokens[index] for index in output} <= allowed
+
+
+def test_with_keep_original_the_student_trains_on_the_original_pairs_and_the_teachers(
+    made, tiny_model_dir, tiny_dataset, recipe_file, tmp_path
+):
+    _, cache_dir, _ = made
+    output_dir = tmp_path / "work"
+    run = make_student(tiny_model_dir, tiny_dataset, output_dir, recipe_file, cache_dir, "--keep-original")
+    assert run.returncode == 0, run.stderr[-3000:]
+    original = load_translation_split(str(tiny_dataset), "de", "en", "train")
+    trained_on = load_translation_split(str(output_dir / "distilled"), "de", "en", "train")
+    assert list(trained_on["source"]) == list(original["source"]) * 2  # the originals, then the teacher's
+    assert list(trained_on["target"])[: len(original)] == list(original["target"])
+    assert json.loads((output_dir / "student" / STUDENT_FILE).read_text())["original_pairs_kept"] is True
