@@ -44,6 +44,7 @@ logger = logging.getLogger(__name__)
 STUDENT_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "student-multi30k.yaml"  # the repository's
 STAGES_FILE = "stages.json"
 STUDENT_FILE = "student.json"
+STUDENT_DIR = "student"  # the last stage's output, OUTPUT_DIR/student: the student itself
 # The length penalties the student is selected with, beside its config's (the quickstart's: its teacher
 # chose 1.0 over 0.6 on validation); one beam size, the config's, for speed is the point of a student.
 SELECTION_LENGTH_PENALTIES = (0.6, 1.0)
@@ -146,7 +147,7 @@ def make_student(
     )
     chosen = Path(json.loads((selection_dir / "selection.json").read_text())["chosen"]["model"])
     student_dir = stages.run(
-        "student",
+        STUDENT_DIR,
         {"chosen": model_digest(chosen), "shortlist": asdict(recipe.shortlist)},
         lambda path: _save_student(chosen, path, teacher, data, recipe),
     )
@@ -170,7 +171,7 @@ def _save_student(
         "shape": asdict(recipe.shape),
         "shortlist": {"file": VOCAB_MAP_FILE, **asdict(recipe.shortlist)},
         "teacher_decoding": recipe.teacher_decoding.settings(),
-        "original_pairs_kept": recipe.keep_original,
+        "keep_original": recipe.keep_original,
         "training_pairs": len(pairs),
     }
     write_json(student_dir / STUDENT_FILE, record)

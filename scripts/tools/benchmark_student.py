@@ -11,7 +11,7 @@ The teacher's shortlist is the first student's vocab_map.txt (scripts/research/m
 shares its vocabulary, and decodes with it from a scratch copy.
 
     python scripts/tools/benchmark_student.py --teacher outputs/multi30k-small-de-en/model \\
-        --student outputs/multi30k-student-de-en/student outputs/multi30k-student6-de-en/student \\
+        --student outputs/multi30k-student-mix-de-en/student outputs/multi30k-student-de-en/student \\
         --dataset bentrevett/multi30k --source-lang de --target-lang en --threads 1 --clients 32 \\
         --output docs/benchmarks/student-int8-epyc-2core.json --plot docs/images/student-frontier.png
 """
@@ -44,6 +44,7 @@ from hf_vanilla.cli import (
 )
 from hf_vanilla.evaluation.scoring import score_translations
 from hf_vanilla.files import write_json
+from hf_vanilla.research.student import STUDENT_DIR
 from hf_vanilla.tools.machine import run_record
 from hf_vanilla.translation.decoding import Batching
 from hf_vanilla.translation.engines import COMPUTE_TYPES, EngineSettings, load_engine
@@ -101,7 +102,7 @@ def student_names(students: list[str]) -> list[str]:
     if len(set(shapes)) == len(shapes):
         return shapes
     folders = [Path(student).resolve() for student in students]
-    work_dirs = [folder.parent.name if folder.name == "student" else folder.name for folder in folders]
+    work_dirs = [folder.parent.name if folder.name == STUDENT_DIR else folder.name for folder in folders]
     if len(set(work_dirs)) < len(work_dirs):
         work_dirs = list(students)
     return [f"{shape} ({work_dir})" for shape, work_dir in zip(shapes, work_dirs, strict=True)]

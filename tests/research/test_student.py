@@ -43,7 +43,7 @@ def make_student(teacher, dataset, output_dir, recipe_file, cache_dir, *flags):
         "--output-dir", output_dir, "--config", recipe_file, "--num-beams", "1", "--max-new-tokens", "8",
         "--shortlist-top-k", "5", "--shortlist-frequent", "10", "--engine", "ctranslate2",
         "--ctranslate2-dir", cache_dir, "--quiet", "--log-level", "warning", *flags,
-    )
+    )  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -104,4 +104,4 @@ def test_with_keep_original_the_student_trains_on_the_original_pairs_and_the_tea
     trained_on = load_translation_split(str(output_dir / "distilled"), "de", "en", "train")
     assert list(trained_on["source"]) == list(original["source"]) * 2  # the originals, then the teacher's
     assert list(trained_on["target"])[: len(original)] == list(original["target"])
-    assert json.loads((output_dir / "student" / STUDENT_FILE).read_text())["original_pairs_kept"] is True
+    assert json.loads((output_dir / "student" / STUDENT_FILE).read_text())["keep_original"] is True
